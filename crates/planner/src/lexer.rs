@@ -1,0 +1,314 @@
+//! A single pass over a statement's bytes, without allocation: its kind and the
+//! features that bind a session to its backend connection. Strings, quoted
+//! identifiers and comments are skipped; MySQL's executable comments `/*! ... */`
+//! are read as code, as the server reads them.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Select,
+    Insert,
+    Update,
+    Delete,
+    Replace,
+    Set,
+    Use,
+    Begin,
+    Commit,
+    Rollback,
+    Lock,
+    Unlock,
+    CreateTemporary,
+    /// PREPARE, EXECUTE, DEALLOCATE: server-side statements named in SQL.
+    SqlPrepared,
+    Handler,
+    Xa,
+    Other,
+    Empty,
+}
+
+/// What hscale must know of a statement before it picks a backend connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub kind: Kind,
+    /// `@name`, a user variable: session state that lives only on the server.
+    pub user_variables: bool,
+    /// GET_LOCK and friends: locks owned by the server connection.
+    pub user_lock: bool,
+    /// SQL_CALC_FOUND_ROWS / FOUND_ROWS(): ties a statement to the one before it.
+    pub found_rows: bool,
+    /// LAST_INSERT_ID(): answered by the connection that did the insert.
+    pub last_insert_id: bool,
+    /// More than one statement in one COM_QUERY.
+    pub multi_statement: bool,
+}
+
+impl Summary {
+    /// True when the statement leaves state on its connection that only that
+    /// connection can honour later.
+    pub fn binds_connection(&self) -> bool {
+        self.user_variables
+            || self.user_lock
+            || self.found_rows
+            || matches!(
+                self.kind,
+                Kind::Lock | Kind::CreateTemporary | Kind::SqlPrepared | Kind::Handler | Kind::Xa
+            )
+    }
+}
+
+pub fn summarize(sql: &[u8]) -> Summary {
+    let mut s = Summary {
+        kind: Kind::Empty,
+        user_variables: false,
+        user_lock: false,
+        found_rows: false,
+        last_insert_id: false,
+        multi_statement: false,
+    };
+    let mut words = 0usize;
+    let mut first = Kind::Empty;
+    let mut first_is_create = false;
+    let mut after_statement_end = false;
+    let mut i = 0;
+    let n = sql.len();
+    while i < n {
+        let c = sql[i];
+        match c {
+            b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b',' => i += 1,
+            b'\'' | b'"' | b'`' => {
+                i = skip_quoted(sql, i);
+                words += 1;
+            }
+            b'#' => i = skip_line(sql, i),
+            b'-' if sql.get(i + 1) == Some(&b'-')
+                && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) =>
+            {
+                i = skip_line(sql, i)
+            }
+            b'/' if sql.get(i + 1) == Some(&b'*') => {
+                if sql.get(i + 2) == Some(&b'!') {
+                    i += 3;
+                    while i < n && sql[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                } else if sql.get(i + 2) == Some(&b'M') && sql.get(i + 3) == Some(&b'!') {
+                    i += 4;
+                    while i < n && sql[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                } else {
+                    i = skip_block_comment(sql, i);
+                }
+            }
+            b'*' if sql.get(i + 1) == Some(&b'/') => i += 2,
+            b'@' => {
+                if sql.get(i + 1) == Some(&b'@') {
+                    i = skip_word(sql, i + 2);
+                } else {
+                    s.user_variables = true;
+                    i += 1;
+                }
+            }
+            b';' => {
+                after_statement_end = true;
+                i += 1;
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let end = skip_word(sql, i);
+                let word = &sql[i..end];
+                if after_statement_end {
+                    s.multi_statement = true;
+                }
+                if words == 0 {
+                    first = first_keyword(word);
+                    first_is_create = word.eq_ignore_ascii_case(b"create");
+                } else if first_is_create && words <= 3 && word.eq_ignore_ascii_case(b"temporary") {
+                    // CREATE [OR REPLACE] TEMPORARY TABLE
+                    first = Kind::CreateTemporary;
+                }
+                note_function(word, &mut s);
+                words += 1;
+                i = end;
+            }
+            _ => {
+                if after_statement_end && !c.is_ascii_whitespace() {
+                    s.multi_statement = true;
+                }
+                words += 1;
+                i += 1;
+            }
+        }
+    }
+    s.kind = first;
+    s
+}
+
+fn note_function(word: &[u8], s: &mut Summary) {
+    if word.len() < 8 {
+        return;
+    }
+    let is = |w: &[u8]| word.eq_ignore_ascii_case(w);
+    if is(b"get_lock") || is(b"release_lock") || is(b"release_all_locks") {
+        s.user_lock = true;
+    } else if is(b"sql_calc_found_rows") || is(b"found_rows") {
+        s.found_rows = true;
+    } else if is(b"last_insert_id") {
+        s.last_insert_id = true;
+    }
+}
+
+fn first_keyword(word: &[u8]) -> Kind {
+    let is = |w: &[u8]| word.eq_ignore_ascii_case(w);
+    match word.len() {
+        3 if is(b"set") => Kind::Set,
+        3 if is(b"use") => Kind::Use,
+        2 if is(b"xa") => Kind::Xa,
+        4 if is(b"lock") => Kind::Lock,
+        5 if is(b"begin") => Kind::Begin,
+        5 if is(b"start") => Kind::Begin,
+        6 if is(b"select") => Kind::Select,
+        6 if is(b"insert") => Kind::Insert,
+        6 if is(b"update") => Kind::Update,
+        6 if is(b"delete") => Kind::Delete,
+        6 if is(b"commit") => Kind::Commit,
+        6 if is(b"unlock") => Kind::Unlock,
+        7 if is(b"replace") => Kind::Replace,
+        7 if is(b"prepare") || is(b"execute") || is(b"handler") => {
+            if is(b"handler") {
+                Kind::Handler
+            } else {
+                Kind::SqlPrepared
+            }
+        }
+        8 if is(b"rollback") => Kind::Rollback,
+        10 if is(b"deallocate") => Kind::SqlPrepared,
+        _ => Kind::Other,
+    }
+}
+
+fn skip_word(sql: &[u8], mut i: usize) -> usize {
+    while i < sql.len()
+        && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$' || sql[i] >= 0x80)
+    {
+        i += 1;
+    }
+    i
+}
+
+fn skip_quoted(sql: &[u8], start: usize) -> usize {
+    let quote = sql[start];
+    let mut i = start + 1;
+    while i < sql.len() {
+        match sql[i] {
+            b'\\' if quote != b'`' => i += 2,
+            c if c == quote => {
+                if sql.get(i + 1) == Some(&quote) {
+                    i += 2;
+                } else {
+                    return i + 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    sql.len()
+}
+
+fn skip_line(sql: &[u8], i: usize) -> usize {
+    sql[i..]
+        .iter()
+        .position(|c| *c == b'\n')
+        .map_or(sql.len(), |p| i + p + 1)
+}
+
+fn skip_block_comment(sql: &[u8], i: usize) -> usize {
+    sql[i + 2..]
+        .windows(2)
+        .position(|w| w == b"*/")
+        .map_or(sql.len(), |p| i + 2 + p + 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(sql: &str) -> Kind {
+        summarize(sql.as_bytes()).kind
+    }
+
+    #[test]
+    fn classifies_by_first_keyword_after_comments() {
+        assert_eq!(kind("/* hi */ SELECT 1"), Kind::Select);
+        assert_eq!(kind("-- note\n  insert into t values (1)"), Kind::Insert);
+        assert_eq!(kind("# note\nUPDATE t SET a = 1"), Kind::Update);
+        assert_eq!(kind("(select 1) union (select 2)"), Kind::Select);
+        assert_eq!(kind("START TRANSACTION"), Kind::Begin);
+        assert_eq!(kind("set names utf8mb4"), Kind::Set);
+        assert_eq!(kind("USE `shop`"), Kind::Use);
+        assert_eq!(kind("  "), Kind::Empty);
+        assert_eq!(kind("SHOW TABLES"), Kind::Other);
+    }
+
+    #[test]
+    fn the_2008_seed_query_is_a_plain_select() {
+        let s = summarize(
+            b"SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ \
+              /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */",
+        );
+        assert_eq!(s.kind, Kind::Select);
+        assert!(!s.binds_connection());
+        assert!(!s.multi_statement);
+    }
+
+    #[test]
+    fn temporary_tables_bind_the_connection() {
+        assert_eq!(
+            kind("CREATE TEMPORARY TABLE t (a int)"),
+            Kind::CreateTemporary
+        );
+        assert_eq!(
+            kind("create or replace temporary table t (a int)"),
+            Kind::CreateTemporary
+        );
+        assert_eq!(kind("CREATE TABLE temporary_stuff (a int)"), Kind::Other);
+        assert!(summarize(b"CREATE TEMPORARY TABLE t (a int)").binds_connection());
+    }
+
+    #[test]
+    fn user_variables_bind_but_system_variables_do_not() {
+        assert!(summarize(b"SELECT @x := 1").binds_connection());
+        assert!(summarize(b"SET @a = 5").user_variables);
+        assert!(!summarize(b"SELECT @@session.autocommit, @@version").binds_connection());
+        assert!(!summarize(b"SELECT '@not_a_var'").binds_connection());
+        assert!(!summarize(b"SELECT 1 /* @x */").binds_connection());
+    }
+
+    #[test]
+    fn locks_and_found_rows_bind_the_connection() {
+        assert!(summarize(b"SELECT GET_LOCK('a', 1)").user_lock);
+        assert!(summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1").found_rows);
+        assert!(summarize(b"LOCK TABLES t WRITE").binds_connection());
+        assert!(summarize(b"PREPARE s FROM 'SELECT 1'").binds_connection());
+        assert!(!summarize(b"SELECT 'get_lock('").binds_connection());
+    }
+
+    #[test]
+    fn executable_comments_are_read_as_code() {
+        assert!(summarize(b"SELECT /*!40001 SQL_CALC_FOUND_ROWS */ 1").found_rows);
+        assert_eq!(kind("/*!40101 SET NAMES utf8 */"), Kind::Set);
+    }
+
+    #[test]
+    fn detects_several_statements_in_one_query() {
+        assert!(summarize(b"SELECT 1; SELECT 2").multi_statement);
+        assert!(!summarize(b"SELECT 1;").multi_statement);
+        assert!(!summarize(b"SELECT 1; -- trailing\n").multi_statement);
+        assert!(!summarize(b"SELECT ';'").multi_statement);
+    }
+
+    #[test]
+    fn notes_last_insert_id() {
+        assert!(summarize(b"SELECT LAST_INSERT_ID()").last_insert_id);
+        assert!(!summarize(b"SELECT 'LAST_INSERT_ID()'").last_insert_id);
+    }
+}

@@ -1,0 +1,9 @@
+//! Statement analysis for hscale: from SQL text and session to what execution
+//! needs. Pure logic, no I/O. For now the lexer that classifies statements and
+//! finds what ties a client to one backend connection.
+
+pub mod lexer;
+pub mod set;
+
+pub use lexer::{summarize, Kind, Summary};
+pub use set::{parse_set, SetItem};

@@ -1,0 +1,260 @@
+//! What a SET statement does to a session, so that hscale can replay it on
+//! another backend connection or knows it must not.
+
+/// The effect of one SET statement on the client's session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetItem {
+    /// Session settings that replaying the statement text restores; the keys
+    /// (lower-case variable names, or `names`) let a later SET replace it.
+    Replayable(Vec<String>),
+    /// Only server-wide or one-off effects (GLOBAL, PASSWORD, STATEMENT ... FOR).
+    NoSessionState,
+    /// State that only this connection can keep (SET TRANSACTION for the next
+    /// transaction, user variables, roles, expressions with subqueries).
+    BindsConnection,
+}
+
+/// Classifies `sql`, a statement whose first keyword is SET.
+pub fn parse_set(sql: &str) -> SetItem {
+    let body = strip_executable_comment(sql.trim());
+    let Some(rest) = strip_keyword(body, "set") else {
+        return SetItem::BindsConnection;
+    };
+    let rest = rest.trim_end_matches([';', ' ', '\n', '\t', '\r']);
+    let lead = first_word(rest).to_ascii_lowercase();
+    match lead.as_str() {
+        "names" | "character" | "charset" => return SetItem::Replayable(vec!["names".into()]),
+        "password" | "statement" => return SetItem::NoSessionState,
+        "transaction" | "role" | "default" => return SetItem::BindsConnection,
+        _ => {}
+    }
+    if contains_word(rest, "select") {
+        return SetItem::BindsConnection;
+    }
+    let mut keys = Vec::new();
+    let mut globals = 0;
+    for item in split_top_level(rest) {
+        match assignment_target(item.trim()) {
+            Target::Session(name) => keys.push(name),
+            Target::Global => globals += 1,
+            Target::Unknown => return SetItem::BindsConnection,
+        }
+    }
+    match (keys.is_empty(), globals) {
+        (true, _) => SetItem::NoSessionState,
+        (false, 0) => SetItem::Replayable(keys),
+        // Replaying would set the global part again: keep the connection instead.
+        (false, _) => SetItem::BindsConnection,
+    }
+}
+
+enum Target {
+    Session(String),
+    Global,
+    Unknown,
+}
+
+fn assignment_target(item: &str) -> Target {
+    let lower = item.to_ascii_lowercase();
+    let mut s = lower.as_str();
+    let mut global = false;
+    for (prefix, is_global) in [
+        ("@@global.", true),
+        ("@@persist.", true),
+        ("@@persist_only.", true),
+        ("@@session.", false),
+        ("@@local.", false),
+        ("@@", false),
+    ] {
+        if let Some(r) = s.strip_prefix(prefix) {
+            s = r;
+            global = is_global;
+            break;
+        }
+    }
+    if !item.starts_with("@@") {
+        for (word, is_global) in [
+            ("global", true),
+            ("persist", true),
+            ("persist_only", true),
+            ("session", false),
+            ("local", false),
+        ] {
+            if let Some(r) = strip_keyword(s, word) {
+                s = r.trim_start();
+                global = is_global;
+                break;
+            }
+        }
+    }
+    if s.starts_with('@') {
+        return Target::Unknown;
+    }
+    let name_end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(s.len());
+    let name = s[..name_end].trim_matches('`');
+    let after = s[name_end..].trim_start();
+    if name.is_empty() || !(after.starts_with('=') || after.starts_with(":=")) {
+        if lower.starts_with("session transaction") || lower.starts_with("local transaction") {
+            return Target::Session("transaction".into());
+        }
+        if lower.starts_with("global transaction") {
+            return Target::Global;
+        }
+        return Target::Unknown;
+    }
+    if global {
+        Target::Global
+    } else {
+        Target::Session(name.to_string())
+    }
+}
+
+fn strip_executable_comment(sql: &str) -> &str {
+    let Some(inner) = sql.strip_prefix("/*!").or_else(|| sql.strip_prefix("/*M!")) else {
+        return sql;
+    };
+    let inner = inner.trim_start_matches(|c: char| c.is_ascii_digit());
+    inner.strip_suffix("*/").unwrap_or(inner).trim()
+}
+
+fn strip_keyword<'a>(s: &'a str, keyword: &str) -> Option<&'a str> {
+    let head = s.get(..keyword.len())?;
+    let next = s[keyword.len()..].chars().next();
+    if head.eq_ignore_ascii_case(keyword)
+        && next.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+    {
+        Some(&s[keyword.len()..])
+    } else {
+        None
+    }
+}
+
+fn first_word(s: &str) -> &str {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+fn contains_word(s: &str, word: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    lower.match_indices(word).any(|(at, _)| {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + word.len()..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        boundary(before) && boundary(after)
+    })
+}
+
+/// Splits on commas outside parentheses and quotes.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let mut depth = 0i32;
+    let mut quote: Option<u8> = None;
+    let mut start = 0;
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match quote {
+            Some(q) if c == b'\\' && q != b'`' => i += 1,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                b'\'' | b'"' | b'`' => quote = Some(c),
+                b'(' => depth += 1,
+                b')' => depth -= 1,
+                b',' if depth == 0 => {
+                    items.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    items.push(&s[start..]);
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(sql: &str) -> Vec<String> {
+        match parse_set(sql) {
+            SetItem::Replayable(k) => k,
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn session_variables_are_replayable_under_their_names() {
+        assert_eq!(keys("SET sql_mode = 'ANSI'"), ["sql_mode"]);
+        assert_eq!(
+            keys("set @@session.wait_timeout=10, SESSION net_read_timeout = 5"),
+            ["wait_timeout", "net_read_timeout"]
+        );
+        assert_eq!(keys("SET autocommit=0"), ["autocommit"]);
+        assert_eq!(keys("SET LOCAL time_zone = '+00:00'"), ["time_zone"]);
+        assert_eq!(
+            keys("SET sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'), x = 'a,b'"),
+            ["sql_mode", "x"]
+        );
+    }
+
+    #[test]
+    fn character_set_statements_share_one_key() {
+        assert_eq!(
+            keys("SET NAMES utf8mb4 COLLATE utf8mb4_unicode_ci"),
+            ["names"]
+        );
+        assert_eq!(keys("SET CHARACTER SET latin1"), ["names"]);
+        assert_eq!(keys("/*!40101 SET NAMES utf8 */"), ["names"]);
+    }
+
+    #[test]
+    fn global_and_one_off_settings_leave_no_session_state() {
+        assert_eq!(
+            parse_set("SET GLOBAL max_connections = 100"),
+            SetItem::NoSessionState
+        );
+        assert_eq!(
+            parse_set("SET @@global.max_connections = 100"),
+            SetItem::NoSessionState
+        );
+        assert_eq!(
+            parse_set("SET STATEMENT max_statement_time=1 FOR SELECT 1"),
+            SetItem::NoSessionState
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_replayed_binds_the_connection() {
+        assert_eq!(parse_set("SET @x = 1"), SetItem::BindsConnection);
+        assert_eq!(
+            parse_set("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+            SetItem::BindsConnection
+        );
+        assert_eq!(
+            parse_set("SET sql_mode = (SELECT 'ANSI')"),
+            SetItem::BindsConnection
+        );
+        assert_eq!(
+            parse_set("SET GLOBAL a = 1, b = 2"),
+            SetItem::BindsConnection
+        );
+        assert_eq!(parse_set("SET ROLE admin"), SetItem::BindsConnection);
+    }
+
+    #[test]
+    fn session_transaction_characteristics_are_replayable() {
+        assert_eq!(
+            keys("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            ["transaction"]
+        );
+    }
+}

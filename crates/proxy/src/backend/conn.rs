@@ -1,0 +1,255 @@
+//! One connection from hscale to a backend: login, and the commands hscale runs
+//! on it for itself (replaying a client's session state).
+
+use std::time::{Duration, Instant};
+
+use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
+use hscale_wire::frame::{FrameHeader, HEADER_LEN};
+use hscale_wire::packets::{
+    parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
+};
+use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
+use hscale_wire::stream::PacketStream;
+use hscale_wire::{CapabilityFlags, WireError};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{BackendError, BackendStream};
+use crate::config::BackendConfig;
+
+/// Client capabilities that change the bytes a server sends back, and so must be
+/// the same on the backend connection as on the client's.
+pub const FORMAT_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_FOUND_ROWS
+    .union(CapabilityFlags::CLIENT_LOCAL_FILES)
+    .union(CapabilityFlags::CLIENT_IGNORE_SPACE)
+    .union(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+    .union(CapabilityFlags::CLIENT_MULTI_STATEMENTS)
+    .union(CapabilityFlags::CLIENT_MULTI_RESULTS)
+    .union(CapabilityFlags::CLIENT_PS_MULTI_RESULTS);
+
+/// Always on towards backends.
+const BASE_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PASSWORD
+    .union(CapabilityFlags::CLIENT_LONG_FLAG)
+    .union(CapabilityFlags::CLIENT_PROTOCOL_41)
+    .union(CapabilityFlags::CLIENT_TRANSACTIONS)
+    .union(CapabilityFlags::CLIENT_SECURE_CONNECTION)
+    .union(CapabilityFlags::CLIENT_PLUGIN_AUTH);
+
+const MAX_PACKET: usize = 1 << 30;
+
+/// Which clients may share a backend connection: those whose answers the server
+/// formats alike (capabilities, character set) and that agree on having a
+/// current database at all, since a database cannot be unselected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    pub capabilities: CapabilityFlags,
+    pub collation: u8,
+    pub has_db: bool,
+}
+
+impl ConnKey {
+    pub fn for_client(client: CapabilityFlags, collation: u8, has_db: bool) -> ConnKey {
+        ConnKey {
+            capabilities: client & FORMAT_CAPABILITIES,
+            collation,
+            has_db,
+        }
+    }
+}
+
+pub struct BackendConn {
+    pub backend: u32,
+    pub stream: PacketStream<BackendStream>,
+    pub key: ConnKey,
+    /// The current database, as hscale last set it.
+    pub db: Option<String>,
+    /// Fingerprint of the session settings replayed since the last reset; 0: none.
+    pub settings: u64,
+    /// What LAST_INSERT_ID() returns on this connection.
+    pub last_insert_id: u64,
+    pub idle_since: Instant,
+    pub server_version: String,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl BackendConn {
+    pub async fn connect(
+        config: &BackendConfig,
+        key: ConnKey,
+        db: Option<&str>,
+        timeout: Duration,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<BackendConn, BackendError> {
+        let login = Self::login(config, key, db, permit);
+        match tokio::time::timeout(timeout, login).await {
+            Ok(result) => result,
+            Err(_) => Err(BackendError::ConnectTimeout {
+                backend: config.id,
+                address: config.address.clone(),
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+        }
+    }
+
+    async fn login(
+        config: &BackendConfig,
+        key: ConnKey,
+        db: Option<&str>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<BackendConn, BackendError> {
+        let backend = config.id;
+        let lost = |source: WireError| BackendError::Lost { backend, source };
+        let socket = BackendStream::connect(&config.address)
+            .await
+            .map_err(|source| BackendError::Connect {
+                backend,
+                address: config.address.clone(),
+                source,
+            })?;
+        let mut stream = PacketStream::new(socket, MAX_PACKET);
+        let greeting = stream
+            .read_packet()
+            .await
+            .map_err(lost)?
+            .ok_or(lost(WireError::Closed))?;
+        if greeting.payload.first() == Some(&ERR_HEADER) {
+            let error = ErrorPacket::parse(&greeting.payload).map_err(lost)?;
+            return Err(BackendError::Login { backend, error });
+        }
+        let server = ServerGreeting::parse(&greeting.payload).map_err(lost)?;
+        let mut capabilities = BASE_CAPABILITIES | key.capabilities;
+        if db.is_some() {
+            capabilities |= CapabilityFlags::CLIENT_CONNECT_WITH_DB;
+        }
+        capabilities &= server.capabilities | CapabilityFlags::CLIENT_LONG_PASSWORD;
+        let answer = native_scramble(&server.nonce, &config.password);
+        let mut hello = Vec::with_capacity(128);
+        BackendHello {
+            capabilities,
+            collation: key.collation,
+            user: &config.user,
+            auth_response: if config.password.is_empty() {
+                &[]
+            } else {
+                &answer
+            },
+            database: db,
+            auth_plugin: NATIVE_PASSWORD,
+        }
+        .write(&mut hello);
+        let mut seq = stream
+            .send_packet(greeting.seq.wrapping_add(1), &hello)
+            .await
+            .map_err(lost)?;
+        loop {
+            let reply = stream
+                .read_packet()
+                .await
+                .map_err(lost)?
+                .ok_or(lost(WireError::Closed))?;
+            match reply.payload.first() {
+                Some(0x00) => break,
+                Some(&ERR_HEADER) => {
+                    let error = ErrorPacket::parse(&reply.payload).map_err(lost)?;
+                    return Err(BackendError::Login { backend, error });
+                }
+                Some(0xfe) => {
+                    let (plugin, nonce) =
+                        parse_auth_switch(&reply.payload).ok_or(lost(WireError::Malformed {
+                            what: "auth switch",
+                        }))?;
+                    if plugin != NATIVE_PASSWORD {
+                        return Err(BackendError::AuthPlugin { backend, plugin });
+                    }
+                    let answer = native_scramble(&nonce, &config.password);
+                    let answer: &[u8] = if config.password.is_empty() {
+                        &[]
+                    } else {
+                        &answer
+                    };
+                    seq = stream
+                        .send_packet(reply.seq.wrapping_add(1), answer)
+                        .await
+                        .map_err(lost)?;
+                }
+                _ => {
+                    let _ = seq;
+                    return Err(BackendError::AuthPlugin {
+                        backend,
+                        plugin: server.auth_plugin.clone(),
+                    });
+                }
+            }
+        }
+        Ok(BackendConn {
+            backend,
+            stream,
+            key,
+            db: db.map(str::to_owned),
+            settings: 0,
+            last_insert_id: 0,
+            idle_since: Instant::now(),
+            server_version: server.server_version,
+            _permit: permit,
+        })
+    }
+
+    /// Runs a command whose answer hscale reads itself. The outer error is the
+    /// connection failing; the inner one is the server refusing the command.
+    pub async fn run(
+        &mut self,
+        command: &[u8],
+        expect: Expect,
+    ) -> Result<Result<Completion, ErrorPacket>, BackendError> {
+        let backend = self.backend;
+        let lost = |source: WireError| BackendError::Lost { backend, source };
+        self.stream.send_packet(0, command).await.map_err(lost)?;
+        let deprecate_eof = self
+            .key
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let mut scanner = ResponseScanner::new(expect, deprecate_eof);
+        let mut last_error: Option<ErrorPacket> = None;
+        loop {
+            let progress = scanner.scan(self.stream.buffered()).map_err(lost)?;
+            let (n, done) = match progress {
+                Progress::More(n) => (n, None),
+                Progress::Done(n, completion) => (n, Some(completion)),
+                Progress::LocalInfile(_) => {
+                    return Err(lost(WireError::Malformed {
+                        what: "unexpected LOCAL INFILE request",
+                    }))
+                }
+            };
+            if let Some(completion) = done {
+                if completion.error {
+                    last_error = last_packet(&self.stream.buffered()[..n])
+                        .and_then(|p| ErrorPacket::parse(p).ok());
+                }
+                self.stream.consume(n);
+                if completion.last_insert_id != 0 {
+                    self.last_insert_id = completion.last_insert_id;
+                }
+                return Ok(match last_error {
+                    Some(error) => Err(error),
+                    None => Ok(completion),
+                });
+            }
+            self.stream.consume(n);
+            if self.stream.fill().await.map_err(lost)? == 0 {
+                return Err(lost(WireError::Closed));
+            }
+        }
+    }
+}
+
+/// The payload of the last frame in `buf`, which holds whole frames.
+fn last_packet(buf: &[u8]) -> Option<&[u8]> {
+    let mut pos = 0;
+    let mut last = None;
+    while let Some(h) = FrameHeader::parse(&buf[pos..]) {
+        let end = pos + HEADER_LEN + h.len;
+        last = buf.get(pos + HEADER_LEN..end);
+        pos = end;
+    }
+    last
+}

@@ -1,0 +1,43 @@
+//! Connections to the MySQL/MariaDB servers behind hscale, and their pools.
+
+mod conn;
+mod pool;
+mod stream;
+
+pub use conn::{BackendConn, ConnKey};
+pub use pool::{Bucket, Lease, Pool};
+pub use stream::BackendStream;
+
+use hscale_wire::packets::ErrorPacket;
+use hscale_wire::WireError;
+
+/// What can go wrong with a backend, named by its id and address.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend {backend} ({address}) is unreachable: {source}")]
+    Connect {
+        backend: u32,
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("backend {backend} ({address}) did not answer within {timeout_ms} ms")]
+    ConnectTimeout {
+        backend: u32,
+        address: String,
+        timeout_ms: u64,
+    },
+    #[error("backend {backend} refused hscale's login: {}", error.message)]
+    Login { backend: u32, error: ErrorPacket },
+    #[error("backend {backend} asks for auth plugin '{plugin}', which hscale does not speak yet")]
+    AuthPlugin { backend: u32, plugin: String },
+    #[error("connection to backend {backend} lost: {source}")]
+    Lost { backend: u32, source: WireError },
+    #[error(
+        "no free connection to backend {backend} within {waited_ms} ms (max_connections = {max})"
+    )]
+    PoolExhausted {
+        backend: u32,
+        waited_ms: u64,
+        max: usize,
+    },
+}

@@ -1,0 +1,463 @@
+//! The configuration file (TOML): plain serde structs, and `validate`, which
+//! reports every problem with its path.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use hscale_wire::auth::PasswordHash;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The client-facing side.
+    pub proxy: ProxyConfig,
+    /// Who may connect to hscale.
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    /// The MySQL/MariaDB servers behind hscale.
+    #[serde(default)]
+    pub backends: Vec<BackendConfig>,
+    /// Where the partition dictionary lives.
+    #[serde(default)]
+    pub dictionary: DictionaryConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// host:port for MySQL-protocol clients.
+    pub listen: String,
+    /// Optional host:port for /metrics and /status.
+    pub http: Option<String>,
+    /// Client connections beyond this get error 1040.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Worker threads; 0 means one per core.
+    #[serde(default)]
+    pub threads: usize,
+    /// How long opening a backend connection may take before the statement fails.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// How long a statement waits for a free backend connection when a pool is full.
+    #[serde(default = "default_queue_timeout_ms")]
+    pub queue_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The user name clients log in with.
+    pub name: String,
+    /// Plain text, or `*` and 40 hex digits (the mysql_native_password hash).
+    #[serde(default)]
+    pub password: String,
+    /// May run HSCALE admin commands.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl UserConfig {
+    pub fn password_hash(&self) -> Option<PasswordHash> {
+        if self.password.starts_with('*') && self.password.len() == 41 {
+            PasswordHash::from_hex(&self.password)
+        } else {
+            Some(PasswordHash::from_plain(&self.password))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// A small integer that names this backend in the dictionary and in errors.
+    pub id: u32,
+    /// host:port, or the path of a unix socket.
+    pub address: String,
+    /// The account hscale uses on this backend.
+    pub user: String,
+    #[serde(default)]
+    pub password: String,
+    /// Pool size: connections hscale opens to this backend at most.
+    #[serde(default = "default_backend_connections")]
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DictionaryConfig {
+    /// The main backend: holds the dictionary and every table that is not partitioned.
+    #[serde(default = "default_main_backend")]
+    pub backend: u32,
+    /// Schema of the dictionary tables.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// How often every instance checks the dictionary for changes.
+    #[serde(default = "default_refresh_ms")]
+    pub refresh_ms: u64,
+}
+
+impl Default for DictionaryConfig {
+    fn default() -> Self {
+        DictionaryConfig {
+            backend: default_main_backend(),
+            schema: default_schema(),
+            refresh_ms: default_refresh_ms(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// Default level: error, warn, info, debug or trace.
+    #[serde(default = "default_level")]
+    pub level: String,
+    /// Log file; absent means stderr.
+    pub file: Option<PathBuf>,
+    /// When the log file starts anew.
+    #[serde(default)]
+    pub rotation: Rotation,
+    /// Print the source file and line of each event.
+    #[serde(default)]
+    pub source: bool,
+    /// Levels per category (a target prefix such as `hscale::session`).
+    #[serde(default)]
+    pub categories: BTreeMap<String, String>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: default_level(),
+            file: None,
+            rotation: Rotation::default(),
+            source: false,
+            categories: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Rotation {
+    #[default]
+    Never,
+    Hourly,
+    Daily,
+}
+
+fn default_max_connections() -> usize {
+    4096
+}
+fn default_connect_timeout_ms() -> u64 {
+    3000
+}
+fn default_queue_timeout_ms() -> u64 {
+    10_000
+}
+fn default_backend_connections() -> usize {
+    64
+}
+fn default_main_backend() -> u32 {
+    1
+}
+fn default_schema() -> String {
+    "hscale".into()
+}
+fn default_refresh_ms() -> u64 {
+    1000
+}
+fn default_level() -> String {
+    "info".into()
+}
+
+/// One problem in a configuration, with the path of the offending key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{path}: invalid configuration:\n{}", problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<Problem>,
+    },
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config = Config::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        let problems = config.validate();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Every problem in the configuration; empty when it is valid.
+    pub fn validate(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let mut report = |path: String, message: String| problems.push(Problem { path, message });
+        if self.proxy.listen.parse::<SocketAddr>().is_err() {
+            report(
+                "proxy.listen".into(),
+                format!(
+                    "'{}' is not host:port (e.g. 127.0.0.1:4040)",
+                    self.proxy.listen
+                ),
+            );
+        }
+        if let Some(http) = &self.proxy.http {
+            if http.parse::<SocketAddr>().is_err() {
+                report("proxy.http".into(), format!("'{http}' is not host:port"));
+            }
+        }
+        if self.proxy.max_connections == 0 {
+            report("proxy.max_connections".into(), "must be at least 1".into());
+        }
+        if self.users.is_empty() {
+            report(
+                "users".into(),
+                "no user may connect: add at least one [[users]]".into(),
+            );
+        }
+        for (i, user) in self.users.iter().enumerate() {
+            if user.name.is_empty() {
+                report(format!("users[{i}].name"), "must not be empty".into());
+            }
+            if self.users[..i].iter().any(|u| u.name == user.name) {
+                report(
+                    format!("users[{i}].name"),
+                    format!("'{}' is listed twice", user.name),
+                );
+            }
+            if user.password.starts_with('*')
+                && user.password.len() == 41
+                && user.password_hash().is_none()
+            {
+                report(
+                    format!("users[{i}].password"),
+                    "looks like a *HEX hash but is not 40 hex digits".into(),
+                );
+            }
+        }
+        if self.backends.is_empty() {
+            report(
+                "backends".into(),
+                "at least one [[backends]] is needed".into(),
+            );
+        }
+        for (i, backend) in self.backends.iter().enumerate() {
+            if backend.id == 0 {
+                report(format!("backends[{i}].id"), "ids start at 1".into());
+            }
+            if self.backends[..i].iter().any(|b| b.id == backend.id) {
+                report(
+                    format!("backends[{i}].id"),
+                    format!("id {} is used twice", backend.id),
+                );
+            }
+            if !backend.address.starts_with('/') && !has_port(&backend.address) {
+                report(
+                    format!("backends[{i}].address"),
+                    format!(
+                        "'{}' is neither host:port nor a socket path",
+                        backend.address
+                    ),
+                );
+            }
+            if backend.max_connections == 0 {
+                report(
+                    format!("backends[{i}].max_connections"),
+                    "must be at least 1".into(),
+                );
+            }
+        }
+        if !self.backends.is_empty()
+            && !self
+                .backends
+                .iter()
+                .any(|b| b.id == self.dictionary.backend)
+        {
+            report(
+                "dictionary.backend".into(),
+                format!("no backend has id {}", self.dictionary.backend),
+            );
+        }
+        if self.dictionary.schema.is_empty() {
+            report("dictionary.schema".into(), "must not be empty".into());
+        }
+        if !LEVELS.contains(&self.log.level.as_str()) {
+            report(
+                "log.level".into(),
+                format!("'{}' is not one of {}", self.log.level, LEVELS.join(", ")),
+            );
+        }
+        for (category, level) in &self.log.categories {
+            if !LEVELS.contains(&level.as_str()) {
+                report(
+                    format!("log.categories.\"{category}\""),
+                    format!("'{level}' is not one of {}", LEVELS.join(", ")),
+                );
+            }
+        }
+        problems
+    }
+
+    pub fn main_backend(&self) -> &BackendConfig {
+        self.backends
+            .iter()
+            .find(|b| b.id == self.dictionary.backend)
+            .unwrap_or(&self.backends[0])
+    }
+}
+
+fn has_port(address: &str) -> bool {
+    address
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[proxy]
+listen = "127.0.0.1:4040"
+http = "127.0.0.1:4041"
+max_connections = 4096
+
+[[users]]
+name = "app"
+password = "secret"
+admin = true
+
+[[backends]]
+id = 1
+address = "127.0.0.1:3306"
+user = "root"
+password = ""
+max_connections = 64
+
+[[backends]]
+id = 2
+address = "127.0.0.1:3307"
+user = "root"
+password = ""
+
+[dictionary]
+backend = 1
+schema = "hscale"
+refresh_ms = 1000
+
+[log]
+level = "info"
+[log.categories]
+"hscale::router" = "debug"
+"#;
+
+    #[test]
+    fn the_design_example_is_valid() {
+        let config = Config::parse(GOOD).unwrap();
+        assert_eq!(config.validate(), vec![]);
+        assert_eq!(config.backends[1].max_connections, 64);
+        assert_eq!(config.main_backend().address, "127.0.0.1:3306");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let text = GOOD.replace("max_connections = 4096", "max_conections = 4096");
+        let err = Config::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("max_conections"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let text = GOOD
+            .replace("listen = \"127.0.0.1:4040\"", "listen = \"nowhere\"")
+            .replace("id = 2", "id = 1")
+            .replace("\"127.0.0.1:3307\"", "\"localhost\"")
+            .replace("level = \"info\"", "level = \"loud\"");
+        let problems = Config::parse(&text).unwrap().validate();
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "proxy.listen",
+                "backends[1].id",
+                "backends[1].address",
+                "log.level"
+            ]
+        );
+    }
+
+    #[test]
+    fn hashed_passwords_are_accepted_and_checked() {
+        let good = GOOD.replace(
+            "password = \"secret\"",
+            "password = \"*14E65567ABDB5135D0CFD9A70B3032C179A49EE7\"",
+        );
+        let config = Config::parse(&good).unwrap();
+        assert_eq!(
+            config.users[0].password_hash(),
+            Some(PasswordHash::from_plain("secret"))
+        );
+        let bad = GOOD.replace(
+            "password = \"secret\"",
+            "password = \"*14E65567ABDB5135D0CFD9A70B3032C179A49EZZ\"",
+        );
+        let problems = Config::parse(&bad).unwrap().validate();
+        assert_eq!(problems[0].path, "users[0].password");
+    }
+
+    #[test]
+    fn dictionary_backend_must_exist() {
+        let text = GOOD.replace("backend = 1", "backend = 9");
+        let problems = Config::parse(&text).unwrap().validate();
+        assert_eq!(problems[0].path, "dictionary.backend");
+    }
+}

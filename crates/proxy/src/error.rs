@@ -1,0 +1,207 @@
+//! The proxy's errors, and the one place that turns each into what the client
+//! sees: a MySQL error code, SQLSTATE and message, and what becomes of the
+//! connection.
+
+use hscale_wire::packets::ErrorPacket;
+use hscale_wire::WireError;
+
+use crate::backend::BackendError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The client's own connection failed or sent something unreadable.
+    #[error("client connection: {0}")]
+    Client(#[from] WireError),
+    #[error("access denied for user '{user}'")]
+    AccessDenied { user: String, used_password: bool },
+    #[error("client asked for auth plugin '{plugin}' after a switch")]
+    AuthPlugin { plugin: String },
+    #[error("client wants TLS, which this listener does not offer")]
+    TlsRequired,
+    #[error("too many connections (max_connections = {max})")]
+    TooManyConnections { max: usize },
+    #[error("unknown command {code:#04x}")]
+    UnknownCommand { code: u8 },
+    #[error("unknown prepared statement handler ({stmt_id}) given to {command}")]
+    UnknownStatement { stmt_id: u32, command: &'static str },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A backend error that happened after part of the answer was sent.
+    #[error("{source} (after part of the answer was sent)")]
+    BackendMidAnswer { source: BackendError },
+    /// The server refused a command hscale sent for the client (state replay).
+    #[error("backend refused: {}", .0.message)]
+    Refused(ErrorPacket),
+}
+
+/// What happens to the client connection after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Send the error; the connection goes on.
+    Reply,
+    /// Send the error, then close.
+    ReplyAndClose,
+    /// Close without a word: the protocol state is unknown.
+    Close,
+}
+
+const ER_CON_COUNT_ERROR: u16 = 1040;
+const ER_ACCESS_DENIED_ERROR: u16 = 1045;
+const ER_UNKNOWN_COM_ERROR: u16 = 1047;
+const ER_UNKNOWN_STMT_HANDLER: u16 = 1243;
+const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
+const ER_CONNECT_TO_FOREIGN_DATA_SOURCE: u16 = 1429;
+const CR_SERVER_LOST: u16 = 2013;
+
+impl ProxyError {
+    pub fn to_client(&self) -> (Option<ErrorPacket>, Disposition) {
+        use Disposition::*;
+        let reply = |code, state, message: String| Some(ErrorPacket::new(code, state, message));
+        match self {
+            ProxyError::Client(_) => (None, Close),
+            ProxyError::AccessDenied { user, used_password } => (
+                reply(
+                    ER_ACCESS_DENIED_ERROR,
+                    "28000",
+                    format!(
+                        "Access denied for user '{user}'@'hscale' (using password: {})",
+                        if *used_password { "YES" } else { "NO" }
+                    ),
+                ),
+                ReplyAndClose,
+            ),
+            ProxyError::AuthPlugin { plugin } => (
+                reply(
+                    ER_NOT_SUPPORTED_AUTH_MODE,
+                    "08004",
+                    format!("Client does not support authentication protocol requested by server; hscale speaks mysql_native_password, the client answered with {plugin}"),
+                ),
+                ReplyAndClose,
+            ),
+            ProxyError::TlsRequired => (
+                reply(ER_NOT_SUPPORTED_AUTH_MODE, "08004", "hscale does not offer TLS on this listener yet".into()),
+                ReplyAndClose,
+            ),
+            ProxyError::TooManyConnections { .. } => (reply(ER_CON_COUNT_ERROR, "08004", "Too many connections".into()), ReplyAndClose),
+            ProxyError::UnknownCommand { .. } => (reply(ER_UNKNOWN_COM_ERROR, "08S01", "Unknown command".into()), Reply),
+            ProxyError::UnknownStatement { stmt_id, command } => (
+                reply(
+                    ER_UNKNOWN_STMT_HANDLER,
+                    "HY000",
+                    format!("Unknown prepared statement handler ({stmt_id}) given to {command}"),
+                ),
+                Reply,
+            ),
+            ProxyError::Backend(e) => match e {
+                BackendError::Lost { .. } => (reply(CR_SERVER_LOST, "HY000", format!("hscale: {e}")), Reply),
+                BackendError::PoolExhausted { .. } => (reply(ER_CON_COUNT_ERROR, "08004", format!("hscale: {e}")), Reply),
+                BackendError::Connect { .. }
+                | BackendError::ConnectTimeout { .. }
+                | BackendError::Login { .. }
+                | BackendError::AuthPlugin { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
+            },
+            ProxyError::BackendMidAnswer { .. } => (None, Close),
+            ProxyError::Refused(packet) => (Some(packet.clone()), Reply),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each variant: adding a variant without a mapping fails to compile in
+    /// `to_client`; this checks each mapping says something sensible.
+    fn every_variant() -> Vec<ProxyError> {
+        let lost = || BackendError::Lost {
+            backend: 2,
+            source: WireError::Closed,
+        };
+        vec![
+            ProxyError::Client(WireError::Closed),
+            ProxyError::AccessDenied {
+                user: "app".into(),
+                used_password: true,
+            },
+            ProxyError::AuthPlugin {
+                plugin: "dialog".into(),
+            },
+            ProxyError::TlsRequired,
+            ProxyError::TooManyConnections { max: 1 },
+            ProxyError::UnknownCommand { code: 0x99 },
+            ProxyError::UnknownStatement {
+                stmt_id: 7,
+                command: "mysqld_stmt_execute",
+            },
+            ProxyError::Backend(lost()),
+            ProxyError::Backend(BackendError::Connect {
+                backend: 2,
+                address: "127.0.0.1:1".into(),
+                source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            }),
+            ProxyError::Backend(BackendError::ConnectTimeout {
+                backend: 2,
+                address: "x:1".into(),
+                timeout_ms: 5,
+            }),
+            ProxyError::Backend(BackendError::Login {
+                backend: 2,
+                error: ErrorPacket::new(1045, "28000", "denied"),
+            }),
+            ProxyError::Backend(BackendError::AuthPlugin {
+                backend: 2,
+                plugin: "ed25519".into(),
+            }),
+            ProxyError::Backend(BackendError::PoolExhausted {
+                backend: 2,
+                waited_ms: 10,
+                max: 1,
+            }),
+            ProxyError::BackendMidAnswer { source: lost() },
+            ProxyError::Refused(ErrorPacket::new(
+                1193,
+                "HY000",
+                "Unknown system variable 'x'",
+            )),
+        ]
+    }
+
+    #[test]
+    fn every_error_maps_to_a_packet_or_a_deliberate_close() {
+        for error in every_variant() {
+            let (packet, disposition) = error.to_client();
+            match packet {
+                Some(p) => {
+                    assert!(p.code >= 1000, "{error}: code {}", p.code);
+                    assert!(!p.message.is_empty());
+                    assert_ne!(disposition, Disposition::Close, "{error}");
+                }
+                None => assert_eq!(disposition, Disposition::Close, "{error}"),
+            }
+        }
+    }
+
+    #[test]
+    fn backend_errors_name_the_backend() {
+        for error in every_variant() {
+            if let ProxyError::Backend(_) = error {
+                let (packet, _) = error.to_client();
+                assert!(packet.unwrap().message.contains("backend 2"), "{error}");
+            }
+        }
+    }
+
+    #[test]
+    fn refused_commands_pass_the_server_error_through() {
+        let (packet, _) = ProxyError::Refused(ErrorPacket::new(
+            1193,
+            "HY000",
+            "Unknown system variable 'x'",
+        ))
+        .to_client();
+        assert_eq!(
+            packet.unwrap(),
+            ErrorPacket::new(1193, "HY000", "Unknown system variable 'x'")
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! hscale, the proxy: configuration, the client-facing server, sessions, backend
+//! pools, and the statement execution between them.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod logging;
+pub mod mariadb;
+pub mod playground;
+pub mod server;
+pub mod session;
+pub mod shared;
+
+pub use server::{run, Server};
+pub use shared::Shared;

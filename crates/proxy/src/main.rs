@@ -1,0 +1,110 @@
+//! The `hscale` command: serve, check a configuration, or run the playground.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use hscale::config::Config;
+use hscale::{logging, playground, Shared};
+
+#[derive(Parser)]
+#[command(
+    name = "hscale",
+    version,
+    about = "A MySQL-protocol partitioning and sharding proxy"
+)]
+struct Cli {
+    /// Configuration file (same as `hscale serve --config FILE`).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Validate the configuration and exit.
+    #[arg(long, global = true)]
+    check_config: bool,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the proxy.
+    Serve,
+    /// Local MariaDB servers, a proxy in front of them and demo data.
+    Playground {
+        #[arg(long, default_value_t = 2)]
+        backends: usize,
+        #[arg(long, default_value_t = 4040)]
+        port: u16,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Cmd::Playground { backends, port }) => {
+            let _guard = logging::init(&Default::default());
+            run_async(0, async move {
+                playground::run(backends.max(1), port)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        }
+        Some(Cmd::Serve) | None => {
+            let Some(path) = cli.config else {
+                eprintln!(
+                    "hscale: --config FILE is required (or run `hscale playground`); see --help"
+                );
+                return ExitCode::from(2);
+            };
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("hscale: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if cli.check_config {
+                println!("{}: ok", path.display());
+                return ExitCode::SUCCESS;
+            }
+            let _guard = logging::init(&config.log);
+            run_async(config.proxy.threads, serve(config))
+        }
+    }
+}
+
+fn run_async(
+    threads: usize,
+    work: impl std::future::Future<Output = Result<(), String>>,
+) -> ExitCode {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    let runtime = match builder.enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hscale: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hscale: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
+    let mut shared = Shared::new(&config);
+    shared.learn_server_version().await;
+    tracing::info!(listen = %config.proxy.listen, backends = config.backends.len(), "hscale is serving");
+    hscale::run(listener, Arc::new(shared), playground::shutdown_signal()).await;
+    Ok(())
+}

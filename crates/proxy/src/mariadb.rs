@@ -1,0 +1,199 @@
+//! Local MariaDB servers for the playground and the tests: each in its own data
+//! directory, on a free port of 127.0.0.1, stopped when dropped.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("MariaDB is not installed ({program} not found). Install it with: apt-get install -y mariadb-server mariadb-client")]
+    NotInstalled { program: &'static str },
+    #[error("{program} failed ({status}); see {log}")]
+    Failed {
+        program: &'static str,
+        status: String,
+        log: PathBuf,
+    },
+    #[error("MariaDB on port {port} did not start within {seconds} s; see {log}")]
+    NotReady {
+        port: u16,
+        seconds: u64,
+        log: PathBuf,
+    },
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub struct LocalServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Child,
+}
+
+fn find(program: &'static str) -> Result<PathBuf, LaunchError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([
+            "/usr/sbin".into(),
+            "/usr/local/sbin".into(),
+            "/usr/bin".into(),
+        ])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or(LaunchError::NotInstalled { program })
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Creates a data directory with `mariadb-install-db`; root may log in over TCP
+/// with an empty password.
+pub fn install_datadir(datadir: &Path) -> Result<(), LaunchError> {
+    let install = find("mariadb-install-db")?;
+    let log = datadir.with_extension("install.log");
+    let mut cmd = Command::new(install);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db");
+    if running_as_root() {
+        cmd.arg("--user=root");
+    }
+    let status = cmd
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(std::fs::File::create(log.with_extension("err"))?)
+        .status()?;
+    if !status.success() {
+        return Err(LaunchError::Failed {
+            program: "mariadb-install-db",
+            status: status.to_string(),
+            log,
+        });
+    }
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+impl LocalServer {
+    /// Starts a server in `dir`, copying `template` (a fresh data directory) so
+    /// that several servers need only one `mariadb-install-db`.
+    pub fn start(dir: &Path, template: &Path) -> Result<LocalServer, LaunchError> {
+        copy_dir(template, &dir.join("data"))?;
+        let port = free_port()?;
+        let child = spawn(dir, port)?;
+        let mut server = LocalServer {
+            port,
+            dir: dir.to_owned(),
+            child,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), LaunchError> {
+        let limit = Duration::from_secs(60);
+        let log = self.dir.join("error.log");
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(LaunchError::Failed {
+                    program: "mariadbd",
+                    status: status.to_string(),
+                    log,
+                });
+            }
+            // The server greets as soon as it accepts connections.
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::Read;
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut first = [0u8; 5];
+                if s.read_exact(&mut first).is_ok() && first[4] == 10 {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(LaunchError::NotReady {
+            port: self.port,
+            seconds: limit.as_secs(),
+            log,
+        })
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server now, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the same server again on the same port and data.
+    pub fn restart(&mut self) -> Result<(), LaunchError> {
+        self.kill();
+        self.child = spawn(&self.dir, self.port)?;
+        self.wait_ready()
+    }
+}
+
+/// Runs mariadbd on the data directory `dir/data`.
+fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
+    let mut cmd = Command::new(find("mariadbd")?);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--port={port}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--socket={}", dir.join("mariadb.sock").display()))
+        .arg(format!("--pid-file={}", dir.join("mariadb.pid").display()))
+        .arg(format!("--log-error={}", dir.join("error.log").display()))
+        .args([
+            "--max-connections=1000",
+            "--max-allowed-packet=1G",
+            "--innodb-buffer-pool-size=64M",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--skip-log-bin",
+            "--local-infile=1",
+        ]);
+    if running_as_root() {
+        cmd.arg("--user=root");
+    }
+    Ok(cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

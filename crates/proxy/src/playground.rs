@@ -1,0 +1,129 @@
+//! `hscale playground`: local MariaDB servers in a temporary directory, the
+//! proxy in front of them, a demo table, and instructions; Ctrl-C removes it all.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use crate::config::{BackendConfig, Config, DictionaryConfig, LogConfig, ProxyConfig, UserConfig};
+use crate::mariadb::{install_datadir, LaunchError, LocalServer};
+use crate::shared::Shared;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlaygroundError {
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Listen { port: u16, source: std::io::Error },
+    #[error("setting up the demo data failed: {0}")]
+    Demo(String),
+}
+
+pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
+    Config {
+        proxy: ProxyConfig {
+            listen: format!("127.0.0.1:{port}"),
+            http: None,
+            max_connections: 4096,
+            threads: 0,
+            connect_timeout_ms: 3000,
+            queue_timeout_ms: 10_000,
+        },
+        users: vec![UserConfig {
+            name: "root".into(),
+            password: String::new(),
+            admin: true,
+        }],
+        backends: servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| BackendConfig {
+                id: i as u32 + 1,
+                address: s.address(),
+                user: "root".into(),
+                password: String::new(),
+                max_connections: 64,
+            })
+            .collect(),
+        dictionary: DictionaryConfig::default(),
+        log: LogConfig::default(),
+    }
+}
+
+/// Starts `count` servers in `dir`.
+pub fn start_servers(dir: &Path, count: usize) -> Result<Vec<LocalServer>, LaunchError> {
+    let template = dir.join("template");
+    install_datadir(&template)?;
+    (1..=count)
+        .map(|i| {
+            let server_dir = dir.join(format!("backend{i}"));
+            std::fs::create_dir_all(&server_dir)?;
+            LocalServer::start(&server_dir, &template)
+        })
+        .collect()
+}
+
+const DEMO_SQL: &str = "CREATE DATABASE IF NOT EXISTS demo; USE demo;
+CREATE TABLE users (id INT UNSIGNED PRIMARY KEY, nickname VARCHAR(64) NOT NULL, created DATE NOT NULL);
+INSERT INTO users VALUES (1,'martin','2008-05-06'),(2,'marvin','2008-06-01'),(3,'peter','2009-01-02'),(4,'paula','2010-03-04');";
+
+fn create_demo(main: &LocalServer) -> Result<(), PlaygroundError> {
+    let output = Command::new("mariadb")
+        .args([
+            "-h127.0.0.1",
+            &format!("-P{}", main.port),
+            "-uroot",
+            "-e",
+            DEMO_SQL,
+        ])
+        .output()
+        .map_err(|e| PlaygroundError::Demo(format!("cannot run the mariadb client: {e}")))?;
+    if !output.status.success() {
+        return Err(PlaygroundError::Demo(
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
+    let dir = tempfile::Builder::new()
+        .prefix("hscale-playground-")
+        .tempdir()
+        .map_err(LaunchError::Io)?;
+    eprintln!(
+        "starting {backends} MariaDB server(s) in {} ...",
+        dir.path().display()
+    );
+    let servers = start_servers(dir.path(), backends)?;
+    create_demo(&servers[0])?;
+    let config = config_for(&servers, port);
+    let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
+        .await
+        .map_err(|source| PlaygroundError::Listen { port, source })?;
+    let mut shared = Shared::new(&config);
+    shared.learn_server_version().await;
+    for (i, s) in servers.iter().enumerate() {
+        println!(
+            "backend {}: MariaDB on 127.0.0.1:{} (pid {})",
+            i + 1,
+            s.port,
+            s.pid()
+        );
+    }
+    println!("hscale playground is ready. Connect with:\n\n    mariadb -h127.0.0.1 -P{port} -uroot demo\n\nand try: SELECT * FROM users;\nPress Ctrl-C to stop and remove everything.");
+    crate::server::run(listener, Arc::new(shared), shutdown_signal()).await;
+    drop(servers);
+    drop(dir);
+    eprintln!("playground stopped; its data is removed");
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}

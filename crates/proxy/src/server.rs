@@ -1,0 +1,80 @@
+//! The client-facing listener: one task per connection, a cap on connections,
+//! and a shutdown signal. `run` lets tests start the whole proxy in-process on
+//! 127.0.0.1:0.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use hscale_wire::packets::ErrorPacket;
+use hscale_wire::stream::PacketStream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::error::ProxyError;
+use crate::session::Session;
+use crate::shared::{Counters, Shared};
+
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    client_slots: Arc<Semaphore>,
+}
+
+impl Server {
+    pub fn new(listener: TcpListener, shared: Arc<Shared>) -> Server {
+        let client_slots = Arc::new(Semaphore::new(shared.max_connections));
+        Server {
+            shared,
+            listener,
+            client_slots,
+        }
+    }
+
+    async fn accept_loop(&self) {
+        loop {
+            let socket = match self.listener.accept().await {
+                Ok((socket, _)) => socket,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait and go on serving.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = self.client_slots.clone().try_acquire_owned() else {
+                tokio::spawn(refuse(socket, self.shared.max_connections));
+                continue;
+            };
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                Counters::add(&shared.counters.connections, 1);
+                Counters::add(&shared.counters.clients, 1);
+                Session::serve(shared.clone(), socket).await;
+                shared
+                    .counters
+                    .clients
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                drop(slot);
+            });
+        }
+    }
+}
+
+/// Serves clients on `listener` until `shutdown` completes.
+pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future) {
+    let server = Server::new(listener, shared);
+    tokio::select! {
+        _ = server.accept_loop() => {}
+        _ = shutdown => tracing::info!("shutting down"),
+    }
+}
+
+/// Like MySQL: a client over the limit gets error 1040 instead of a greeting.
+async fn refuse(socket: TcpStream, max: usize) {
+    let (packet, _) = ProxyError::TooManyConnections { max }.to_client();
+    let packet = packet.unwrap_or_else(|| ErrorPacket::new(1040, "08004", "Too many connections"));
+    let mut payload = Vec::new();
+    packet.write(&mut payload);
+    let mut stream = PacketStream::new(socket, 1024);
+    let _ = stream.send_packet(0, &payload).await;
+}

@@ -1,0 +1,126 @@
+//! The client's login: greeting, handshake response, mysql_native_password
+//! (switching clients that ask for another plugin), the final OK.
+
+use hscale_wire::auth::{new_nonce, NATIVE_PASSWORD, NONCE_LEN};
+use hscale_wire::packets::{write_auth_switch, ClientHello, Greeting, OkInfo, OK_HEADER};
+use hscale_wire::stream::PacketStream;
+use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::ProxyError;
+use crate::shared::Shared;
+
+/// What hscale offers clients. No SSL and no compression yet; no session
+/// tracking, because backends answer in the client's format byte for byte.
+pub const SERVER_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PASSWORD
+    .union(CapabilityFlags::CLIENT_FOUND_ROWS)
+    .union(CapabilityFlags::CLIENT_LONG_FLAG)
+    .union(CapabilityFlags::CLIENT_CONNECT_WITH_DB)
+    .union(CapabilityFlags::CLIENT_ODBC)
+    .union(CapabilityFlags::CLIENT_LOCAL_FILES)
+    .union(CapabilityFlags::CLIENT_IGNORE_SPACE)
+    .union(CapabilityFlags::CLIENT_PROTOCOL_41)
+    .union(CapabilityFlags::CLIENT_INTERACTIVE)
+    .union(CapabilityFlags::CLIENT_TRANSACTIONS)
+    .union(CapabilityFlags::CLIENT_SECURE_CONNECTION)
+    .union(CapabilityFlags::CLIENT_MULTI_STATEMENTS)
+    .union(CapabilityFlags::CLIENT_MULTI_RESULTS)
+    .union(CapabilityFlags::CLIENT_PS_MULTI_RESULTS)
+    .union(CapabilityFlags::CLIENT_PLUGIN_AUTH)
+    .union(CapabilityFlags::CLIENT_CONNECT_ATTRS)
+    .union(CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
+    .union(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+
+/// utf8mb4_general_ci, what MariaDB announces by default.
+const DEFAULT_COLLATION: u8 = 45;
+
+/// A client that has logged in.
+pub struct Login {
+    pub user: String,
+    pub capabilities: CapabilityFlags,
+    pub collation: u8,
+    pub database: Option<String>,
+    pub nonce: [u8; NONCE_LEN],
+    /// Sequence id for the packet that answers the login.
+    pub next_seq: u8,
+}
+
+pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<S>,
+    shared: &Shared,
+    connection_id: u32,
+) -> Result<Login, (ProxyError, u8)> {
+    let nonce = new_nonce();
+    let mut greeting = Vec::with_capacity(128);
+    Greeting {
+        server_version: &shared.server_version,
+        connection_id,
+        nonce: &nonce,
+        capabilities: SERVER_CAPABILITIES,
+        collation: DEFAULT_COLLATION,
+        status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+        auth_plugin: NATIVE_PASSWORD,
+    }
+    .write(&mut greeting);
+    client
+        .send_packet(0, &greeting)
+        .await
+        .map_err(|e| (e.into(), 0))?;
+
+    let response = read(client).await.map_err(|e| (e, 0))?;
+    if ClientHello::is_ssl_request(&response.payload) {
+        return Err((ProxyError::TlsRequired, response.seq.wrapping_add(1)));
+    }
+    let hello = ClientHello::parse(&response.payload).map_err(|e| (e.into(), 0))?;
+    let mut seq = response.seq.wrapping_add(1);
+    let mut answer = hello.auth_response.clone();
+    if hello
+        .auth_plugin
+        .as_deref()
+        .is_some_and(|p| p != NATIVE_PASSWORD)
+    {
+        let mut switch = Vec::with_capacity(64);
+        write_auth_switch(NATIVE_PASSWORD, &nonce, &mut switch);
+        client
+            .send_packet(seq, &switch)
+            .await
+            .map_err(|e| (e.into(), 0))?;
+        let reply = read(client).await.map_err(|e| (e, 0))?;
+        answer = reply.payload.to_vec();
+        seq = reply.seq.wrapping_add(1);
+    }
+    let user = shared.users.get(&hello.user);
+    if !user.is_some_and(|u| u.password.verify(&nonce, &answer)) {
+        tracing::info!(user = %hello.user, "login refused");
+        let denied = ProxyError::AccessDenied {
+            user: hello.user,
+            used_password: !answer.is_empty(),
+        };
+        return Err((denied, seq));
+    }
+    Ok(Login {
+        capabilities: hello.capabilities & SERVER_CAPABILITIES,
+        collation: hello.collation,
+        database: hello.database,
+        user: hello.user,
+        nonce,
+        next_seq: seq,
+    })
+}
+
+async fn read<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<S>,
+) -> Result<hscale_wire::stream::Packet, ProxyError> {
+    Ok(client.read_packet().await?.ok_or(WireError::Closed)?)
+}
+
+/// The OK that completes a login or a COM_CHANGE_USER.
+pub fn ok_packet(status: u16) -> Vec<u8> {
+    let mut ok = Vec::with_capacity(16);
+    OkInfo {
+        status,
+        ..OkInfo::default()
+    }
+    .write(OK_HEADER, &mut ok);
+    ok
+}

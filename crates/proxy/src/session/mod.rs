@@ -1,0 +1,521 @@
+//! One client connection: login, then a loop that reads a command, picks a
+//! backend connection for it, executes it, and keeps or returns the connection.
+//! Multiplexing rules (when a client keeps its backend connection) are in
+//! `Binding`; docs/multiplexing.md explains them to users.
+
+mod handshake;
+mod state;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hscale_planner::{parse_set, summarize, Kind, SetItem};
+use hscale_wire::packets::ChangeUser;
+use hscale_wire::scan::{Completion, Expect};
+use hscale_wire::stream::PacketStream;
+use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
+use tokio::net::TcpStream;
+
+use crate::backend::{BackendConn, Bucket, ConnKey, Lease};
+use crate::error::{Disposition, ProxyError};
+use crate::exec::{relay, RelayError};
+use crate::shared::{Counters, Shared};
+use state::{breaks_connection, SessionState};
+
+const MAX_CLIENT_PACKET: usize = 1 << 30;
+
+mod command {
+    pub const QUIT: u8 = 0x01;
+    pub const INIT_DB: u8 = 0x02;
+    pub const QUERY: u8 = 0x03;
+    pub const FIELD_LIST: u8 = 0x04;
+    pub const STATISTICS: u8 = 0x09;
+    pub const PING: u8 = 0x0e;
+    pub const CHANGE_USER: u8 = 0x11;
+    pub const STMT_PREPARE: u8 = 0x16;
+    pub const STMT_EXECUTE: u8 = 0x17;
+    pub const STMT_SEND_LONG_DATA: u8 = 0x18;
+    pub const STMT_CLOSE: u8 = 0x19;
+    pub const STMT_RESET: u8 = 0x1a;
+    pub const SET_OPTION: u8 = 0x1b;
+    pub const STMT_FETCH: u8 = 0x1c;
+    pub const RESET_CONNECTION: u8 = 0x1f;
+}
+
+/// Why a client keeps its backend connection between statements.
+#[derive(Debug, Default)]
+struct Binding {
+    /// State only that connection holds (temporary tables, user variables,
+    /// locks, ...): kept until the client leaves or resets.
+    sticky: Option<&'static str>,
+    /// A transaction is open, or autocommit is off.
+    transaction: bool,
+    /// Server-side prepared statements, by id.
+    prepared: HashSet<u32>,
+    /// The last statement left warnings that SHOW WARNINGS must find.
+    warnings: bool,
+}
+
+impl Binding {
+    fn holds(&self) -> bool {
+        self.sticky.is_some() || self.transaction || !self.prepared.is_empty() || self.warnings
+    }
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    client: PacketStream<TcpStream>,
+    connection_id: u32,
+    user: String,
+    capabilities: CapabilityFlags,
+    collation: u8,
+    nonce: [u8; 20],
+    state: SessionState,
+    bucket: Bucket,
+    held: Option<BackendConn>,
+    binding: Binding,
+}
+
+impl Session {
+    /// Serves one client until it quits or its connection fails.
+    pub async fn serve(shared: Arc<Shared>, socket: TcpStream) {
+        let _ = socket.set_nodelay(true);
+        let peer = socket.peer_addr().ok();
+        let connection_id = shared.next_connection_id();
+        let mut client = PacketStream::new(socket, MAX_CLIENT_PACKET);
+        let login = match handshake::login(&mut client, &shared, connection_id).await {
+            Ok(login) => login,
+            Err((e, seq)) => {
+                tracing::info!(connection_id, ?peer, "login failed: {e}");
+                let _ = reply_error(&mut client, &e, seq).await;
+                return;
+            }
+        };
+        tracing::info!(connection_id, ?peer, user = %login.user, db = ?login.database, "client connected");
+        let pool = shared.main_pool().clone();
+        let key = ConnKey::for_client(
+            login.capabilities,
+            login.collation,
+            login.database.is_some(),
+        );
+        let mut session = Session {
+            bucket: pool.bucket(key),
+            shared,
+            client,
+            connection_id,
+            user: login.user,
+            capabilities: login.capabilities,
+            collation: login.collation,
+            nonce: login.nonce,
+            state: SessionState::default(),
+            held: None,
+            binding: Binding::default(),
+        };
+        let result = session.start(login.database, login.next_seq).await;
+        if let Err(e) = result {
+            tracing::info!(connection_id, "login failed: {e}");
+            let _ = reply_error(&mut session.client, &e, login.next_seq).await;
+            return;
+        }
+        if let Err(e) = session.command_loop().await {
+            tracing::debug!(connection_id, "connection ends: {e}");
+        }
+        session.finish();
+        tracing::info!(connection_id, "client disconnected");
+    }
+
+    /// Checks the requested database exists (as MySQL does at login) and says OK.
+    async fn start(&mut self, database: Option<String>, seq: u8) -> Result<(), ProxyError> {
+        if let Some(db) = database {
+            self.state.db = Some(db);
+            let lease = self.checkout(false).await?;
+            self.checkin(lease.conn);
+        }
+        self.client
+            .send_packet(
+                seq,
+                &handshake::ok_packet(StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn command_loop(&mut self) -> Result<(), ProxyError> {
+        loop {
+            let Some(packet) = self.client.read_packet().await? else {
+                return Ok(());
+            };
+            if packet.seq != 0 {
+                return Err(ProxyError::Client(WireError::OutOfOrder {
+                    expected: 0,
+                    got: packet.seq,
+                }));
+            }
+            let Some(&code) = packet.payload.first() else {
+                return Err(ProxyError::Client(WireError::Malformed {
+                    what: "empty command",
+                }));
+            };
+            if code == command::QUIT {
+                return Ok(());
+            }
+            Counters::add(&self.shared.counters.questions, 1);
+            if let Err(e) = self.dispatch(code, packet.payload).await {
+                let (_, disposition) = e.to_client();
+                tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
+                reply_error(&mut self.client, &e, 1).await?;
+                if disposition != Disposition::Reply {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn dispatch(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
+        match code {
+            command::QUERY => self.query(payload).await,
+            command::INIT_DB => {
+                let db = String::from_utf8_lossy(&payload[1..]).into_owned();
+                let completion = self.execute(&payload, Some(Expect::Single), false).await?;
+                if !completion.error {
+                    self.use_database(db);
+                }
+                Ok(())
+            }
+            command::FIELD_LIST => self
+                .execute(&payload, Some(Expect::Rows), false)
+                .await
+                .map(drop),
+            command::PING => self.send_ok().await,
+            command::STATISTICS => {
+                let stats = self.shared.statistics();
+                self.client.send_packet(1, stats.as_bytes()).await?;
+                Ok(())
+            }
+            command::STMT_PREPARE => self
+                .execute(&payload, Some(Expect::Prepare), false)
+                .await
+                .map(drop),
+            command::STMT_EXECUTE
+            | command::STMT_FETCH
+            | command::STMT_RESET
+            | command::STMT_SEND_LONG_DATA
+            | command::STMT_CLOSE => self.statement_command(code, payload).await,
+            command::SET_OPTION => {
+                self.binding.sticky = Some("COM_SET_OPTION");
+                self.execute(&payload, Some(Expect::Single), false)
+                    .await
+                    .map(drop)
+            }
+            command::RESET_CONNECTION => {
+                self.reset();
+                self.send_ok().await
+            }
+            command::CHANGE_USER => self.change_user(payload).await,
+            code => Err(ProxyError::UnknownCommand { code }),
+        }
+    }
+
+    async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        let sql = &payload[1..];
+        let summary = summarize(sql);
+        if summary.binds_connection() {
+            self.binding
+                .sticky
+                .get_or_insert("session state only the backend connection holds");
+        }
+        if summary.multi_statement {
+            self.binding
+                .sticky
+                .get_or_insert("several statements in one query");
+        }
+        let setting = match summary.kind {
+            Kind::Set => match parse_set(&String::from_utf8_lossy(sql)) {
+                SetItem::Replayable(keys) => Some(keys),
+                SetItem::NoSessionState => None,
+                SetItem::BindsConnection => {
+                    self.binding
+                        .sticky
+                        .get_or_insert("SET that cannot be replayed");
+                    None
+                }
+            },
+            _ => None,
+        };
+        tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
+        let completion = self
+            .execute(&payload, Some(Expect::ResultSets), summary.last_insert_id)
+            .await?;
+        if completion.error {
+            return Ok(());
+        }
+        if let Some(keys) = setting {
+            let sql = String::from_utf8_lossy(sql).into_owned();
+            self.state.record_setting(keys, sql);
+            if let Some(conn) = self.held.as_mut() {
+                conn.settings = self.state.fingerprint();
+            }
+        }
+        if summary.kind == Kind::Use {
+            if let Some(db) = use_target(sql) {
+                self.use_database(db);
+            }
+        }
+        Ok(())
+    }
+
+    async fn statement_command(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
+        let stmt_id = payload
+            .get(1..5)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or(ProxyError::Client(WireError::Malformed {
+                what: "statement command",
+            }))?;
+        if !self.binding.prepared.contains(&stmt_id) || self.held.is_none() {
+            let command = match code {
+                command::STMT_EXECUTE => "mysqld_stmt_execute",
+                command::STMT_FETCH => "mysqld_stmt_fetch",
+                command::STMT_RESET => "mysqld_stmt_reset",
+                _ => return Ok(()),
+            };
+            return Err(ProxyError::UnknownStatement { stmt_id, command });
+        }
+        let expect = match code {
+            command::STMT_EXECUTE => Some(Expect::ResultSets),
+            command::STMT_FETCH => Some(Expect::Rows),
+            command::STMT_RESET => Some(Expect::Single),
+            _ => None,
+        };
+        if code == command::STMT_CLOSE {
+            self.binding.prepared.remove(&stmt_id);
+        }
+        self.execute(&payload, expect, false).await.map(drop)
+    }
+
+    /// Runs one command on a backend connection and forwards its answer.
+    async fn execute(
+        &mut self,
+        payload: &[u8],
+        expect: Option<Expect>,
+        wants_last_insert_id: bool,
+    ) -> Result<Completion, ProxyError> {
+        let mut lease = self.checkout(wants_last_insert_id).await?;
+        let mut retried = false;
+        let completion = loop {
+            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
+                Ok(completion) => break completion,
+                Err(RelayError::Backend { source, answered }) => {
+                    let backend = lease.conn.backend;
+                    // A reused connection that died while idle (a backend restart)
+                    // fails before answering: one retry on a new connection is safe
+                    // because nothing was executed on the dead one.
+                    if !answered && !lease.fresh && !retried && !self.binding.holds() {
+                        retried = true;
+                        tracing::info!(backend, "idle backend connection was closed; reconnecting");
+                        drop(lease);
+                        lease = self
+                            .shared
+                            .main_pool()
+                            .acquire_new(&self.bucket, self.state.db.as_deref())
+                            .await?;
+                        self.state
+                            .apply(&mut lease.conn, wants_last_insert_id)
+                            .await?;
+                        continue;
+                    }
+                    self.forget_connection_state();
+                    let error = crate::backend::BackendError::Lost { backend, source };
+                    return Err(if answered {
+                        ProxyError::BackendMidAnswer { source: error }
+                    } else {
+                        ProxyError::Backend(error)
+                    });
+                }
+                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
+            }
+        };
+        self.after(&completion);
+        self.checkin(lease.conn);
+        Ok(completion)
+    }
+
+    /// Updates bindings from what the server said about the session.
+    fn after(&mut self, completion: &Completion) {
+        if let Some(status) = completion.status {
+            let status = StatusFlags::from_bits_truncate(status);
+            self.binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+                || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        }
+        self.binding.warnings = completion.warnings > 0;
+        if completion.last_insert_id != 0 {
+            self.state.last_insert_id = completion.last_insert_id;
+        }
+        if let Some(id) = completion.statement_id.filter(|_| !completion.error) {
+            self.binding.prepared.insert(id);
+        }
+    }
+
+    /// The held connection, or one from the pool brought to the session's state.
+    async fn checkout(&mut self, wants_last_insert_id: bool) -> Result<Lease, ProxyError> {
+        let mut lease = match self.held.take() {
+            Some(conn) => Lease { conn, fresh: false },
+            None => {
+                self.shared
+                    .main_pool()
+                    .acquire(&self.bucket, self.state.db.as_deref())
+                    .await?
+            }
+        };
+        if let Err(e) = self
+            .state
+            .apply(&mut lease.conn, wants_last_insert_id)
+            .await
+        {
+            if breaks_connection(&e) {
+                self.forget_connection_state();
+            } else {
+                self.checkin(lease.conn);
+            }
+            return Err(e);
+        }
+        Ok(lease)
+    }
+
+    fn checkin(&mut self, conn: BackendConn) {
+        if self.binding.holds() {
+            self.held = Some(conn);
+        } else {
+            self.shared.main_pool().release_to(&self.bucket, conn);
+        }
+    }
+
+    /// The connection that held the session's server-side state is gone.
+    fn forget_connection_state(&mut self) {
+        self.held = None;
+        self.binding = Binding::default();
+    }
+
+    fn use_database(&mut self, db: String) {
+        if self.state.db.is_none() {
+            let key = ConnKey::for_client(self.capabilities, self.collation, true);
+            self.bucket = self.shared.main_pool().bucket(key);
+        }
+        if let Some(conn) = self.held.as_mut() {
+            conn.key.has_db = true;
+            conn.db = Some(db.clone());
+        }
+        self.state.db = Some(db);
+    }
+
+    /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
+    fn reset(&mut self) {
+        self.held = None;
+        self.binding = Binding::default();
+        self.state.clear_settings();
+        self.state.last_insert_id = 0;
+    }
+
+    async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        let request = ChangeUser::parse(&payload)?;
+        let user = self.shared.users.get(&request.user);
+        let mut answer = request.auth_response.clone();
+        let mut seq = 1;
+        if request
+            .auth_plugin
+            .as_deref()
+            .is_some_and(|p| p != hscale_wire::auth::NATIVE_PASSWORD)
+        {
+            let mut switch = Vec::new();
+            hscale_wire::packets::write_auth_switch(
+                hscale_wire::auth::NATIVE_PASSWORD,
+                &self.nonce,
+                &mut switch,
+            );
+            self.client.send_packet(seq, &switch).await?;
+            let reply = self.client.read_packet().await?.ok_or(WireError::Closed)?;
+            answer = reply.payload.to_vec();
+            seq = reply.seq.wrapping_add(1);
+        }
+        if !user.is_some_and(|u| u.password.verify(&self.nonce, &answer)) {
+            return Err(ProxyError::AccessDenied {
+                user: request.user,
+                used_password: !answer.is_empty(),
+            });
+        }
+        self.reset();
+        self.user = request.user;
+        if let Some(collation) = request.collation {
+            self.collation = collation as u8;
+        }
+        self.state.db = None;
+        self.bucket = self.shared.main_pool().bucket(ConnKey::for_client(
+            self.capabilities,
+            self.collation,
+            false,
+        ));
+        if let Some(db) = request.database {
+            self.use_database(db);
+            let lease = self.checkout(false).await?;
+            self.checkin(lease.conn);
+        }
+        tracing::info!(connection_id = self.connection_id, user = %self.user, "changed user");
+        self.client
+            .send_packet(
+                seq,
+                &handshake::ok_packet(StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn send_ok(&mut self) -> Result<(), ProxyError> {
+        let mut status = StatusFlags::empty();
+        if !self.binding.transaction {
+            status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        }
+        self.client
+            .send_packet(1, &handshake::ok_packet(status.bits()))
+            .await?;
+        Ok(())
+    }
+
+    /// Connections that hold state of this client are closed, not pooled.
+    fn finish(&mut self) {
+        if let Some(conn) = self.held.take() {
+            if self.binding.sticky.is_none()
+                && !self.binding.transaction
+                && self.binding.prepared.is_empty()
+            {
+                self.shared.main_pool().release_to(&self.bucket, conn);
+            }
+        }
+    }
+}
+
+async fn reply_error(
+    client: &mut PacketStream<TcpStream>,
+    error: &ProxyError,
+    seq: u8,
+) -> Result<(), WireError> {
+    let (packet, _) = error.to_client();
+    if let Some(packet) = packet {
+        let mut payload = Vec::with_capacity(packet.message.len() + 9);
+        packet.write(&mut payload);
+        client.send_packet(seq, &payload).await?;
+    }
+    Ok(())
+}
+
+/// The database named by `USE db`.
+fn use_target(sql: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(sql);
+    let trimmed = text.trim().trim_end_matches(';').trim();
+    let rest = trimmed.get(3..)?.trim();
+    let name = rest
+        .strip_prefix('`')
+        .and_then(|r| r.strip_suffix('`'))
+        .map(|n| n.replace("``", ""))
+        .unwrap_or_else(|| rest.to_string());
+    (!name.is_empty()).then_some(name)
+}

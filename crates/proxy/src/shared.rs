@@ -1,0 +1,119 @@
+//! State every session reads: users, backend pools, counters. Built once from
+//! the configuration and handed to sessions as an `Arc`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hscale_wire::auth::PasswordHash;
+
+use crate::backend::{ConnKey, Pool};
+use crate::config::Config;
+
+pub struct User {
+    pub password: PasswordHash,
+    pub admin: bool,
+}
+
+/// Answered to clients until the main backend has told its own version.
+const FALLBACK_VERSION: &str = "5.5.5-10.11.0-MariaDB-hscale";
+
+pub struct Shared {
+    pub users: HashMap<String, User>,
+    pub pools: Vec<Arc<Pool>>,
+    /// Index into `pools` of the main backend.
+    pub main: usize,
+    pub server_version: String,
+    pub max_connections: usize,
+    pub counters: Counters,
+    next_connection_id: AtomicU32,
+    pub started: Instant,
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub questions: AtomicU64,
+    pub connections: AtomicU64,
+    pub clients: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    pub fn new(config: &Config) -> Shared {
+        let connect_timeout = Duration::from_millis(config.proxy.connect_timeout_ms);
+        let queue_timeout = Duration::from_millis(config.proxy.queue_timeout_ms);
+        let pools: Vec<Arc<Pool>> = config
+            .backends
+            .iter()
+            .map(|b| Arc::new(Pool::new(b.clone(), connect_timeout, queue_timeout)))
+            .collect();
+        let main = pools
+            .iter()
+            .position(|p| p.id() == config.dictionary.backend)
+            .unwrap_or(0);
+        let users = config
+            .users
+            .iter()
+            .filter_map(|u| {
+                let password = u.password_hash()?;
+                Some((
+                    u.name.clone(),
+                    User {
+                        password,
+                        admin: u.admin,
+                    },
+                ))
+            })
+            .collect();
+        Shared {
+            users,
+            pools,
+            main,
+            server_version: FALLBACK_VERSION.into(),
+            max_connections: config.proxy.max_connections,
+            counters: Counters::default(),
+            next_connection_id: AtomicU32::new(1),
+            started: Instant::now(),
+        }
+    }
+
+    /// Asks the main backend for its version, so that clients see the server they
+    /// really talk to. A backend that is down now only leaves the fallback.
+    pub async fn learn_server_version(&mut self) {
+        let pool = &self.pools[self.main];
+        let key = ConnKey::for_client(hscale_wire::CapabilityFlags::empty(), 45, false);
+        match pool.acquire(&pool.bucket(key), None).await {
+            Ok(lease) => {
+                self.server_version = lease.conn.server_version.clone();
+                pool.release(lease.conn);
+            }
+            Err(e) => tracing::warn!("main backend not reachable at start: {e}"),
+        }
+    }
+
+    pub fn main_pool(&self) -> &Arc<Pool> {
+        &self.pools[self.main]
+    }
+
+    pub fn next_connection_id(&self) -> u32 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn statistics(&self) -> String {
+        let uptime = self.started.elapsed().as_secs().max(1);
+        let questions = self.counters.questions.load(Ordering::Relaxed);
+        let open: usize = self.pools.iter().map(|p| p.open_connections()).sum();
+        format!(
+            "Uptime: {uptime}  Threads: {}  Questions: {questions}  Slow queries: 0  Opens: {}  Open tables: 0  Backend connections: {open}  Queries per second avg: {:.3}",
+            self.counters.clients.load(Ordering::Relaxed),
+            self.counters.connections.load(Ordering::Relaxed),
+            questions as f64 / uptime as f64
+        )
+    }
+}

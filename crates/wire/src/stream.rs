@@ -1,0 +1,176 @@
+//! The thin tokio layer: a byte stream with a read buffer that yields whole
+//! packets, and a write buffer flushed in one call.
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::frame::{write_packet, FrameHeader, HEADER_LEN};
+use crate::WireError;
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// One logical packet: its payload and the sequence id of its last frame.
+#[derive(Debug)]
+pub struct Packet {
+    pub seq: u8,
+    pub payload: Bytes,
+}
+
+pub struct PacketStream<S> {
+    stream: S,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    max_packet: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
+    pub fn new(stream: S, max_packet: usize) -> PacketStream<S> {
+        PacketStream {
+            stream,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: Vec::with_capacity(4096),
+            max_packet,
+        }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+
+    /// Reads one whole packet. `Ok(None)`: the peer closed between packets.
+    pub async fn read_packet(&mut self) -> Result<Option<Packet>, WireError> {
+        let mut assembled: Option<BytesMut> = None;
+        loop {
+            let header = loop {
+                if let Some(h) = FrameHeader::parse(&self.rbuf) {
+                    let so_far = assembled.as_ref().map_or(0, |a| a.len()) + h.len;
+                    if so_far > self.max_packet {
+                        return Err(WireError::PacketTooLarge {
+                            size: so_far,
+                            limit: self.max_packet,
+                        });
+                    }
+                    if self.rbuf.len() >= HEADER_LEN + h.len {
+                        break h;
+                    }
+                    self.rbuf.reserve(HEADER_LEN + h.len - self.rbuf.len());
+                }
+                if self.fill().await? == 0 {
+                    if self.rbuf.is_empty() && assembled.is_none() {
+                        return Ok(None);
+                    }
+                    return Err(WireError::Closed);
+                }
+            };
+            let mut frame = self.rbuf.split_to(HEADER_LEN + header.len);
+            frame.advance(HEADER_LEN);
+            match (&mut assembled, header.continues()) {
+                (None, false) => {
+                    return Ok(Some(Packet {
+                        seq: header.seq,
+                        payload: frame.freeze(),
+                    }))
+                }
+                (None, true) => assembled = Some(frame),
+                (Some(acc), more) => {
+                    acc.extend_from_slice(&frame);
+                    if !more {
+                        let payload = assembled.take().unwrap_or_default().freeze();
+                        return Ok(Some(Packet {
+                            seq: header.seq,
+                            payload,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer; 0 means the peer closed.
+    pub async fn fill(&mut self) -> Result<usize, WireError> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        Ok(self.stream.read_buf(&mut self.rbuf).await?)
+    }
+
+    /// Bytes read but not yet consumed.
+    pub fn buffered(&self) -> &[u8] {
+        &self.rbuf
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.rbuf.advance(n);
+    }
+
+    /// Queues a packet; nothing is sent before `flush`.
+    pub fn queue_packet(&mut self, seq: u8, payload: &[u8]) -> u8 {
+        write_packet(seq, payload, &mut self.wbuf)
+    }
+
+    /// The write buffer, for callers that frame packets themselves.
+    pub fn write_buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.wbuf
+    }
+
+    pub async fn flush(&mut self) -> Result<(), WireError> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+
+    pub async fn send_packet(&mut self, seq: u8, payload: &[u8]) -> Result<u8, WireError> {
+        let next = self.queue_packet(seq, payload);
+        self.flush().await?;
+        Ok(next)
+    }
+
+    /// Writes bytes that are already framed, bypassing the write buffer.
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), WireError> {
+        self.flush().await?;
+        self.stream.write_all(bytes).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::MAX_FRAME_PAYLOAD;
+
+    #[tokio::test]
+    async fn reassembles_a_packet_split_over_frames() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let payload: Vec<u8> = (0..MAX_FRAME_PAYLOAD + 100).map(|i| i as u8).collect();
+        let expected = payload.clone();
+        let writer = tokio::spawn(async move {
+            let mut w = PacketStream::new(a, 1 << 30);
+            w.send_packet(0, &payload).await.unwrap();
+            w.send_packet(0, b"tail").await.unwrap();
+        });
+        let mut r = PacketStream::new(b, 1 << 30);
+        let p = r.read_packet().await.unwrap().unwrap();
+        assert_eq!(p.seq, 1);
+        assert_eq!(&p.payload[..], &expected[..]);
+        let p = r.read_packet().await.unwrap().unwrap();
+        assert_eq!(&p.payload[..], b"tail");
+        writer.await.unwrap();
+        assert!(r.read_packet().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn rejects_packets_over_the_limit() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut w = PacketStream::new(a, 1 << 30);
+            let _ = w.send_packet(0, &[0u8; 2000]).await;
+        });
+        let mut r = PacketStream::new(b, 1000);
+        assert!(matches!(
+            r.read_packet().await,
+            Err(WireError::PacketTooLarge { .. })
+        ));
+    }
+}
