@@ -88,7 +88,7 @@ impl Shared {
     pub async fn learn_server_version(&mut self) {
         let pool = &self.pools[self.main];
         let key = ConnKey::for_client(hscale_wire::CapabilityFlags::empty(), 45, false);
-        match pool.acquire(&pool.bucket(key), None).await {
+        match pool.acquire(&pool.bucket(key)).await {
             Ok(lease) => {
                 self.server_version = lease.conn.server_version.clone();
                 pool.release(lease.conn);

@@ -9,9 +9,10 @@ use crate::WireError;
 
 const READ_CHUNK: usize = 64 * 1024;
 
-/// One logical packet: its payload and the sequence id of its last frame.
+/// One logical packet: its payload and the sequence ids of its first and last frame.
 #[derive(Debug)]
 pub struct Packet {
+    pub first_seq: u8,
     pub seq: u8,
     pub payload: Bytes,
 }
@@ -40,6 +41,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
     /// Reads one whole packet. `Ok(None)`: the peer closed between packets.
     pub async fn read_packet(&mut self) -> Result<Option<Packet>, WireError> {
         let mut assembled: Option<BytesMut> = None;
+        let mut first_seq = None;
         loop {
             let header = loop {
                 if let Some(h) = FrameHeader::parse(&self.rbuf) {
@@ -62,11 +64,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
                     return Err(WireError::Closed);
                 }
             };
+            let first_seq = *first_seq.get_or_insert(header.seq);
             let mut frame = self.rbuf.split_to(HEADER_LEN + header.len);
             frame.advance(HEADER_LEN);
             match (&mut assembled, header.continues()) {
                 (None, false) => {
                     return Ok(Some(Packet {
+                        first_seq,
                         seq: header.seq,
                         payload: frame.freeze(),
                     }))
@@ -77,6 +81,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
                     if !more {
                         let payload = assembled.take().unwrap_or_default().freeze();
                         return Ok(Some(Packet {
+                            first_seq,
                             seq: header.seq,
                             payload,
                         }));

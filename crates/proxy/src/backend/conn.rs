@@ -75,11 +75,10 @@ impl BackendConn {
     pub async fn connect(
         config: &BackendConfig,
         key: ConnKey,
-        db: Option<&str>,
         timeout: Duration,
         permit: OwnedSemaphorePermit,
     ) -> Result<BackendConn, BackendError> {
-        let login = Self::login(config, key, db, permit);
+        let login = Self::login(config, key, permit);
         match tokio::time::timeout(timeout, login).await {
             Ok(result) => result,
             Err(_) => Err(BackendError::ConnectTimeout {
@@ -93,7 +92,6 @@ impl BackendConn {
     async fn login(
         config: &BackendConfig,
         key: ConnKey,
-        db: Option<&str>,
         permit: OwnedSemaphorePermit,
     ) -> Result<BackendConn, BackendError> {
         let backend = config.id;
@@ -117,9 +115,6 @@ impl BackendConn {
         }
         let server = ServerGreeting::parse(&greeting.payload).map_err(lost)?;
         let mut capabilities = BASE_CAPABILITIES | key.capabilities;
-        if db.is_some() {
-            capabilities |= CapabilityFlags::CLIENT_CONNECT_WITH_DB;
-        }
         capabilities &= server.capabilities | CapabilityFlags::CLIENT_LONG_PASSWORD;
         let answer = native_scramble(&server.nonce, &config.password);
         let mut hello = Vec::with_capacity(128);
@@ -132,7 +127,7 @@ impl BackendConn {
             } else {
                 &answer
             },
-            database: db,
+            database: None,
             auth_plugin: NATIVE_PASSWORD,
         }
         .write(&mut hello);
@@ -184,7 +179,7 @@ impl BackendConn {
             backend,
             stream,
             key,
-            db: db.map(str::to_owned),
+            db: None,
             settings: 0,
             last_insert_id: 0,
             idle_since: Instant::now(),

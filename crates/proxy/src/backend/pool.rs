@@ -75,7 +75,7 @@ impl Pool {
     }
 
     /// An idle connection of the bucket's key, else a new one, else waits for one.
-    pub async fn acquire(&self, bucket: &Bucket, db: Option<&str>) -> Result<Lease, BackendError> {
+    pub async fn acquire(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.queue_timeout;
         loop {
@@ -90,7 +90,7 @@ impl Pool {
                 return Ok(Lease { conn, fresh: false });
             }
             if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-                return self.open(bucket.key, db, permit).await;
+                return self.open(bucket.key, permit).await;
             }
             if self.evict_idle_of_other_keys(bucket.key) {
                 continue;
@@ -99,7 +99,7 @@ impl Pool {
                 _ = &mut returned => {}
                 permit = self.slots.clone().acquire_owned() => {
                     let permit = permit.expect("the pool never closes its semaphore");
-                    return self.open(bucket.key, db, permit).await;
+                    return self.open(bucket.key, permit).await;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(BackendError::PoolExhausted {
@@ -119,23 +119,24 @@ impl Pool {
         db: Option<&str>,
     ) -> Result<Lease, BackendError> {
         match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => self.open(bucket.key, db, permit).await,
+            Ok(permit) => self.open(bucket.key, permit).await,
             Err(_) => {
                 self.evict_idle_of_other_keys(bucket.key);
                 while bucket.idle.pop().is_some() {}
-                self.acquire(bucket, db).await
+                self.acquire(bucket).await
             }
         }
     }
 
+    /// Opens a connection without a database: the session selects it with
+    /// COM_INIT_DB, so that an unknown database is the client's error (1049)
+    /// rather than a failed backend login.
     async fn open(
         &self,
         key: ConnKey,
-        db: Option<&str>,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Lease, BackendError> {
-        let conn =
-            BackendConn::connect(&self.config, key, db, self.connect_timeout, permit).await?;
+        let conn = BackendConn::connect(&self.config, key, self.connect_timeout, permit).await?;
         tracing::debug!(backend = self.config.id, "opened backend connection");
         Ok(Lease { conn, fresh: true })
     }

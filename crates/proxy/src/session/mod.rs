@@ -21,7 +21,7 @@ use crate::backend::{BackendConn, Bucket, ConnKey, Lease};
 use crate::error::{Disposition, ProxyError};
 use crate::exec::{relay, RelayError};
 use crate::shared::{Counters, Shared};
-use state::{breaks_connection, SessionState};
+use state::{breaks_connection, SessionState, UNKNOWN_SETTINGS};
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
 
@@ -146,10 +146,10 @@ impl Session {
             let Some(packet) = self.client.read_packet().await? else {
                 return Ok(());
             };
-            if packet.seq != 0 {
+            if packet.first_seq != 0 {
                 return Err(ProxyError::Client(WireError::OutOfOrder {
                     expected: 0,
-                    got: packet.seq,
+                    got: packet.first_seq,
                 }));
             }
             let Some(&code) = packet.payload.first() else {
@@ -335,7 +335,13 @@ impl Session {
                 Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
             }
         };
+        // MySQL keeps warnings until a statement that uses a table: a connection
+        // that had any must not show them to the next client.
+        let diagnostics_left = self.binding.warnings || completion.warnings > 0;
         self.after(&completion);
+        if diagnostics_left && !self.binding.holds() {
+            lease.conn.settings = UNKNOWN_SETTINGS;
+        }
         self.checkin(lease.conn);
         Ok(completion)
     }
@@ -360,12 +366,7 @@ impl Session {
     async fn checkout(&mut self, wants_last_insert_id: bool) -> Result<Lease, ProxyError> {
         let mut lease = match self.held.take() {
             Some(conn) => Lease { conn, fresh: false },
-            None => {
-                self.shared
-                    .main_pool()
-                    .acquire(&self.bucket, self.state.db.as_deref())
-                    .await?
-            }
+            None => self.shared.main_pool().acquire(&self.bucket).await?,
         };
         if let Err(e) = self
             .state

@@ -14,6 +14,10 @@ const COM_INIT_DB: u8 = 0x02;
 const COM_QUERY: u8 = 0x03;
 const COM_RESET_CONNECTION: u8 = 0x1f;
 
+/// A connection's settings fingerprint when its session state is not known to
+/// be clean: the next client resets it first. Real fingerprints are odd.
+pub const UNKNOWN_SETTINGS: u64 = 2;
+
 #[derive(Debug, Default, Clone)]
 pub struct SessionState {
     pub db: Option<String>,

@@ -1,0 +1,187 @@
+//! Many clients share few backend connections, and none of them notices: each
+//! keeps its own settings, transaction, insert id, temporary tables, variables.
+
+use hscale_testkit::{cluster, Proxy};
+use mysql::prelude::Queryable;
+
+fn small_pool_proxy(max: usize) -> Proxy {
+    let mut config = cluster().config();
+    config.backends[0].max_connections = max;
+    Proxy::start(config)
+}
+
+#[test]
+fn idle_clients_hold_no_backend_connection() {
+    let db = cluster().database("mux_idle");
+    let proxy = Proxy::for_cluster();
+    let mut clients: Vec<_> = (0..20).map(|_| proxy.connect(Some(&db))).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        let v: Option<i64> = c.query_first(format!("SELECT {i}")).unwrap();
+        assert_eq!(v, Some(i as i64));
+    }
+    let open = proxy.shared.main_pool().open_connections();
+    assert!(
+        open <= 2,
+        "20 clients used one after another opened {open} backend connections"
+    );
+}
+
+#[test]
+fn each_client_keeps_its_own_settings_on_shared_connections() {
+    let db = cluster().database("mux_settings");
+    let proxy = small_pool_proxy(2);
+    let zones = ["+01:00", "+02:00", "-03:00", "+04:30", "+05:00", "-11:00"];
+    let mut clients: Vec<_> = zones.iter().map(|_| proxy.connect(Some(&db))).collect();
+    for (c, zone) in clients.iter_mut().zip(zones) {
+        c.query_drop(format!("SET time_zone = '{zone}'")).unwrap();
+    }
+    clients[0]
+        .query_drop("SET sql_mode = 'ANSI_QUOTES'")
+        .unwrap();
+    for round in 0..3 {
+        for (i, (c, zone)) in clients.iter_mut().zip(zones).enumerate() {
+            let (tz, mode): (String, String) = c
+                .query_first("SELECT @@time_zone, @@sql_mode")
+                .unwrap()
+                .unwrap();
+            assert_eq!(tz, zone, "client {i}, round {round}");
+            assert_eq!(
+                mode.contains("ANSI_QUOTES"),
+                i == 0,
+                "client {i}: sql_mode {mode}"
+            );
+        }
+    }
+    assert!(proxy.shared.main_pool().open_connections() <= 2);
+}
+
+#[test]
+fn a_transaction_keeps_its_connection_until_it_ends() {
+    let db = cluster().database("mux_tx");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB")
+        .unwrap();
+    let proxy = small_pool_proxy(2);
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("BEGIN").unwrap();
+    a.query_drop("INSERT INTO t VALUES (1)").unwrap();
+    let seen_by_b: Option<i64> = b.query_first("SELECT COUNT(*) FROM t").unwrap();
+    assert_eq!(seen_by_b, Some(0));
+    let seen_by_a: Option<i64> = a.query_first("SELECT COUNT(*) FROM t").unwrap();
+    assert_eq!(
+        seen_by_a,
+        Some(1),
+        "the transaction's own row is visible to it"
+    );
+    a.query_drop("ROLLBACK").unwrap();
+    let after: Option<i64> = a.query_first("SELECT COUNT(*) FROM t").unwrap();
+    assert_eq!(after, Some(0));
+    a.query_drop("SET autocommit = 0").unwrap();
+    a.query_drop("INSERT INTO t VALUES (2)").unwrap();
+    assert_eq!(
+        b.query_first::<i64, _>("SELECT COUNT(*) FROM t").unwrap(),
+        Some(0)
+    );
+    a.query_drop("COMMIT").unwrap();
+    assert_eq!(
+        b.query_first::<i64, _>("SELECT COUNT(*) FROM t").unwrap(),
+        Some(1)
+    );
+}
+
+#[test]
+fn last_insert_id_is_the_clients_own() {
+    let db = cluster().database("mux_insert_id");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE t (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
+        .unwrap();
+    let proxy = small_pool_proxy(1);
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("INSERT INTO t (v) VALUES (1)").unwrap();
+    b.query_drop("INSERT INTO t (v) VALUES (2), (3)").unwrap();
+    assert_eq!(
+        a.query_first::<u64, _>("SELECT LAST_INSERT_ID()").unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        b.query_first::<u64, _>("SELECT LAST_INSERT_ID()").unwrap(),
+        Some(2)
+    );
+    a.query_drop("UPDATE t SET v = 9 WHERE id = 3").unwrap();
+    assert_eq!(
+        a.query_first::<u64, _>("SELECT LAST_INSERT_ID()").unwrap(),
+        Some(1)
+    );
+}
+
+#[test]
+fn temporary_tables_and_user_variables_stay_with_their_client() {
+    let db = cluster().database("mux_sticky");
+    let proxy = small_pool_proxy(3);
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("CREATE TEMPORARY TABLE scratch (x INT)")
+        .unwrap();
+    a.query_drop("INSERT INTO scratch VALUES (1), (2)").unwrap();
+    b.query_drop("SET @mine = 'b'").unwrap();
+    for _ in 0..5 {
+        let mut other = proxy.connect(Some(&db));
+        other.query_drop("SELECT 1").unwrap();
+    }
+    assert_eq!(
+        a.query_first::<i64, _>("SELECT COUNT(*) FROM scratch")
+            .unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        b.query_first::<String, _>("SELECT @mine")
+            .unwrap()
+            .as_deref(),
+        Some("b")
+    );
+    assert!(
+        b.query_drop("SELECT * FROM scratch").is_err(),
+        "another client's temporary table is invisible"
+    );
+}
+
+#[test]
+fn show_warnings_sees_the_previous_statement() {
+    let db = cluster().database("mux_warnings");
+    let proxy = small_pool_proxy(1);
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("SELECT CAST('12abc' AS SIGNED)").unwrap();
+    let warnings: Vec<(String, u32, String)> = a.query("SHOW WARNINGS").unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].1, 1292);
+    b.query_drop("SELECT 1").unwrap();
+    let none: Vec<(String, u32, String)> = b.query("SHOW WARNINGS").unwrap();
+    assert!(none.is_empty());
+}
+
+#[test]
+fn use_switches_database_for_that_client_only() {
+    let one = cluster().database("mux_use_one");
+    let two = cluster().database("mux_use_two");
+    let proxy = small_pool_proxy(1);
+    let mut a = proxy.connect(Some(&one));
+    let mut b = proxy.connect(Some(&one));
+    a.query_drop(format!("USE `{two}`")).unwrap();
+    assert_eq!(
+        a.query_first::<String, _>("SELECT DATABASE()").unwrap(),
+        Some(two.clone())
+    );
+    assert_eq!(
+        b.query_first::<String, _>("SELECT DATABASE()").unwrap(),
+        Some(one.clone())
+    );
+    assert_eq!(
+        a.query_first::<String, _>("SELECT DATABASE()").unwrap(),
+        Some(two)
+    );
+}

@@ -1,0 +1,195 @@
+//! A real driver (the `mysql` crate, text and binary protocol) through hscale,
+//! compared with the same statements sent straight to MariaDB.
+
+use hscale_testkit::{cluster, Proxy};
+use mysql::prelude::Queryable;
+use mysql::{Row, Value};
+
+fn setup(db: &str) -> (Proxy, String) {
+    let db = cluster().database(db);
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop(
+            "CREATE TABLE items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(40), price DECIMAL(10,2),
+             added DATE, data BLOB, ratio DOUBLE, note TEXT NULL)",
+        )
+        .unwrap();
+    direct
+        .query_drop(
+            "INSERT INTO items (name, price, added, data, ratio, note) VALUES
+             ('apple', 1.25, '2008-05-06', x'00ff10', 0.5, NULL),
+             ('pear', 2.50, '2009-01-01', '', -1e300, 'ripe'),
+             ('plum', 0.00, '1999-12-31', NULL, 3.14159, '')",
+        )
+        .unwrap();
+    (Proxy::for_cluster(), db)
+}
+
+#[test]
+fn text_protocol_results_match_direct_results() {
+    let (proxy, db) = setup("protocol_text");
+    let sql = "SELECT id, name, price, added, data, ratio, note FROM items ORDER BY id";
+    let direct: Vec<Row> = cluster().direct(1, Some(&db)).query(sql).unwrap();
+    let proxied: Vec<Row> = proxy.connect(Some(&db)).query(sql).unwrap();
+    assert_eq!(direct.len(), 3);
+    assert_eq!(format!("{direct:?}"), format!("{proxied:?}"));
+}
+
+#[test]
+fn binary_protocol_results_match_direct_results() {
+    let (proxy, db) = setup("protocol_binary");
+    let sql = "SELECT id, name, price, added, data, ratio, note FROM items WHERE id >= ? AND name <> ? ORDER BY id";
+    let params = (2, "x");
+    let direct: Vec<Row> = cluster().direct(1, Some(&db)).exec(sql, params).unwrap();
+    let mut conn = proxy.connect(Some(&db));
+    let proxied: Vec<Row> = conn.exec(sql, params).unwrap();
+    assert_eq!(direct.len(), 2);
+    assert_eq!(format!("{direct:?}"), format!("{proxied:?}"));
+    // The statement stays usable, and closing it works.
+    let stmt = conn.prep("SELECT name FROM items WHERE id = ?").unwrap();
+    let name: Option<String> = conn.exec_first(&stmt, (3,)).unwrap();
+    assert_eq!(name.as_deref(), Some("plum"));
+    conn.close(stmt).unwrap();
+}
+
+#[test]
+fn multiple_statements_return_every_result_set() {
+    let (proxy, db) = setup("protocol_multi");
+    let mut conn = proxy.connect(Some(&db));
+    let mut result = conn.query_iter("SELECT 1; SELECT name FROM items WHERE id = 2; UPDATE items SET note = 'x' WHERE id = 3").unwrap();
+    let mut sets = Vec::new();
+    while let Some(set) = result.iter() {
+        let rows: Vec<Row> = set.map(|r| r.unwrap()).collect();
+        sets.push(rows.len());
+    }
+    assert_eq!(sets, [1, 1, 0]);
+    drop(result);
+    assert_eq!(conn.affected_rows(), 1);
+}
+
+#[test]
+fn backend_errors_keep_their_code_sqlstate_and_message() {
+    let (proxy, db) = setup("protocol_errors");
+    for sql in [
+        "SELECT * FROM no_such_table",
+        "SELEC 1",
+        "INSERT INTO items (id) VALUES (1)",
+    ] {
+        let direct = cluster().direct(1, Some(&db)).query_drop(sql).unwrap_err();
+        let proxied = proxy.connect(Some(&db)).query_drop(sql).unwrap_err();
+        match (direct, proxied) {
+            (mysql::Error::MySqlError(d), mysql::Error::MySqlError(p)) => {
+                assert_eq!(
+                    (d.code, &d.state, &d.message),
+                    (p.code, &p.state, &p.message)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The connection goes on after an error.
+    let mut conn = proxy.connect(Some(&db));
+    assert!(conn.query_drop("SELECT * FROM no_such_table").is_err());
+    let one: Option<i32> = conn.query_first("SELECT 1").unwrap();
+    assert_eq!(one, Some(1));
+}
+
+#[test]
+fn packets_of_16_mib_and_more_travel_both_ways() {
+    let (proxy, db) = setup("protocol_large");
+    let mut conn = proxy.connect(Some(&db));
+    conn.query_drop("CREATE TABLE big (id INT PRIMARY KEY, body LONGBLOB)")
+        .unwrap();
+    let body: Vec<u8> = (0..20 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();
+    conn.exec_drop("INSERT INTO big VALUES (1, ?)", (body.clone(),))
+        .unwrap();
+    let text: Option<Vec<u8>> = conn
+        .query_first("SELECT body FROM big WHERE id = 1")
+        .unwrap();
+    assert_eq!(text.as_deref(), Some(&body[..]));
+    let binary: Option<Vec<u8>> = conn
+        .exec_first("SELECT body FROM big WHERE id = ?", (1,))
+        .unwrap();
+    assert_eq!(binary.as_deref(), Some(&body[..]));
+    let exact: Vec<u8> = vec![b'z'; 0xff_ffff - 40];
+    conn.exec_drop("INSERT INTO big VALUES (2, ?)", (exact.clone(),))
+        .unwrap();
+    let len: Option<u64> = conn
+        .query_first("SELECT LENGTH(body) FROM big WHERE id = 2")
+        .unwrap();
+    assert_eq!(len, Some(exact.len() as u64));
+}
+
+#[test]
+fn init_db_ping_reset_and_change_user_work() {
+    let (proxy, db) = setup("protocol_commands");
+    let mut conn = proxy.connect(None);
+    let none: Option<Option<String>> = conn.query_first("SELECT DATABASE()").unwrap();
+    assert_eq!(none, Some(None));
+    conn.select_db(&db).unwrap();
+    let current: Option<String> = conn.query_first("SELECT DATABASE()").unwrap();
+    assert_eq!(current.as_deref(), Some(db.as_str()));
+    conn.ping().unwrap();
+    conn.query_drop("SET @v = 5").unwrap();
+    conn.reset().unwrap();
+    let v: Option<Option<i64>> = conn.query_first("SELECT @v").unwrap();
+    assert_eq!(v, Some(None), "COM_RESET_CONNECTION clears user variables");
+    conn.change_user(mysql::ChangeUserOpts::default().with_db_name(Some(db.clone())))
+        .unwrap();
+    let count: Option<i64> = conn.query_first("SELECT COUNT(*) FROM items").unwrap();
+    assert_eq!(count, Some(3));
+    assert!(
+        matches!(conn.select_db("no_such_db_here"), Err(mysql::Error::MySqlError(e)) if e.code == 1049)
+    );
+}
+
+#[test]
+fn unknown_database_at_login_is_refused_like_mysql() {
+    let proxy = Proxy::for_cluster();
+    let err =
+        hscale_testkit::try_connect(proxy.port, "root", "", Some("no_such_db_at_all")).unwrap_err();
+    assert!(
+        matches!(err, mysql::Error::MySqlError(e) if e.code == 1049),
+        "unexpected error"
+    );
+}
+
+#[test]
+fn wrong_password_and_unknown_user_are_denied() {
+    let mut config = cluster().config();
+    config.users[0].password = "secret".into();
+    let proxy = Proxy::start(config);
+    for (user, password) in [("root", "wrong"), ("nobody", "secret"), ("root", "")] {
+        let err = hscale_testkit::try_connect(proxy.port, user, password, None).unwrap_err();
+        assert!(
+            matches!(&err, mysql::Error::MySqlError(e) if e.code == 1045),
+            "{user}/{password}: {err:?}"
+        );
+    }
+    let mut conn = hscale_testkit::connect(proxy.port, "root", "secret", None);
+    assert_eq!(conn.query_first::<i32, _>("SELECT 7").unwrap(), Some(7));
+}
+
+#[test]
+fn load_data_local_infile_streams_the_file() {
+    let (proxy, db) = setup("protocol_infile");
+    let mut conn = proxy.connect(Some(&db));
+    conn.query_drop("CREATE TABLE loaded (a INT, b VARCHAR(20))")
+        .unwrap();
+    let rows = 50_000;
+    conn.set_local_infile_handler(Some(mysql::LocalInfileHandler::new(move |_, stream| {
+        use std::io::Write;
+        for i in 0..rows {
+            writeln!(stream, "{i}\trow{i}")?;
+        }
+        Ok(())
+    })));
+    conn.query_drop("LOAD DATA LOCAL INFILE 'rows.tsv' INTO TABLE loaded")
+        .unwrap();
+    let count: Option<i64> = conn.query_first("SELECT COUNT(*) FROM loaded").unwrap();
+    assert_eq!(count, Some(rows));
+    let value: Option<Value> = conn
+        .query_first("SELECT b FROM loaded WHERE a = 49999")
+        .unwrap();
+    assert_eq!(value, Some(Value::Bytes(b"row49999".to_vec())));
+}

@@ -1,0 +1,203 @@
+//! Test support: MariaDB servers started once per test binary (own data
+//! directories, free ports, stopped at exit), a database per test, hscale
+//! proxies running in-process, and clients pointed at either.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use hscale::config::Config;
+use hscale::mariadb::LocalServer;
+use hscale::playground::{config_for, start_servers};
+use hscale::Shared;
+use mysql::prelude::Queryable;
+use mysql::{Conn, OptsBuilder};
+
+pub mod raw;
+
+/// The servers every test of this binary shares.
+pub struct Cluster {
+    pub servers: Vec<Mutex<LocalServer>>,
+    ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+const BACKENDS: usize = 2;
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static PIDS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_servers_at_exit() {
+    for pid in PIDS.lock().map(|p| p.clone()).unwrap_or_default() {
+        // SAFETY: kill has no memory-safety preconditions; the pid is a server we started.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
+pub fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("hscale-test-")
+            .tempdir()
+            .expect("temp dir");
+        let servers = start_servers(dir.path(), BACKENDS)
+            .unwrap_or_else(|e| panic!("cannot start MariaDB: {e}"));
+        PIDS.lock().unwrap().extend(servers.iter().map(|s| s.pid()));
+        // SAFETY: registers a plain extern "C" function with no captured state.
+        unsafe {
+            libc::atexit(stop_servers_at_exit);
+        }
+        Cluster {
+            ports: servers.iter().map(|s| s.port).collect(),
+            servers: servers.into_iter().map(Mutex::new).collect(),
+            _dir: dir,
+        }
+    })
+}
+
+impl Cluster {
+    pub fn port(&self, backend: usize) -> u16 {
+        self.ports[backend - 1]
+    }
+
+    /// A fresh, empty database of this name on every backend.
+    pub fn database(&self, name: &str) -> String {
+        for backend in 1..=self.ports.len() {
+            let mut conn = self.direct(backend, None);
+            conn.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+                .unwrap();
+            conn.query_drop(format!("CREATE DATABASE `{name}`"))
+                .unwrap();
+        }
+        name.to_string()
+    }
+
+    /// A client connected straight to a backend, bypassing hscale.
+    pub fn direct(&self, backend: usize, db: Option<&str>) -> Conn {
+        connect(self.port(backend), "root", "", db)
+    }
+
+    /// The proxy configuration for these servers, listening on a free port.
+    pub fn config(&self) -> Config {
+        let mut config = config_for(&[], 0);
+        config.backends = (1..=self.ports.len())
+            .map(|i| hscale::config::BackendConfig {
+                id: i as u32,
+                address: format!("127.0.0.1:{}", self.port(i)),
+                user: "root".into(),
+                password: String::new(),
+                max_connections: 64,
+            })
+            .collect();
+        config.proxy.listen = "127.0.0.1:0".into();
+        config.log.level = "warn".into();
+        config
+    }
+}
+
+/// A client of the `mysql` crate on 127.0.0.1 (never a unix socket).
+pub fn connect(port: u16, user: &str, password: &str, db: Option<&str>) -> Conn {
+    try_connect(port, user, password, db).unwrap_or_else(|e| panic!("connect to port {port}: {e}"))
+}
+
+pub fn try_connect(port: u16, user: &str, password: &str, db: Option<&str>) -> mysql::Result<Conn> {
+    Conn::new(opts(port, user, password, db))
+}
+
+pub fn opts(port: u16, user: &str, password: &str, db: Option<&str>) -> OptsBuilder {
+    OptsBuilder::new()
+        .ip_or_hostname(Some("127.0.0.1"))
+        .tcp_port(port)
+        .prefer_socket(false)
+        .user(Some(user))
+        .pass(Some(password))
+        .db_name(db)
+}
+
+/// hscale running in-process on its own runtime thread; stopped when dropped.
+pub struct Proxy {
+    pub port: u16,
+    pub shared: Arc<Shared>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    pub fn start(config: Config) -> Proxy {
+        // HSCALE_LOG=debug shows the proxy's log in a failing test's output.
+        let _ = hscale::logging::init(&config.log);
+        let problems = config.validate();
+        assert!(problems.is_empty(), "invalid test config: {problems:?}");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (listener, shared) = runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
+                .await
+                .expect("bind");
+            let mut shared = Shared::new(&config);
+            shared.learn_server_version().await;
+            (listener, Arc::new(shared))
+        });
+        let port = listener.local_addr().expect("addr").port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = shared.clone();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(hscale::run(listener, serving, async {
+                let _ = stopped.await;
+            }));
+            runtime.shutdown_background();
+        });
+        Proxy {
+            port,
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// A proxy in front of the shared cluster with the default test config.
+    pub fn for_cluster() -> Proxy {
+        Proxy::start(cluster().config())
+    }
+
+    pub fn connect(&self, db: Option<&str>) -> Conn {
+        connect(self.port, "root", "", db)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Runs a command-line program and returns its stdout; panics with its stderr.
+pub fn run_program(program: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A scratch directory for a test's files.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hscale-scratch-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}

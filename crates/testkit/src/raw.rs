@@ -1,0 +1,66 @@
+//! A bare protocol client for tests that must send what drivers never send:
+//! unknown commands, COM_FIELD_LIST, COM_STATISTICS, malformed packets.
+
+use hscale_wire::auth::native_scramble;
+use hscale_wire::packets::{BackendHello, ServerGreeting};
+use hscale_wire::stream::PacketStream;
+use hscale_wire::CapabilityFlags;
+use tokio::net::TcpStream;
+
+pub struct RawClient {
+    pub stream: PacketStream<TcpStream>,
+}
+
+impl RawClient {
+    /// Logs in as `user` with mysql_native_password.
+    pub async fn login(port: u16, user: &str, password: &str, db: Option<&str>) -> RawClient {
+        let socket = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let mut stream = PacketStream::new(socket, 1 << 30);
+        let greeting = stream.read_packet().await.unwrap().expect("greeting");
+        let server = ServerGreeting::parse(&greeting.payload).expect("greeting parses");
+        let answer = if password.is_empty() {
+            Vec::new()
+        } else {
+            native_scramble(&server.nonce, password)
+        };
+        let mut capabilities = CapabilityFlags::CLIENT_PROTOCOL_41
+            | CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | CapabilityFlags::CLIENT_PLUGIN_AUTH
+            | CapabilityFlags::CLIENT_LONG_PASSWORD;
+        if db.is_some() {
+            capabilities |= CapabilityFlags::CLIENT_CONNECT_WITH_DB;
+        }
+        let mut hello = Vec::new();
+        BackendHello {
+            capabilities,
+            collation: 45,
+            user,
+            auth_response: &answer,
+            database: db,
+            auth_plugin: "mysql_native_password",
+        }
+        .write(&mut hello);
+        stream.send_packet(1, &hello).await.unwrap();
+        let ok = stream.read_packet().await.unwrap().expect("login answer");
+        assert_eq!(
+            ok.payload[0],
+            0,
+            "login failed: {:?}",
+            String::from_utf8_lossy(&ok.payload)
+        );
+        RawClient { stream }
+    }
+
+    /// Sends one command and returns the payloads of the answer up to `packets`.
+    pub async fn command(&mut self, payload: &[u8], packets: usize) -> Vec<Vec<u8>> {
+        self.stream.send_packet(0, payload).await.unwrap();
+        let mut answer = Vec::new();
+        for _ in 0..packets {
+            let p = self.stream.read_packet().await.unwrap().expect("answer");
+            answer.push(p.payload.to_vec());
+        }
+        answer
+    }
+}
