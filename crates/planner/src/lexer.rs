@@ -22,6 +22,8 @@ pub enum Kind {
     SqlPrepared,
     Handler,
     Xa,
+    /// DROP DATABASE / DROP SCHEMA: a connection whose database it was has none after.
+    DropDatabase,
     Other,
     Empty,
 }
@@ -122,6 +124,13 @@ pub fn summarize(sql: &[u8]) -> Summary {
                 if words == 0 {
                     first = first_keyword(word);
                     first_is_create = word.eq_ignore_ascii_case(b"create");
+                } else if words == 1
+                    && first == Kind::Other
+                    && sql[..i].trim_ascii().eq_ignore_ascii_case(b"drop")
+                    && (word.eq_ignore_ascii_case(b"database")
+                        || word.eq_ignore_ascii_case(b"schema"))
+                {
+                    first = Kind::DropDatabase;
                 } else if first_is_create && words <= 3 && word.eq_ignore_ascii_case(b"temporary") {
                     // CREATE [OR REPLACE] TEMPORARY TABLE
                     first = Kind::CreateTemporary;
@@ -141,6 +150,27 @@ pub fn summarize(sql: &[u8]) -> Summary {
     }
     s.kind = first;
     s
+}
+
+/// The database a `USE db` or `DROP DATABASE [IF EXISTS] db` names.
+pub fn target_database(sql: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(sql);
+    let mut rest = text.trim();
+    for keyword in ["use", "drop", "database", "schema", "if", "exists"] {
+        let Some(head) = rest.get(..keyword.len()) else {
+            continue;
+        };
+        let boundary = rest[keyword.len()..].starts_with(|c: char| c.is_whitespace() || c == '`');
+        if head.eq_ignore_ascii_case(keyword) && boundary {
+            rest = rest[keyword.len()..].trim_start();
+        }
+    }
+    let rest = rest.trim_end_matches(|c: char| c == ';' || c.is_whitespace());
+    let name = match rest.strip_prefix('`') {
+        Some(quoted) => quoted.strip_suffix('`')?.replace("``", "`"),
+        None => rest.to_string(),
+    };
+    (!name.is_empty()).then_some(name)
 }
 
 fn note_function(word: &[u8], s: &mut Summary) {
@@ -304,6 +334,23 @@ mod tests {
         assert!(!summarize(b"SELECT 1;").multi_statement);
         assert!(!summarize(b"SELECT 1; -- trailing\n").multi_statement);
         assert!(!summarize(b"SELECT ';'").multi_statement);
+    }
+
+    #[test]
+    fn names_the_database_of_use_and_drop_database() {
+        assert_eq!(kind("DROP DATABASE shop"), Kind::DropDatabase);
+        assert_eq!(kind("drop schema if exists `shop`"), Kind::DropDatabase);
+        assert_eq!(kind("DROP TABLE shop"), Kind::Other);
+        assert_eq!(target_database(b"USE `my``db`;").as_deref(), Some("my`db"));
+        assert_eq!(target_database(b"use shop").as_deref(), Some("shop"));
+        assert_eq!(
+            target_database(b"DROP SCHEMA IF EXISTS `slap`").as_deref(),
+            Some("slap")
+        );
+        assert_eq!(
+            target_database(b"DROP DATABASE shop").as_deref(),
+            Some("shop")
+        );
     }
 
     #[test]

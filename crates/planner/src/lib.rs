@@ -5,5 +5,5 @@
 pub mod lexer;
 pub mod set;
 
-pub use lexer::{summarize, Kind, Summary};
+pub use lexer::{summarize, target_database, Kind, Summary};
 pub use set::{parse_set, SetItem};

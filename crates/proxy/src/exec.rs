@@ -2,7 +2,7 @@
 //! and forward the answer as it arrives, frame by frame, never decoding rows.
 //! A slow client stops hscale reading the backend, so memory stays bounded.
 
-use hscale_wire::frame::{write_packet, FrameHeader, HEADER_LEN};
+use hscale_wire::frame::{FrameHeader, HEADER_LEN};
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, WireError};
@@ -30,10 +30,8 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     expect: Option<Expect>,
 ) -> Result<Completion, RelayError> {
     let backend_failed = |source, answered| RelayError::Backend { source, answered };
-    let mut request = Vec::with_capacity(payload.len() + HEADER_LEN);
-    write_packet(0, payload, &mut request);
     conn.stream
-        .write_raw(&request)
+        .send_packet(0, payload)
         .await
         .map_err(|e| backend_failed(e, false))?;
     let Some(expect) = expect else {

@@ -39,7 +39,7 @@ pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
             .enumerate()
             .map(|(i, s)| BackendConfig {
                 id: i as u32 + 1,
-                address: s.address(),
+                address: s.socket(),
                 user: "root".into(),
                 password: String::new(),
                 max_connections: 64,

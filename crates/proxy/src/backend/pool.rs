@@ -76,17 +76,20 @@ impl Pool {
 
     /// An idle connection of the bucket's key, else a new one, else waits for one.
     pub async fn acquire(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
+        match take_idle(bucket) {
+            Some(conn) => Ok(Lease { conn, fresh: false }),
+            None => self.acquire_slow(bucket).await,
+        }
+    }
+
+    async fn acquire_slow(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.queue_timeout;
         loop {
             let returned = self.returned.notified();
             tokio::pin!(returned);
             returned.as_mut().enable();
-            while let Some(conn) = bucket.idle.pop() {
-                if conn.idle_since.elapsed() > STALE_CHECK_AFTER && conn.stream.get_ref().is_stale()
-                {
-                    continue;
-                }
+            if let Some(conn) = take_idle(bucket) {
                 return Ok(Lease { conn, fresh: false });
             }
             if let Ok(permit) = self.slots.clone().try_acquire_owned() {
@@ -113,11 +116,7 @@ impl Pool {
     }
 
     /// A new connection, bypassing idle ones (after a reused one proved dead).
-    pub async fn acquire_new(
-        &self,
-        bucket: &Bucket,
-        db: Option<&str>,
-    ) -> Result<Lease, BackendError> {
+    pub async fn acquire_new(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
         match self.slots.clone().try_acquire_owned() {
             Ok(permit) => self.open(bucket.key, permit).await,
             Err(_) => {
@@ -177,4 +176,15 @@ impl Pool {
     pub fn open_connections(&self) -> usize {
         self.config.max_connections - self.slots.available_permits()
     }
+}
+
+/// An idle connection of the bucket that is still alive.
+fn take_idle(bucket: &Bucket) -> Option<BackendConn> {
+    while let Some(conn) = bucket.idle.pop() {
+        if conn.idle_since.elapsed() > STALE_CHECK_AFTER && conn.stream.get_ref().is_stale() {
+            continue;
+        }
+        return Some(conn);
+    }
+    None
 }

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::{parse_set, summarize, Kind, SetItem};
+use hscale_planner::{parse_set, summarize, target_database, Kind, SetItem};
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::stream::PacketStream;
@@ -21,7 +21,7 @@ use crate::backend::{BackendConn, Bucket, ConnKey, Lease};
 use crate::error::{Disposition, ProxyError};
 use crate::exec::{relay, RelayError};
 use crate::shared::{Counters, Shared};
-use state::{breaks_connection, SessionState, UNKNOWN_SETTINGS};
+use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
 
@@ -177,14 +177,13 @@ impl Session {
             command::QUERY => self.query(payload).await,
             command::INIT_DB => {
                 let db = String::from_utf8_lossy(&payload[1..]).into_owned();
-                let completion = self.execute(&payload, Some(Expect::Single), false).await?;
-                if !completion.error {
-                    self.use_database(db);
-                }
-                Ok(())
+                let change = StateChange::Database(db);
+                self.execute(&payload, Some(Expect::Single), false, change)
+                    .await
+                    .map(drop)
             }
             command::FIELD_LIST => self
-                .execute(&payload, Some(Expect::Rows), false)
+                .execute(&payload, Some(Expect::Rows), false, StateChange::Nothing)
                 .await
                 .map(drop),
             command::PING => self.send_ok().await,
@@ -194,7 +193,7 @@ impl Session {
                 Ok(())
             }
             command::STMT_PREPARE => self
-                .execute(&payload, Some(Expect::Prepare), false)
+                .execute(&payload, Some(Expect::Prepare), false, StateChange::Nothing)
                 .await
                 .map(drop),
             command::STMT_EXECUTE
@@ -204,7 +203,7 @@ impl Session {
             | command::STMT_CLOSE => self.statement_command(code, payload).await,
             command::SET_OPTION => {
                 self.binding.sticky = Some("COM_SET_OPTION");
-                self.execute(&payload, Some(Expect::Single), false)
+                self.execute(&payload, Some(Expect::Single), false, StateChange::Nothing)
                     .await
                     .map(drop)
             }
@@ -230,39 +229,30 @@ impl Session {
                 .sticky
                 .get_or_insert("several statements in one query");
         }
-        let setting = match summary.kind {
+        let change = match summary.kind {
             Kind::Set => match parse_set(&String::from_utf8_lossy(sql)) {
-                SetItem::Replayable(keys) => Some(keys),
-                SetItem::NoSessionState => None,
+                SetItem::Replayable(keys) => {
+                    StateChange::Setting(keys, String::from_utf8_lossy(sql).into_owned())
+                }
+                SetItem::NoSessionState => StateChange::Nothing,
                 SetItem::BindsConnection => {
                     self.binding
                         .sticky
                         .get_or_insert("SET that cannot be replayed");
-                    None
+                    StateChange::Nothing
                 }
             },
-            _ => None,
+            Kind::Use => target_database(sql).map_or(StateChange::Nothing, StateChange::Database),
+            Kind::DropDatabase => {
+                target_database(sql).map_or(StateChange::Nothing, StateChange::DroppedDatabase)
+            }
+            _ => StateChange::Nothing,
         };
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
-        let completion = self
-            .execute(&payload, Some(Expect::ResultSets), summary.last_insert_id)
-            .await?;
-        if completion.error {
-            return Ok(());
-        }
-        if let Some(keys) = setting {
-            let sql = String::from_utf8_lossy(sql).into_owned();
-            self.state.record_setting(keys, sql);
-            if let Some(conn) = self.held.as_mut() {
-                conn.settings = self.state.fingerprint();
-            }
-        }
-        if summary.kind == Kind::Use {
-            if let Some(db) = use_target(sql) {
-                self.use_database(db);
-            }
-        }
-        Ok(())
+        let expect = Some(Expect::ResultSets);
+        self.execute(&payload, expect, summary.last_insert_id, change)
+            .await
+            .map(drop)
     }
 
     async fn statement_command(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
@@ -290,7 +280,9 @@ impl Session {
         if code == command::STMT_CLOSE {
             self.binding.prepared.remove(&stmt_id);
         }
-        self.execute(&payload, expect, false).await.map(drop)
+        self.execute(&payload, expect, false, StateChange::Nothing)
+            .await
+            .map(drop)
     }
 
     /// Runs one command on a backend connection and forwards its answer.
@@ -299,6 +291,7 @@ impl Session {
         payload: &[u8],
         expect: Option<Expect>,
         wants_last_insert_id: bool,
+        change: StateChange,
     ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(wants_last_insert_id).await?;
         let mut retried = false;
@@ -314,11 +307,7 @@ impl Session {
                         retried = true;
                         tracing::info!(backend, "idle backend connection was closed; reconnecting");
                         drop(lease);
-                        lease = self
-                            .shared
-                            .main_pool()
-                            .acquire_new(&self.bucket, self.state.db.as_deref())
-                            .await?;
+                        lease = self.shared.main_pool().acquire_new(&self.bucket).await?;
                         self.state
                             .apply(&mut lease.conn, wants_last_insert_id)
                             .await?;
@@ -338,6 +327,9 @@ impl Session {
         // MySQL keeps warnings until a statement that uses a table: a connection
         // that had any must not show them to the next client.
         let diagnostics_left = self.binding.warnings || completion.warnings > 0;
+        if !completion.error {
+            self.record(change, &mut lease.conn);
+        }
         self.after(&completion);
         if diagnostics_left && !self.binding.holds() {
             lease.conn.settings = UNKNOWN_SETTINGS;
@@ -397,16 +389,39 @@ impl Session {
         self.binding = Binding::default();
     }
 
-    fn use_database(&mut self, db: String) {
-        if self.state.db.is_none() {
-            let key = ConnKey::for_client(self.capabilities, self.collation, true);
+    /// Records what a successful statement changed, on the session and on the
+    /// connection that ran it.
+    fn record(&mut self, change: StateChange, conn: &mut BackendConn) {
+        match change {
+            StateChange::Nothing => {}
+            StateChange::Database(db) => {
+                conn.key.has_db = true;
+                conn.db = Some(db.clone());
+                self.set_database(Some(db));
+            }
+            StateChange::DroppedDatabase(db) => {
+                if conn.db.as_deref() == Some(db.as_str()) {
+                    conn.key.has_db = false;
+                    conn.db = None;
+                }
+                if self.state.db.as_deref() == Some(db.as_str()) {
+                    self.set_database(None);
+                }
+            }
+            StateChange::Setting(keys, sql) => {
+                self.state.record_setting(keys, sql);
+                conn.settings = self.state.fingerprint();
+            }
+        }
+    }
+
+    /// The session's database, and the pool bucket that goes with having one.
+    fn set_database(&mut self, db: Option<String>) {
+        if self.state.db.is_some() != db.is_some() {
+            let key = ConnKey::for_client(self.capabilities, self.collation, db.is_some());
             self.bucket = self.shared.main_pool().bucket(key);
         }
-        if let Some(conn) = self.held.as_mut() {
-            conn.key.has_db = true;
-            conn.db = Some(db.clone());
-        }
-        self.state.db = Some(db);
+        self.state.db = db;
     }
 
     /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
@@ -456,7 +471,7 @@ impl Session {
             false,
         ));
         if let Some(db) = request.database {
-            self.use_database(db);
+            self.set_database(Some(db));
             let lease = self.checkout(false).await?;
             self.checkin(lease.conn);
         }
@@ -506,17 +521,4 @@ async fn reply_error(
         client.send_packet(seq, &payload).await?;
     }
     Ok(())
-}
-
-/// The database named by `USE db`.
-fn use_target(sql: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(sql);
-    let trimmed = text.trim().trim_end_matches(';').trim();
-    let rest = trimmed.get(3..)?.trim();
-    let name = rest
-        .strip_prefix('`')
-        .and_then(|r| r.strip_suffix('`'))
-        .map(|n| n.replace("``", ""))
-        .unwrap_or_else(|| rest.to_string());
-    (!name.is_empty()).then_some(name)
 }

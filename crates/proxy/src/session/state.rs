@@ -14,6 +14,15 @@ const COM_INIT_DB: u8 = 0x02;
 const COM_QUERY: u8 = 0x03;
 const COM_RESET_CONNECTION: u8 = 0x1f;
 
+/// What a successful statement changes in the session's server-side state.
+pub enum StateChange {
+    Nothing,
+    Database(String),
+    DroppedDatabase(String),
+    /// A replayable SET statement and the variables it sets.
+    Setting(Vec<String>, String),
+}
+
 /// A connection's settings fingerprint when its session state is not known to
 /// be clean: the next client resets it first. Real fingerprints are odd.
 pub const UNKNOWN_SETTINGS: u64 = 2;

@@ -1,0 +1,29 @@
+# The two set-up commands of the README, and what they need.
+SHELL := /bin/bash
+APT_PACKAGES := mariadb-server mariadb-client sysbench
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: playground test deps check bench
+
+playground: deps
+	cargo run --release --bin hscale -- playground
+
+test: deps
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo test --workspace
+
+# MariaDB server and client, and sysbench, from the OS packages, when missing.
+deps:
+	@missing=""; \
+	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing="$$missing mariadb-server"; \
+	command -v mariadb >/dev/null || missing="$$missing mariadb-client"; \
+	command -v sysbench >/dev/null || missing="$$missing sysbench"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(APT_PACKAGES); \
+	fi
+
+bench: deps
+	bench/seed.sh

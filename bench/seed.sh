@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The 2008 HSCALE benchmark, then sysbench oltp_point_select: MariaDB direct vs
+# through hscale, measured side by side in one run on this machine.
+#
+#   bench/seed.sh [--runs N] [--queries N] [--sysbench-seconds N]
+#
+# Prints seconds per cell (median of N runs), the ratio to direct, and hscale's
+# CPU time per query (all its threads, from /proc/<pid>/task/*/schedstat).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=5
+QUERIES=10000
+SYSBENCH_SECONDS=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=$2; shift 2 ;;
+    --queries) QUERIES=$2; shift 2 ;;
+    --sysbench-seconds) SYSBENCH_SECONDS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+cargo build --release --quiet --bin hscale
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+LOG=$(mktemp)
+target/release/hscale playground --backends 1 --port "$PORT" >"$LOG" 2>&1 &
+HSCALE_PID=$!
+trap 'kill -INT $HSCALE_PID 2>/dev/null; wait $HSCALE_PID 2>/dev/null; rm -f "$LOG"' EXIT
+for _ in $(seq 1 600); do grep -q "is ready" "$LOG" && break; sleep 0.1; done
+grep -q "is ready" "$LOG" || { cat "$LOG"; exit 1; }
+DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$LOG")
+MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$LOG")
+
+sql() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "$1"; }
+sql "CREATE DATABASE IF NOT EXISTS bench;
+     CREATE TABLE IF NOT EXISTS bench.small (id INT UNSIGNED PRIMARY KEY,
+       category ENUM('books','hardware','software')) ENGINE=HEAP;
+     REPLACE INTO bench.small VALUES (1,'books'),(2,'hardware'),(3,'software');"
+
+QUERY="SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */"
+
+# CPU nanoseconds a process has used, all threads (default: hscale).
+cpu_ns() { cat /proc/"${1:-$HSCALE_PID}"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+
+slap_seconds() { # port concurrency
+  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$QUERY" \
+    --number-of-queries="$QUERIES" --concurrency="$2" --iterations=1 2>&1 |
+    sed -n 's/.*Average number of seconds to run all queries: \([0-9.]*\) seconds/\1/p'
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+echo "mariadb: $(mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
+echo "seed query, $QUERIES queries per run, median of $RUNS runs"
+echo
+echo "| concurrency | MariaDB direct (s) | hscale (s) | ratio | hscale CPU per query (µs) | MariaDB CPU per query, direct (µs) |"
+echo "|---:|---:|---:|---:|---:|---:|"
+for c in 1 10 20 40; do
+  direct=(); proxied=(); cpu_total=0; mariadb_total=0
+  for _ in $(seq 1 "$RUNS"); do
+    m_before=$(cpu_ns "$MARIADB_PID")
+    direct+=("$(slap_seconds "$DIRECT" "$c")")
+    m_after=$(cpu_ns "$MARIADB_PID")
+    mariadb_total=$((mariadb_total + m_after - m_before))
+    before=$(cpu_ns)
+    proxied+=("$(slap_seconds "$PORT" "$c")")
+    after=$(cpu_ns)
+    cpu_total=$((cpu_total + after - before))
+  done
+  d=$(printf '%s\n' "${direct[@]}" | median)
+  p=$(printf '%s\n' "${proxied[@]}" | median)
+  awk -v c="$c" -v d="$d" -v p="$p" -v cpu="$cpu_total" -v m="$mariadb_total" -v n="$((QUERIES * RUNS))" \
+    'BEGIN {printf "| %d | %.3f | %.3f | %.2f | %.1f | %.1f |\n", c, d, p, p/d, cpu/n/1000, m/n/1000}'
+done
+
+echo
+echo "sysbench oltp_point_select, 8 threads, ${SYSBENCH_SECONDS}s each, server-side prepared statements"
+echo
+SB=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user=root --mysql-password= --mysql-db=bench
+    --tables=1 --table-size=100000 --threads=8 --time="$SYSBENCH_SECONDS" --percentile=95)
+sysbench oltp_point_select "${SB[@]}" --mysql-port="$DIRECT" prepare >/dev/null 2>&1 || true
+sysbench_run() { # port -> "qps p95"
+  sysbench oltp_point_select "${SB[@]}" --mysql-port="$1" run |
+    awk '/queries:/ {gsub(/\(/, "", $3); qps=$3} /95th percentile:/ {p95=$3} END {print qps, p95}'
+}
+read -r dq dp <<<"$(sysbench_run "$DIRECT")"
+before=$(cpu_ns)
+read -r pq pp <<<"$(sysbench_run "$PORT")"
+after=$(cpu_ns)
+echo "| | qps | p95 (ms) |"
+echo "|---|---:|---:|"
+echo "| MariaDB direct | $dq | $dp |"
+echo "| hscale | $pq | $pp |"
+awk -v d="$dq" -v p="$pq" -v cpu="$((after - before))" -v s="$SYSBENCH_SECONDS" \
+  'BEGIN {printf "| ratio | %.2f | |\n\nhscale CPU per sysbench query: %.1f µs\n", p/d, cpu/(p*s)/1000}'

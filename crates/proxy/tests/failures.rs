@@ -1,0 +1,190 @@
+//! Bad input and broken backends: a clear error for the one who caused it, and
+//! the proxy keeps serving everyone else.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use hscale::mariadb::{install_datadir, LocalServer};
+use hscale_testkit::raw::RawClient;
+use hscale_testkit::{cluster, scratch, Proxy};
+use mysql::prelude::Queryable;
+
+fn mysql_error(err: mysql::Error) -> mysql::MySqlError {
+    match err {
+        mysql::Error::MySqlError(e) => e,
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_closes_only_that_connection() {
+    let proxy = Proxy::for_cluster();
+    let mut bystander = proxy.connect(None);
+    for garbage in [
+        &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        &[0xff; 64],
+        &[1, 0, 0, 7, 3],
+    ] {
+        let mut socket = std::net::TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut greeting = [0u8; 256];
+        let _ = socket.read(&mut greeting).unwrap();
+        socket.write_all(garbage).unwrap();
+        let mut rest = Vec::new();
+        let _ = socket.read_to_end(&mut rest);
+    }
+    assert_eq!(
+        bystander.query_first::<i32, _>("SELECT 1").unwrap(),
+        Some(1)
+    );
+    let mut fresh = proxy.connect(None);
+    assert_eq!(fresh.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+}
+
+#[tokio::test]
+async fn unknown_and_hscale_answered_commands() {
+    let db = cluster().database("fail_commands");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE t (a INT, b VARCHAR(3))")
+        .unwrap();
+    let proxy = tokio::task::spawn_blocking(Proxy::for_cluster)
+        .await
+        .unwrap();
+    let mut client = RawClient::login(proxy.port, "root", "", Some(&db)).await;
+    let answer = client.command(&[0x99], 1).await;
+    assert_eq!(answer[0][0], 0xff);
+    assert_eq!(u16::from_le_bytes([answer[0][1], answer[0][2]]), 1047);
+    let stats = client.command(&[0x09], 1).await;
+    assert!(String::from_utf8_lossy(&stats[0]).starts_with("Uptime: "));
+    // COM_FIELD_LIST: two column definitions, then EOF.
+    let fields = client.command(b"\x04t\0", 3).await;
+    assert_eq!(fields[2][0], 0xfe);
+    let ping = client.command(&[0x0e], 1).await;
+    assert_eq!(ping[0][0], 0x00);
+    // COM_STMT_EXECUTE of a statement never prepared.
+    let err = client.command(&[0x17, 9, 0, 0, 0, 0, 1, 0, 0, 0], 1).await;
+    assert_eq!(u16::from_le_bytes([err[0][1], err[0][2]]), 1243);
+    drop(client);
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+}
+
+#[test]
+fn too_many_clients_get_error_1040() {
+    let mut config = cluster().config();
+    config.proxy.max_connections = 2;
+    let proxy = Proxy::start(config);
+    let _a = proxy.connect(None);
+    let _b = proxy.connect(None);
+    let err = mysql_error(hscale_testkit::try_connect(proxy.port, "root", "", None).unwrap_err());
+    assert_eq!(err.code, 1040);
+    drop(_a);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut c = proxy.connect(None);
+    assert_eq!(c.query_first::<i32, _>("SELECT 2").unwrap(), Some(2));
+}
+
+#[test]
+fn a_full_pool_makes_waiters_time_out_with_a_clear_error() {
+    let mut config = cluster().config();
+    config.backends[0].max_connections = 1;
+    config.proxy.queue_timeout_ms = 300;
+    let proxy = Proxy::start(config);
+    let mut holder = proxy.connect(None);
+    let mut waiter = proxy.connect(None);
+    holder.query_drop("BEGIN").unwrap();
+    let started = Instant::now();
+    let err = mysql_error(waiter.query_drop("SELECT 1").unwrap_err());
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(err.code, 1040);
+    assert!(err.message.contains("backend 1"), "{}", err.message);
+    holder.query_drop("COMMIT").unwrap();
+    assert_eq!(waiter.query_first::<i32, _>("SELECT 3").unwrap(), Some(3));
+}
+
+#[test]
+fn a_dead_backend_fails_only_its_statements_and_is_reconnected_after_restart() {
+    let dir = scratch("dead_backend");
+    let template = dir.join("template");
+    if !template.exists() {
+        install_datadir(&template).unwrap();
+    }
+    let server_dir = dir.join("server");
+    let _ = std::fs::remove_dir_all(&server_dir);
+    std::fs::create_dir_all(&server_dir).unwrap();
+    let mut server = LocalServer::start(&server_dir, &template).unwrap();
+    let mut config = cluster().config();
+    config.backends[0].address = server.address();
+    config.proxy.connect_timeout_ms = 1000;
+    let proxy = Proxy::start(config);
+    let mut client = proxy.connect(None);
+    assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+
+    server.kill();
+    let started = Instant::now();
+    let err = mysql_error(client.query_drop("SELECT 1").unwrap_err());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the error came after {:?}",
+        started.elapsed()
+    );
+    assert!(err.message.contains("backend 1"), "{}", err.message);
+    assert!(err.message.contains(&server.address()), "{}", err.message);
+    // The client connection survives and so does the proxy.
+    let err = mysql_error(client.query_drop("SELECT 1").unwrap_err());
+    assert_eq!(err.code, 1429);
+
+    server.restart().unwrap();
+    assert_eq!(client.query_first::<i32, _>("SELECT 5").unwrap(), Some(5));
+    let mut other = proxy.connect(None);
+    assert_eq!(other.query_first::<i32, _>("SELECT 6").unwrap(), Some(6));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_backend_dying_mid_result_closes_only_that_client() {
+    let db = cluster().database("fail_mid_result");
+    let proxy = Proxy::for_cluster();
+    let mut victim = proxy.connect(Some(&db));
+    let victim_id: u64 = victim
+        .query_first("SELECT CONNECTION_ID()")
+        .unwrap()
+        .unwrap();
+    victim.query_drop("SET @hold = 1").unwrap(); // keeps the same backend connection
+    let backend_id: u64 = victim
+        .query_first("SELECT CONNECTION_ID()")
+        .unwrap()
+        .unwrap();
+    assert_eq!(victim_id, backend_id);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        cluster()
+            .direct(1, None)
+            .query_drop(format!("KILL {backend_id}"))
+            .unwrap();
+    });
+    let result = victim
+        .query_iter("SELECT seq, SLEEP(0.01) FROM seq_1_to_1000")
+        .and_then(|mut r| {
+            let mut n = 0;
+            while let Some(set) = r.iter() {
+                for row in set {
+                    row?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        });
+    killer.join().unwrap();
+    assert!(result.is_err(), "the killed query cannot succeed");
+    let mut bystander = proxy.connect(Some(&db));
+    assert_eq!(
+        bystander.query_first::<i32, _>("SELECT 8").unwrap(),
+        Some(8)
+    );
+}
