@@ -59,7 +59,7 @@ fn two_million_rows_stream_to_a_slow_client_in_bounded_memory() {
         rows += 1;
         last = line.split('\t').next().unwrap().parse().unwrap();
         // A slow consumer for the first part: the proxy must stop reading.
-        if rows < 200_000 && rows % 2_000 == 0 {
+        if rows < 200_000 && rows.is_multiple_of(2_000) {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
