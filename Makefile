@@ -1,6 +1,6 @@
 # The two set-up commands of the README, and what they need.
 SHELL := /bin/bash
-APT_PACKAGES := mariadb-server mariadb-client sysbench
+APT_PACKAGES := mariadb-server mariadb-client sysbench libmariadb-dev pkg-config python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: playground test deps check bench
@@ -12,13 +12,16 @@ test: deps
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo test --workspace
+	tests/compat/run.sh
 
-# MariaDB server and client, and sysbench, from the OS packages, when missing.
+# MariaDB server and client, sysbench, and what the mysqlclient suite builds
+# with, from the OS packages, when missing.
 deps:
 	@missing=""; \
 	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing="$$missing mariadb-server"; \
 	command -v mariadb >/dev/null || missing="$$missing mariadb-client"; \
 	command -v sysbench >/dev/null || missing="$$missing sysbench"; \
+	pkg-config --exists libmariadb 2>/dev/null || missing="$$missing libmariadb-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -q && \

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Third-party test suites, unchanged, against hscale in front of real MariaDB:
+# the tests go-sql-driver/mysql ships in its Go module, and the tests of the
+# mysqlclient source package from PyPI (with the DB-API 2.0 compliance suite).
+# Tests that cannot pass through a proxy by nature are listed in README.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GO_DRIVER_VERSION=v1.10.1
+MYSQLCLIENT_VERSION=2.3.1
+WORK=$(mktemp -d /tmp/hscale-compat-XXXXXX)
+
+cargo build --release --quiet --bin hscale
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+target/release/hscale playground --backends 2 --port "$PORT" >"$WORK/hscale.log" 2>&1 &
+HSCALE_PID=$!
+cleanup() { kill -INT "$HSCALE_PID" 2>/dev/null || true; wait "$HSCALE_PID" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+for _ in $(seq 1 600); do grep -q "is ready" "$WORK/hscale.log" && break; sleep 0.1; done
+grep -q "is ready" "$WORK/hscale.log" || { cat "$WORK/hscale.log"; exit 1; }
+mariadb -h127.0.0.1 -P"$PORT" -uroot -e "CREATE DATABASE gotest; CREATE DATABASE mysqldb_test"
+
+echo "== go-sql-driver/mysql $GO_DRIVER_VERSION"
+(
+  cd "$WORK" && mkdir gomod && cd gomod
+  go mod init compat >/dev/null 2>&1
+  GOFLAGS=-mod=mod go get "github.com/go-sql-driver/mysql@$GO_DRIVER_VERSION" >/dev/null 2>&1
+  cp -r "$(go env GOMODCACHE)/github.com/go-sql-driver/mysql@$GO_DRIVER_VERSION" "$WORK/gosql"
+  chmod -R u+w "$WORK/gosql"
+  cd "$WORK/gosql"
+  # TestConcurrent runs only with MYSQL_TEST_CONCURRENT set; see README.md.
+  MYSQL_TEST_ADDR="127.0.0.1:$PORT" MYSQL_TEST_USER=root MYSQL_TEST_PASS= MYSQL_TEST_DBNAME=gotest \
+    go test -count=1 -v -skip '^(TestConnectorReturnsTimeout|TestTLS|TestIssue1567)$' . >"$WORK/go.log" 2>&1 \
+    || { grep -E -B2 -A12 '^(--- FAIL|panic)' "$WORK/go.log" | head -200; exit 1; }
+  echo "$(grep -c '^--- PASS' "$WORK/go.log") passed, 0 failed, $(grep -c '^--- SKIP' "$WORK/go.log") skipped: go-sql-driver/mysql"
+)
+
+echo "== mysqlclient $MYSQLCLIENT_VERSION"
+(
+  cd "$WORK"
+  python3 -m venv venv
+  venv/bin/pip install -q "mysqlclient==$MYSQLCLIENT_VERSION" pytest sqlalchemy
+  venv/bin/pip download -q --no-deps --no-binary :all: "mysqlclient==$MYSQLCLIENT_VERSION" -d sdist
+  tar xzf sdist/mysqlclient-*.tar.gz
+  cat >"$WORK/test.cnf" <<CNF
+[MySQLdb-tests]
+host = 127.0.0.1
+port = $PORT
+user = root
+database = mysqldb_test
+default-character-set = utf8mb4
+CNF
+  cd "mysqlclient-$MYSQLCLIENT_VERSION"
+  TESTDB="$WORK/test.cnf" ../venv/bin/pytest -q -p no:cacheprovider tests
+)
