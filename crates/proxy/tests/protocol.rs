@@ -193,3 +193,136 @@ fn load_data_local_infile_streams_the_file() {
         .unwrap();
     assert_eq!(value, Some(Value::Bytes(b"row49999".to_vec())));
 }
+
+#[tokio::test]
+async fn answers_are_byte_identical_to_direct_with_deprecate_eof_on_and_off() {
+    use hscale_testkit::raw::RawClient;
+    use hscale_wire::CapabilityFlags;
+    let (proxy, db) = tokio::task::spawn_blocking(|| setup("protocol_deprecate_eof"))
+        .await
+        .unwrap();
+    let sql = "SELECT id, name, price, added, data, ratio, note FROM items ORDER BY id; \
+               SELECT COUNT(*) FROM items; UPDATE items SET note = note WHERE id = 1; SELECT 1 FROM items WHERE 0";
+    let multi = CapabilityFlags::CLIENT_MULTI_STATEMENTS | CapabilityFlags::CLIENT_MULTI_RESULTS;
+    for deprecate_eof in [false, true] {
+        let extra = if deprecate_eof {
+            multi | CapabilityFlags::CLIENT_DEPRECATE_EOF
+        } else {
+            multi
+        };
+        let mut direct =
+            RawClient::login_with(cluster().port(1), "root", "", Some(&db), extra).await;
+        let mut proxied = RawClient::login_with(proxy.port, "root", "", Some(&db), extra).await;
+        let expected = direct.query_bytes(sql, deprecate_eof).await;
+        let got = proxied.query_bytes(sql, deprecate_eof).await;
+        assert!(
+            expected.len() > 200,
+            "a real answer: {} bytes",
+            expected.len()
+        );
+        assert_eq!(got, expected, "deprecate_eof = {deprecate_eof}");
+    }
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_read_only_cursor_fetches_rows_in_batches() {
+    use hscale_testkit::raw::RawClient;
+    let db = cluster().database("protocol_cursor");
+    let proxy = tokio::task::spawn_blocking(Proxy::for_cluster)
+        .await
+        .unwrap();
+    let mut client = RawClient::login(proxy.port, "root", "", Some(&db)).await;
+    let mut prepare = vec![0x16];
+    prepare.extend_from_slice(b"SELECT seq FROM seq_1_to_10");
+    // OK, one column definition, EOF.
+    let prepared = client.command(&prepare, 3).await;
+    assert_eq!(
+        prepared[0][0],
+        0x00,
+        "{:?}",
+        String::from_utf8_lossy(&prepared[0])
+    );
+    let stmt = [
+        prepared[0][1],
+        prepared[0][2],
+        prepared[0][3],
+        prepared[0][4],
+    ];
+    let mut execute = vec![0x17];
+    execute.extend_from_slice(&stmt);
+    execute.extend_from_slice(&[0x01, 1, 0, 0, 0]); // CURSOR_TYPE_READ_ONLY, one iteration
+                                                    // Column count, definition, EOF with SERVER_STATUS_CURSOR_EXISTS: no rows yet.
+    let opened = client.command(&execute, 3).await;
+    let status = u16::from_le_bytes([opened[2][3], opened[2][4]]);
+    assert_ne!(status & 0x0040, 0, "cursor exists");
+    let mut seen = Vec::new();
+    for batch in [4usize, 4, 2] {
+        let mut fetch = vec![0x1c];
+        fetch.extend_from_slice(&stmt);
+        fetch.extend_from_slice(&4u32.to_le_bytes());
+        let rows = client.command(&fetch, batch + 1).await;
+        for row in &rows[..batch] {
+            // Binary row: header 0, null bitmap, then a BIGINT UNSIGNED.
+            seen.push(u64::from_le_bytes(row[2..10].try_into().unwrap()));
+        }
+        assert_eq!(rows[batch][0], 0xfe, "EOF after the batch");
+    }
+    assert_eq!(seen, (1..=10).collect::<Vec<u64>>());
+    drop(client);
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn clients_asking_for_another_auth_plugin_are_switched_to_native_password() {
+    use hscale_wire::auth::native_scramble;
+    use hscale_wire::packets::{parse_auth_switch, BackendHello};
+    use hscale_wire::stream::PacketStream;
+    use hscale_wire::CapabilityFlags;
+    let mut config = cluster().config();
+    config.users[0].password = "pw".into();
+    let proxy = tokio::task::spawn_blocking(move || Proxy::start(config))
+        .await
+        .unwrap();
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .unwrap();
+    let mut stream = PacketStream::new(socket, 1 << 20);
+    stream.read_packet().await.unwrap().unwrap();
+    let mut hello = Vec::new();
+    BackendHello {
+        capabilities: CapabilityFlags::CLIENT_PROTOCOL_41
+            | CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | CapabilityFlags::CLIENT_PLUGIN_AUTH,
+        collation: 45,
+        user: "root",
+        auth_response: &[7; 32],
+        database: None,
+        auth_plugin: "caching_sha2_password",
+    }
+    .write(&mut hello);
+    stream.send_packet(1, &hello).await.unwrap();
+    let switch = stream.read_packet().await.unwrap().unwrap();
+    let (plugin, nonce) = parse_auth_switch(&switch.payload).expect("an auth switch request");
+    assert_eq!(plugin, "mysql_native_password");
+    stream
+        .send_packet(switch.seq + 1, &native_scramble(&nonce, "pw"))
+        .await
+        .unwrap();
+    let ok = stream.read_packet().await.unwrap().unwrap();
+    assert_eq!(
+        ok.payload[0],
+        0x00,
+        "{:?}",
+        String::from_utf8_lossy(&ok.payload)
+    );
+    assert_eq!(ok.seq, 4);
+    drop(stream);
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+}

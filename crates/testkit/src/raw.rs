@@ -3,6 +3,7 @@
 
 use hscale_wire::auth::native_scramble;
 use hscale_wire::packets::{BackendHello, ServerGreeting};
+use hscale_wire::scan::{Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::CapabilityFlags;
 use tokio::net::TcpStream;
@@ -14,6 +15,17 @@ pub struct RawClient {
 impl RawClient {
     /// Logs in as `user` with mysql_native_password.
     pub async fn login(port: u16, user: &str, password: &str, db: Option<&str>) -> RawClient {
+        Self::login_with(port, user, password, db, CapabilityFlags::empty()).await
+    }
+
+    /// Logs in asking for `extra` capabilities as well.
+    pub async fn login_with(
+        port: u16,
+        user: &str,
+        password: &str,
+        db: Option<&str>,
+        extra: CapabilityFlags,
+    ) -> RawClient {
         let socket = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect");
@@ -28,7 +40,8 @@ impl RawClient {
         let mut capabilities = CapabilityFlags::CLIENT_PROTOCOL_41
             | CapabilityFlags::CLIENT_SECURE_CONNECTION
             | CapabilityFlags::CLIENT_PLUGIN_AUTH
-            | CapabilityFlags::CLIENT_LONG_PASSWORD;
+            | CapabilityFlags::CLIENT_LONG_PASSWORD
+            | extra;
         if db.is_some() {
             capabilities |= CapabilityFlags::CLIENT_CONNECT_WITH_DB;
         }
@@ -51,6 +64,32 @@ impl RawClient {
             String::from_utf8_lossy(&ok.payload)
         );
         RawClient { stream }
+    }
+
+    /// Sends a query and returns the whole answer as raw bytes, frames included.
+    pub async fn query_bytes(&mut self, sql: &str, deprecate_eof: bool) -> Vec<u8> {
+        let mut payload = vec![0x03];
+        payload.extend_from_slice(sql.as_bytes());
+        self.stream.send_packet(0, &payload).await.unwrap();
+        let mut scanner = ResponseScanner::new(Expect::ResultSets, deprecate_eof);
+        let mut answer = Vec::new();
+        loop {
+            let progress = scanner.scan(self.stream.buffered()).unwrap();
+            let (n, done) = match progress {
+                Progress::More(n) => (n, false),
+                Progress::Done(n, _) => (n, true),
+                Progress::LocalInfile(_) => panic!("unexpected LOCAL INFILE request"),
+            };
+            answer.extend_from_slice(&self.stream.buffered()[..n]);
+            self.stream.consume(n);
+            if done {
+                return answer;
+            }
+            assert!(
+                self.stream.fill().await.unwrap() > 0,
+                "server closed mid-answer"
+            );
+        }
     }
 
     /// Sends one command and returns the payloads of the answer up to `packets`.
