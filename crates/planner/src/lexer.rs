@@ -24,6 +24,8 @@ pub enum Kind {
     Xa,
     /// DROP DATABASE / DROP SCHEMA: a connection whose database it was has none after.
     DropDatabase,
+    /// KILL: names a connection by the id its client was given.
+    Kill,
     Other,
     Empty,
 }
@@ -194,6 +196,7 @@ fn first_keyword(word: &[u8]) -> Kind {
         3 if is(b"use") => Kind::Use,
         2 if is(b"xa") => Kind::Xa,
         4 if is(b"lock") => Kind::Lock,
+        4 if is(b"kill") => Kind::Kill,
         5 if is(b"begin") => Kind::Begin,
         5 if is(b"start") => Kind::Begin,
         6 if is(b"select") => Kind::Select,
@@ -277,6 +280,7 @@ mod tests {
         assert_eq!(kind("USE `shop`"), Kind::Use);
         assert_eq!(kind("  "), Kind::Empty);
         assert_eq!(kind("SHOW TABLES"), Kind::Other);
+        assert_eq!(kind("KILL QUERY 5"), Kind::Kill);
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! needs. Pure logic, no I/O. For now the lexer that classifies statements and
 //! finds what ties a client to one backend connection.
 
+pub mod kill;
 pub mod lexer;
 pub mod set;
 
+pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{summarize, target_database, Kind, Summary};
 pub use set::{parse_set, SetItem};

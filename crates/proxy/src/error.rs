@@ -29,6 +29,14 @@ pub enum ProxyError {
     /// A backend error that happened after part of the answer was sent.
     #[error("{source} (after part of the answer was sent)")]
     BackendMidAnswer { source: BackendError },
+    #[error("{what} is not supported by hscale")]
+    NotSupported { what: &'static str },
+    #[error("unknown thread id {id}")]
+    NoSuchThread { id: u64 },
+    #[error("not the owner of thread {id}")]
+    KillDenied { id: u64 },
+    #[error("this connection was killed")]
+    ConnectionKilled,
     /// The server refused a command hscale sent for the client (state replay).
     #[error("backend refused: {}", .0.message)]
     Refused(ErrorPacket),
@@ -51,6 +59,10 @@ const ER_UNKNOWN_COM_ERROR: u16 = 1047;
 const ER_UNKNOWN_STMT_HANDLER: u16 = 1243;
 const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
 const ER_CONNECT_TO_FOREIGN_DATA_SOURCE: u16 = 1429;
+const ER_NO_SUCH_THREAD: u16 = 1094;
+const ER_KILL_DENIED_ERROR: u16 = 1095;
+const ER_NOT_SUPPORTED_YET: u16 = 1235;
+const ER_CONNECTION_KILLED: u16 = 1927;
 const CR_SERVER_LOST: u16 = 2013;
 
 impl ProxyError {
@@ -101,6 +113,13 @@ impl ProxyError {
                 | BackendError::AuthPlugin { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
             },
             ProxyError::BackendMidAnswer { .. } => (None, Close),
+            ProxyError::NotSupported { what } => (
+                reply(ER_NOT_SUPPORTED_YET, "42000", format!("This version of hscale doesn't yet support '{what}'")),
+                Reply,
+            ),
+            ProxyError::NoSuchThread { id } => (reply(ER_NO_SUCH_THREAD, "HY000", format!("Unknown thread id: {id}")), Reply),
+            ProxyError::KillDenied { id } => (reply(ER_KILL_DENIED_ERROR, "HY000", format!("You are not owner of thread {id}")), Reply),
+            ProxyError::ConnectionKilled => (reply(ER_CONNECTION_KILLED, "70100", "Connection was killed".into()), ReplyAndClose),
             ProxyError::Refused(packet) => (Some(packet.clone()), Reply),
         }
     }
@@ -158,6 +177,10 @@ mod tests {
                 max: 1,
             }),
             ProxyError::BackendMidAnswer { source: lost() },
+            ProxyError::NotSupported { what: "KILL USER" },
+            ProxyError::NoSuchThread { id: 9 },
+            ProxyError::KillDenied { id: 9 },
+            ProxyError::ConnectionKilled,
             ProxyError::Refused(ErrorPacket::new(
                 1193,
                 "HY000",

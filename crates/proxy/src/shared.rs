@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::PasswordHash;
+use tokio::sync::Notify;
 
 use crate::backend::{ConnKey, Pool};
 use crate::config::Config;
@@ -19,6 +20,87 @@ pub struct User {
 /// Answered to clients until the main backend has told its own version.
 const FALLBACK_VERSION: &str = "5.5.5-10.11.0-MariaDB-hscale";
 
+/// What other sessions may know of a session: enough to KILL it.
+pub struct SessionHandle {
+    user: Mutex<String>,
+    /// The backend connection serving the session now: backend id in the high
+    /// half, the server's thread id in the low half; 0 when it has none.
+    running: AtomicU64,
+    killed: Notify,
+}
+
+impl SessionHandle {
+    pub fn user(&self) -> String {
+        self.user.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_user(&self, user: &str) {
+        *self.user.lock().unwrap_or_else(|e| e.into_inner()) = user.to_owned();
+    }
+
+    pub fn set_running(&self, backend: u32, thread_id: u32) {
+        let packed = u64::from(backend) << 32 | u64::from(thread_id);
+        self.running.store(packed, Ordering::Relaxed);
+    }
+
+    pub fn set_idle(&self) {
+        self.running.store(0, Ordering::Relaxed);
+    }
+
+    /// (backend id, server thread id) of the connection serving the session.
+    pub fn running(&self) -> Option<(u32, u32)> {
+        let packed = self.running.load(Ordering::Relaxed);
+        (packed != 0).then_some(((packed >> 32) as u32, packed as u32))
+    }
+
+    pub fn kill(&self) {
+        self.killed.notify_one();
+    }
+
+    /// Completes once the session has been killed.
+    pub async fn killed(&self) {
+        self.killed.notified().await
+    }
+}
+
+/// Sessions by the connection id their clients were given. Touched at connect,
+/// disconnect and KILL only.
+#[derive(Default)]
+pub struct Sessions {
+    by_id: Mutex<HashMap<u32, Arc<SessionHandle>>>,
+}
+
+impl Sessions {
+    pub fn register(&self, id: u32, user: &str) -> Arc<SessionHandle> {
+        let handle = Arc::new(SessionHandle {
+            user: Mutex::new(user.to_owned()),
+            running: AtomicU64::new(0),
+            killed: Notify::new(),
+        });
+        self.by_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, handle.clone());
+        handle
+    }
+
+    pub fn remove(&self, id: u32) {
+        self.by_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<SessionHandle>> {
+        let id = u32::try_from(id).ok()?;
+        self.by_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+}
+
 pub struct Shared {
     pub users: HashMap<String, User>,
     pub pools: Vec<Arc<Pool>>,
@@ -27,6 +109,7 @@ pub struct Shared {
     pub server_version: String,
     pub max_connections: usize,
     pub counters: Counters,
+    pub sessions: Sessions,
     next_connection_id: AtomicU32,
     pub started: Instant,
 }
@@ -78,6 +161,7 @@ impl Shared {
             server_version: FALLBACK_VERSION.into(),
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
+            sessions: Sessions::default(),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
         }

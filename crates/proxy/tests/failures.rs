@@ -188,3 +188,67 @@ fn a_backend_dying_mid_result_closes_only_that_client() {
         Some(8)
     );
 }
+
+#[test]
+fn kill_query_names_the_connection_id_the_client_was_given() {
+    let proxy = Proxy::for_cluster();
+    let mut victim = proxy.connect(None);
+    let victim_id = victim.connection_id();
+    let sleeper = std::thread::spawn(move || {
+        let started = Instant::now();
+        let result = victim.query_first::<i64, _>("SELECT SLEEP(20)");
+        (victim, started.elapsed(), result)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut killer = proxy.connect(None);
+    killer
+        .query_drop(format!("KILL QUERY {victim_id}"))
+        .unwrap();
+    let (mut victim, elapsed, result) = sleeper.join().unwrap();
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "the query ran {elapsed:?}"
+    );
+    // MariaDB answers an interrupted SLEEP with 1 (or error 1317).
+    assert!(
+        matches!(&result, Ok(Some(1)))
+            || matches!(&result, Err(mysql::Error::MySqlError(e)) if e.code == 1317),
+        "{result:?}"
+    );
+    assert_eq!(
+        victim.query_first::<i32, _>("SELECT 4").unwrap(),
+        Some(4),
+        "only the query was killed"
+    );
+}
+
+#[test]
+fn kill_connection_ends_that_client_and_checks_ids_and_owners() {
+    let mut config = cluster().config();
+    config.users.push(hscale::config::UserConfig {
+        name: "guest".into(),
+        password: "guest".into(),
+        admin: false,
+    });
+    let proxy = Proxy::start(config);
+    let mut victim = proxy.connect(None);
+    victim.query_drop("BEGIN").unwrap();
+    let victim_id = victim.connection_id();
+    let mut guest = hscale_testkit::connect(proxy.port, "guest", "guest", None);
+    let denied = mysql_error(guest.query_drop(format!("KILL {victim_id}")).unwrap_err());
+    assert_eq!(denied.code, 1095);
+    let unknown = mysql_error(guest.query_drop("KILL 4000000").unwrap_err());
+    assert_eq!(unknown.code, 1094);
+    let mut admin = proxy.connect(None);
+    admin
+        .query_drop(format!("KILL CONNECTION {victim_id}"))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        victim.query_drop("SELECT 1").is_err(),
+        "the killed client's connection is gone"
+    );
+    assert_eq!(admin.query_first::<i32, _>("SELECT 9").unwrap(), Some(9));
+    let unsupported = mysql_error(admin.query_drop("KILL USER guest").unwrap_err());
+    assert_eq!(unsupported.code, 1235);
+}

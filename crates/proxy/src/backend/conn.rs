@@ -68,6 +68,8 @@ pub struct BackendConn {
     pub last_insert_id: u64,
     pub idle_since: Instant,
     pub server_version: String,
+    /// The server's id for this connection (its CONNECTION_ID()).
+    pub thread_id: u32,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -184,6 +186,7 @@ impl BackendConn {
             last_insert_id: 0,
             idle_since: Instant::now(),
             server_version: server.server_version,
+            thread_id: server.connection_id,
             _permit: permit,
         })
     }

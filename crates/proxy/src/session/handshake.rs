@@ -72,32 +72,13 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         return Err((ProxyError::TlsRequired, response.seq.wrapping_add(1)));
     }
     let hello = ClientHello::parse(&response.payload).map_err(|e| (e.into(), 0))?;
-    let mut seq = response.seq.wrapping_add(1);
-    let mut answer = hello.auth_response.clone();
-    if hello
-        .auth_plugin
-        .as_deref()
-        .is_some_and(|p| p != NATIVE_PASSWORD)
-    {
-        let mut switch = Vec::with_capacity(64);
-        write_auth_switch(NATIVE_PASSWORD, &nonce, &mut switch);
-        client
-            .send_packet(seq, &switch)
-            .await
-            .map_err(|e| (e.into(), 0))?;
-        let reply = read(client).await.map_err(|e| (e, 0))?;
-        answer = reply.payload.to_vec();
-        seq = reply.seq.wrapping_add(1);
-    }
-    let user = shared.users.get(&hello.user);
-    if !user.is_some_and(|u| u.password.verify(&nonce, &answer)) {
-        tracing::info!(user = %hello.user, "login refused");
-        let denied = ProxyError::AccessDenied {
-            user: hello.user,
-            used_password: !answer.is_empty(),
-        };
-        return Err((denied, seq));
-    }
+    let attempt = Attempt {
+        user: &hello.user,
+        plugin: hello.auth_plugin.as_deref(),
+        answer: hello.auth_response.clone(),
+        seq: response.seq.wrapping_add(1),
+    };
+    let seq = authenticate(client, shared, &nonce, attempt).await?;
     Ok(Login {
         capabilities: hello.capabilities & SERVER_CAPABILITIES,
         collation: hello.collation,
@@ -106,6 +87,53 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         nonce,
         next_seq: seq,
     })
+}
+
+/// A client's claim to be `user`: the plugin it used and its answer.
+pub struct Attempt<'a> {
+    pub user: &'a str,
+    pub plugin: Option<&'a str>,
+    pub answer: Vec<u8>,
+    /// Sequence id of the next packet to the client.
+    pub seq: u8,
+}
+
+/// Checks a login (or COM_CHANGE_USER) answer against the configured users,
+/// first switching clients that used another plugin to mysql_native_password.
+/// Returns the sequence id for the packet that answers it.
+pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<S>,
+    shared: &Shared,
+    nonce: &[u8; NONCE_LEN],
+    attempt: Attempt<'_>,
+) -> Result<u8, (ProxyError, u8)> {
+    let Attempt {
+        user,
+        plugin,
+        mut answer,
+        mut seq,
+    } = attempt;
+    if plugin.is_some_and(|p| p != NATIVE_PASSWORD) {
+        let mut switch = Vec::with_capacity(64);
+        write_auth_switch(NATIVE_PASSWORD, nonce, &mut switch);
+        client
+            .send_packet(seq, &switch)
+            .await
+            .map_err(|e| (e.into(), 0))?;
+        let reply = read(client).await.map_err(|e| (e, 0))?;
+        answer = reply.payload.to_vec();
+        seq = reply.seq.wrapping_add(1);
+    }
+    let known = shared.users.get(user);
+    if !known.is_some_and(|u| u.password.verify(nonce, &answer)) {
+        tracing::info!(user, "login refused");
+        let denied = ProxyError::AccessDenied {
+            user: user.to_owned(),
+            used_password: !answer.is_empty(),
+        };
+        return Err((denied, seq));
+    }
+    Ok(seq)
 }
 
 async fn read<S: AsyncRead + AsyncWrite + Unpin>(

@@ -4,13 +4,16 @@
 //! `Binding`; docs/multiplexing.md explains them to users.
 
 mod handshake;
+mod kill;
 mod state;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::{parse_set, summarize, target_database, Kind, SetItem};
+use hscale_planner::{
+    parse_kill, parse_set, summarize, target_database, Kill, KillScope, Kind, SetItem,
+};
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::stream::PacketStream;
@@ -20,7 +23,7 @@ use tokio::net::TcpStream;
 use crate::backend::{BackendConn, Bucket, ConnKey, Lease};
 use crate::error::{Disposition, ProxyError};
 use crate::exec::{relay, RelayError};
-use crate::shared::{Counters, Shared};
+use crate::shared::{Counters, SessionHandle, Shared};
 use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
@@ -31,6 +34,7 @@ mod command {
     pub const QUERY: u8 = 0x03;
     pub const FIELD_LIST: u8 = 0x04;
     pub const STATISTICS: u8 = 0x09;
+    pub const PROCESS_KILL: u8 = 0x0c;
     pub const PING: u8 = 0x0e;
     pub const CHANGE_USER: u8 = 0x11;
     pub const STMT_PREPARE: u8 = 0x16;
@@ -65,9 +69,11 @@ impl Binding {
 
 pub struct Session {
     shared: Arc<Shared>,
+    handle: Arc<SessionHandle>,
     client: PacketStream<TcpStream>,
     connection_id: u32,
     user: String,
+    admin: bool,
     capabilities: CapabilityFlags,
     collation: u8,
     nonce: [u8; 20],
@@ -99,7 +105,10 @@ impl Session {
             login.collation,
             login.database.is_some(),
         );
+        let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
         let mut session = Session {
+            handle: shared.sessions.register(connection_id, &login.user),
+            admin,
             bucket: pool.bucket(key),
             shared,
             client,
@@ -143,7 +152,11 @@ impl Session {
 
     async fn command_loop(&mut self) -> Result<(), ProxyError> {
         loop {
-            let Some(packet) = self.client.read_packet().await? else {
+            let packet = tokio::select! {
+                packet = self.client.read_packet() => packet?,
+                _ = self.handle.killed() => None,
+            };
+            let Some(packet) = packet else {
                 return Ok(());
             };
             if packet.first_seq != 0 {
@@ -212,6 +225,16 @@ impl Session {
                 self.send_ok().await
             }
             command::CHANGE_USER => self.change_user(payload).await,
+            command::PROCESS_KILL => {
+                let id = payload
+                    .get(1..5)
+                    .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                let kill = Kill::Thread {
+                    scope: KillScope::Connection,
+                    id: u64::from(id),
+                };
+                self.kill(kill).await
+            }
             code => Err(ProxyError::UnknownCommand { code }),
         }
     }
@@ -228,6 +251,9 @@ impl Session {
             self.binding
                 .sticky
                 .get_or_insert("several statements in one query");
+        }
+        if summary.kind == Kind::Kill {
+            return self.kill(parse_kill(&String::from_utf8_lossy(sql))).await;
         }
         let change = match summary.kind {
             Kind::Set => match parse_set(&String::from_utf8_lossy(sql)) {
@@ -360,6 +386,8 @@ impl Session {
             Some(conn) => Lease { conn, fresh: false },
             None => self.shared.main_pool().acquire(&self.bucket).await?,
         };
+        self.handle
+            .set_running(lease.conn.backend, lease.conn.thread_id);
         if let Err(e) = self
             .state
             .apply(&mut lease.conn, wants_last_insert_id)
@@ -379,12 +407,14 @@ impl Session {
         if self.binding.holds() {
             self.held = Some(conn);
         } else {
+            self.handle.set_idle();
             self.shared.main_pool().release_to(&self.bucket, conn);
         }
     }
 
     /// The connection that held the session's server-side state is gone.
     fn forget_connection_state(&mut self) {
+        self.handle.set_idle();
         self.held = None;
         self.binding = Binding::default();
     }
@@ -434,33 +464,27 @@ impl Session {
 
     async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let request = ChangeUser::parse(&payload)?;
-        let user = self.shared.users.get(&request.user);
-        let mut answer = request.auth_response.clone();
-        let mut seq = 1;
-        if request
-            .auth_plugin
-            .as_deref()
-            .is_some_and(|p| p != hscale_wire::auth::NATIVE_PASSWORD)
-        {
-            let mut switch = Vec::new();
-            hscale_wire::packets::write_auth_switch(
-                hscale_wire::auth::NATIVE_PASSWORD,
-                &self.nonce,
-                &mut switch,
-            );
-            self.client.send_packet(seq, &switch).await?;
-            let reply = self.client.read_packet().await?.ok_or(WireError::Closed)?;
-            answer = reply.payload.to_vec();
-            seq = reply.seq.wrapping_add(1);
-        }
-        if !user.is_some_and(|u| u.password.verify(&self.nonce, &answer)) {
-            return Err(ProxyError::AccessDenied {
-                user: request.user,
-                used_password: !answer.is_empty(),
-            });
-        }
+        let attempt = handshake::Attempt {
+            user: &request.user,
+            plugin: request.auth_plugin.as_deref(),
+            answer: request.auth_response.clone(),
+            seq: 1,
+        };
+        let shared = self.shared.clone();
+        let seq =
+            match handshake::authenticate(&mut self.client, &shared, &self.nonce, attempt).await {
+                Ok(seq) => seq,
+                Err((error, seq)) => {
+                    // Denied, like MySQL: the error (with the sequence id the exchange
+                    // reached), then the connection closes.
+                    reply_error(&mut self.client, &error, seq).await?;
+                    return Err(ProxyError::Client(WireError::Closed));
+                }
+            };
         self.reset();
         self.user = request.user;
+        self.admin = shared.users.get(&self.user).is_some_and(|u| u.admin);
+        self.handle.set_user(&self.user);
         if let Some(collation) = request.collation {
             self.collation = collation as u8;
         }
@@ -498,11 +522,15 @@ impl Session {
 
     /// Connections that hold state of this client are closed, not pooled.
     fn finish(&mut self) {
-        if let Some(conn) = self.held.take() {
+        self.shared.sessions.remove(self.connection_id);
+        if let Some(mut conn) = self.held.take() {
             if self.binding.sticky.is_none()
                 && !self.binding.transaction
                 && self.binding.prepared.is_empty()
             {
+                if self.binding.warnings {
+                    conn.settings = UNKNOWN_SETTINGS;
+                }
                 self.shared.main_pool().release_to(&self.bucket, conn);
             }
         }

@@ -1,0 +1,62 @@
+//! KILL and COM_PROCESS_KILL. Clients know the connection id hscale gave them in
+//! the greeting, not the backend's thread id, so hscale translates: it finds the
+//! session, kills the backend thread serving it, and for KILL CONNECTION ends the
+//! session too. A bare backend thread id is never passed through: it could name
+//! another client's connection.
+
+use hscale_planner::{Kill, KillScope};
+use hscale_wire::scan::Expect;
+use hscale_wire::CapabilityFlags;
+
+use super::Session;
+use crate::backend::ConnKey;
+use crate::error::ProxyError;
+
+impl Session {
+    pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
+        let Kill::Thread { scope, id } = kill else {
+            return Err(ProxyError::NotSupported {
+                what: "KILL USER / KILL QUERY ID",
+            });
+        };
+        let target = self
+            .shared
+            .sessions
+            .get(id)
+            .ok_or(ProxyError::NoSuchThread { id })?;
+        if !self.admin && target.user() != self.user {
+            return Err(ProxyError::KillDenied { id });
+        }
+        if let Some((backend, thread_id)) = target.running() {
+            self.kill_backend_thread(backend, thread_id, scope).await;
+        }
+        if scope == KillScope::Connection {
+            target.kill();
+            if id == u64::from(self.connection_id) {
+                return Err(ProxyError::ConnectionKilled);
+            }
+        }
+        self.send_ok().await
+    }
+
+    /// Best effort: the thread may have finished meanwhile, which is fine.
+    async fn kill_backend_thread(&self, backend: u32, thread_id: u32, scope: KillScope) {
+        let Some(pool) = self.shared.pools.iter().find(|p| p.id() == backend) else {
+            return;
+        };
+        let bucket = pool.bucket(ConnKey::for_client(CapabilityFlags::empty(), 45, false));
+        let Ok(mut lease) = pool.acquire(&bucket).await else {
+            return;
+        };
+        let what = if scope == KillScope::Query {
+            "QUERY "
+        } else {
+            ""
+        };
+        let sql = format!("\x03KILL {what}{thread_id}");
+        match lease.conn.run(sql.as_bytes(), Expect::ResultSets).await {
+            Ok(_) => pool.release_to(&bucket, lease.conn),
+            Err(e) => tracing::info!(backend, thread_id, "KILL on the backend failed: {e}"),
+        }
+    }
+}
