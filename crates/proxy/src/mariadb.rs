@@ -202,3 +202,19 @@ impl Drop for LocalServer {
         self.kill();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_program_says_what_to_install() {
+        let err = find("mariadbd-that-does-not-exist")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("apt-get install -y mariadb-server mariadb-client"),
+            "{err}"
+        );
+    }
+}

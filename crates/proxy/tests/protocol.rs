@@ -326,3 +326,51 @@ async fn clients_asking_for_another_auth_plugin_are_switched_to_native_password(
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn long_data_statement_reset_and_set_option_pass_through() {
+    use hscale_testkit::raw::RawClient;
+    let db = cluster().database("protocol_long_data");
+    let proxy = tokio::task::spawn_blocking(Proxy::for_cluster)
+        .await
+        .unwrap();
+    let mut client = RawClient::login(proxy.port, "root", "", Some(&db)).await;
+    let mut prepare = vec![0x16];
+    prepare.extend_from_slice(b"SELECT CONCAT(?, '!')");
+    // OK, one parameter definition + EOF, one column definition + EOF.
+    let prepared = client.command(&prepare, 5).await;
+    assert_eq!(prepared[0][0], 0x00);
+    let stmt = [
+        prepared[0][1],
+        prepared[0][2],
+        prepared[0][3],
+        prepared[0][4],
+    ];
+    for chunk in [&b"long "[..], b"data"] {
+        let mut long_data = vec![0x18];
+        long_data.extend_from_slice(&stmt);
+        long_data.extend_from_slice(&0u16.to_le_bytes());
+        long_data.extend_from_slice(chunk);
+        client.command(&long_data, 0).await;
+    }
+    let mut execute = vec![0x17];
+    execute.extend_from_slice(&stmt);
+    // No cursor, one iteration, null bitmap, new-params-bound, type VAR_STRING; no value (sent as long data).
+    execute.extend_from_slice(&[0x00, 1, 0, 0, 0, 0x00, 0x01, 0xfd, 0x00]);
+    let result = client.command(&execute, 5).await;
+    let row = &result[3];
+    assert_eq!(&row[2..], b"\x0along data!", "{row:?}");
+    let mut reset = vec![0x1a];
+    reset.extend_from_slice(&stmt);
+    assert_eq!(client.command(&reset, 1).await[0][0], 0x00);
+    // COM_SET_OPTION(MULTI_STATEMENTS_OFF) answers with EOF in the classic protocol.
+    assert_eq!(client.command(&[0x1b, 1, 0], 1).await[0][0], 0xfe);
+    let mut close = vec![0x19];
+    close.extend_from_slice(&stmt);
+    client.command(&close, 0).await;
+    assert_eq!(client.command(&[0x0e], 1).await[0][0], 0x00);
+    drop(client);
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,182 @@
+//! The `hscale` binary: --version, --check-config, serve with a log file, and
+//! the playground from start to Ctrl-C.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hscale_testkit::{cluster, run_program, scratch};
+
+const HSCALE: &str = env!("CARGO_BIN_EXE_hscale");
+
+fn config_text(listen_port: u16, extra_log: &str) -> String {
+    format!(
+        r#"
+[proxy]
+listen = "127.0.0.1:{listen_port}"
+
+[[users]]
+name = "app"
+password = "secret"
+
+[[backends]]
+id = 1
+address = "127.0.0.1:{backend}"
+user = "root"
+
+[log]
+level = "warn"
+{extra_log}
+[log.categories]
+"hscale::session" = "info"
+"#,
+        backend = cluster().port(1)
+    )
+}
+
+fn interrupt(pid: u32) {
+    run_program("kill", &["-INT", &pid.to_string()]);
+}
+
+#[test]
+fn version_and_config_check() {
+    let version = run_program(HSCALE, &["--version"]);
+    assert!(version.starts_with("hscale "), "{version}");
+    let dir = scratch("check_config");
+    let good = dir.join("good.toml");
+    std::fs::write(&good, config_text(4999, "")).unwrap();
+    let ok = run_program(
+        HSCALE,
+        &[
+            "serve",
+            "--config",
+            good.to_str().unwrap(),
+            "--check-config",
+        ],
+    );
+    assert!(ok.contains("ok"), "{ok}");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        config_text(4999, "")
+            .replace("127.0.0.1:4999", "nowhere")
+            .replace("id = 1", "id = 0"),
+    )
+    .unwrap();
+    let out = Command::new(HSCALE)
+        .args(["--config", bad.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("proxy.listen:") && err.contains("backends[0].id:"),
+        "{err}"
+    );
+    let unknown = dir.join("unknown.toml");
+    std::fs::write(&unknown, config_text(4999, "colour = true")).unwrap();
+    let out = Command::new(HSCALE)
+        .args(["--config", unknown.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("colour"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_logs_categories_to_its_file() {
+    let dir = scratch("serve_log");
+    let port = hscale::mariadb::free_port().unwrap();
+    let log = dir.join("hscale.log");
+    let config = dir.join("hscale.toml");
+    let file_line = format!("file = \"{}\"\nrotation = \"never\"", log.display());
+    std::fs::write(&config, config_text(port, &file_line)).unwrap();
+    let mut child = Command::new(HSCALE)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut conn = loop {
+        match hscale_testkit::try_connect(port, "app", "secret", None) {
+            Ok(conn) => break conn,
+            Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("hscale serve did not come up: {e}"),
+        }
+    };
+    use mysql::prelude::Queryable;
+    assert_eq!(conn.query_first::<i32, _>("SELECT 11").unwrap(), Some(11));
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(child.id());
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("client connected"),
+        "session info reaches the file:\n{text}"
+    );
+    assert!(
+        !text.contains("hscale is serving"),
+        "the default level is warn:\n{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
+    let port = hscale::mariadb::free_port().unwrap();
+    let mut child = Command::new(HSCALE)
+        .args(["playground", "--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(pid) = line.split("(pid ").nth(1) {
+            pids.push(pid.trim_end_matches(')').to_string());
+        }
+        if line.contains("is ready") {
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 2, "two MariaDB servers by default");
+    let out = run_program(
+        "mariadb",
+        &[
+            "-h127.0.0.1",
+            &format!("-P{port}"),
+            "-uroot",
+            "demo",
+            "--batch",
+            "-e",
+            "SELECT nickname FROM users ORDER BY id",
+        ],
+    );
+    assert_eq!(out, "nickname\nmartin\nmarvin\npeter\npaula\n");
+    let stderr = child.stderr.take().unwrap();
+    interrupt(child.id());
+    assert!(child.wait().unwrap().success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut err).unwrap();
+    let data_dir = err
+        .lines()
+        .find_map(|l| l.split(" in ").nth(1))
+        .map(|d| d.trim_end_matches(" ...").to_string())
+        .expect("the playground names its directory");
+    assert!(
+        !std::path::Path::new(&data_dir).exists(),
+        "{data_dir} is removed"
+    );
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "MariaDB {pid} stopped"
+        );
+    }
+}
