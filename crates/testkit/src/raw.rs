@@ -32,11 +32,7 @@ impl RawClient {
         let mut stream = PacketStream::new(socket, 1 << 30);
         let greeting = stream.read_packet().await.unwrap().expect("greeting");
         let server = ServerGreeting::parse(&greeting.payload).expect("greeting parses");
-        let answer = if password.is_empty() {
-            Vec::new()
-        } else {
-            native_scramble(&server.nonce, password)
-        };
+        let answer = native_scramble(&server.nonce, password);
         let mut capabilities = CapabilityFlags::CLIENT_PROTOCOL_41
             | CapabilityFlags::CLIENT_SECURE_CONNECTION
             | CapabilityFlags::CLIENT_PLUGIN_AUTH

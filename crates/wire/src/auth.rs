@@ -67,7 +67,8 @@ impl PasswordHash {
     }
 }
 
-/// The answer a client sends for `password` to `nonce` (used towards backends).
+/// The answer a client sends for `password` to `nonce` (used towards backends);
+/// empty for an empty password, as servers expect.
 pub fn native_scramble(nonce: &[u8], password: &str) -> Vec<u8> {
     mysql_common::scramble::scramble_native(nonce, password.as_bytes())
         .map(|s| s.to_vec())
@@ -101,6 +102,7 @@ mod tests {
     fn empty_password_accepts_only_an_empty_answer() {
         let nonce = new_nonce();
         assert!(PasswordHash::Empty.verify(&nonce, b""));
+        assert!(native_scramble(&nonce, "").is_empty());
         assert!(!PasswordHash::Empty.verify(&nonce, &native_scramble(&nonce, "x")));
     }
 

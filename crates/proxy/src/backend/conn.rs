@@ -124,16 +124,12 @@ impl BackendConn {
             capabilities,
             collation: key.collation,
             user: &config.user,
-            auth_response: if config.password.is_empty() {
-                &[]
-            } else {
-                &answer
-            },
+            auth_response: &answer,
             database: None,
             auth_plugin: NATIVE_PASSWORD,
         }
         .write(&mut hello);
-        let mut seq = stream
+        stream
             .send_packet(greeting.seq.wrapping_add(1), &hello)
             .await
             .map_err(lost)?;
@@ -158,18 +154,12 @@ impl BackendConn {
                         return Err(BackendError::AuthPlugin { backend, plugin });
                     }
                     let answer = native_scramble(&nonce, &config.password);
-                    let answer: &[u8] = if config.password.is_empty() {
-                        &[]
-                    } else {
-                        &answer
-                    };
-                    seq = stream
-                        .send_packet(reply.seq.wrapping_add(1), answer)
+                    stream
+                        .send_packet(reply.seq.wrapping_add(1), &answer)
                         .await
                         .map_err(lost)?;
                 }
                 _ => {
-                    let _ = seq;
                     return Err(BackendError::AuthPlugin {
                         backend,
                         plugin: server.auth_plugin.clone(),
