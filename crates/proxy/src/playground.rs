@@ -91,10 +91,10 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
         .prefix("hscale-playground-")
         .tempdir()
         .map_err(LaunchError::Io)?;
-    eprintln!(
-        "starting {backends} MariaDB server(s) in {} ...",
+    say_err(&format!(
+        "starting {backends} MariaDB server(s) in {} ...\n",
         dir.path().display()
-    );
+    ));
     let servers = start_servers(dir.path(), backends)?;
     create_demo(&servers[0])?;
     let config = config_for(&servers, port);
@@ -103,20 +103,36 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
         .map_err(|source| PlaygroundError::Listen { port, source })?;
     let mut shared = Shared::new(&config);
     shared.learn_server_version().await;
+    let mut ready = String::new();
     for (i, s) in servers.iter().enumerate() {
-        println!(
-            "backend {}: MariaDB on 127.0.0.1:{} (pid {})",
-            i + 1,
-            s.port,
-            s.pid()
-        );
+        let (n, port, pid) = (i + 1, s.port, s.pid());
+        ready.push_str(&format!(
+            "backend {n}: MariaDB on 127.0.0.1:{port} (pid {pid})\n"
+        ));
     }
-    println!("hscale playground is ready. Connect with:\n\n    mariadb -h127.0.0.1 -P{port} -uroot demo\n\nand try: SELECT * FROM users;\nPress Ctrl-C to stop and remove everything.");
+    ready.push_str(&format!(
+        "hscale playground is ready. Connect with:\n\n    mariadb -h127.0.0.1 -P{port} -uroot demo\n\n\
+         and try: SELECT * FROM users;\nPress Ctrl-C to stop and remove everything.\n"
+    ));
+    say(&ready);
     crate::server::run(listener, Arc::new(shared), shutdown_signal()).await;
     drop(servers);
     drop(dir);
-    eprintln!("playground stopped; its data is removed");
+    say_err("playground stopped; its data is removed\n");
     Ok(())
+}
+
+/// Prints to stdout. A reader that went away (`| head`) must not stop the
+/// playground, so write errors are ignored.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+fn say_err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -221,6 +221,23 @@ async fn answers_are_byte_identical_to_direct_with_deprecate_eof_on_and_off() {
             expected.len()
         );
         assert_eq!(got, expected, "deprecate_eof = {deprecate_eof}");
+        let field_list = b"\x04items\0";
+        let expect = hscale_wire::scan::Expect::Rows;
+        let expected = direct
+            .command_bytes(field_list, expect, deprecate_eof)
+            .await;
+        let got = proxied
+            .command_bytes(field_list, expect, deprecate_eof)
+            .await;
+        assert!(
+            expected.len() > 100,
+            "COM_FIELD_LIST: {} bytes",
+            expected.len()
+        );
+        assert_eq!(
+            got, expected,
+            "COM_FIELD_LIST, deprecate_eof = {deprecate_eof}"
+        );
     }
     tokio::task::spawn_blocking(move || drop(proxy))
         .await

@@ -66,8 +66,19 @@ impl RawClient {
     pub async fn query_bytes(&mut self, sql: &str, deprecate_eof: bool) -> Vec<u8> {
         let mut payload = vec![0x03];
         payload.extend_from_slice(sql.as_bytes());
-        self.stream.send_packet(0, &payload).await.unwrap();
-        let mut scanner = ResponseScanner::new(Expect::ResultSets, deprecate_eof);
+        self.command_bytes(&payload, Expect::ResultSets, deprecate_eof)
+            .await
+    }
+
+    /// Sends a command and returns the whole answer as raw bytes, frames included.
+    pub async fn command_bytes(
+        &mut self,
+        payload: &[u8],
+        expect: Expect,
+        deprecate_eof: bool,
+    ) -> Vec<u8> {
+        self.stream.send_packet(0, payload).await.unwrap();
+        let mut scanner = ResponseScanner::new(expect, deprecate_eof);
         let mut answer = Vec::new();
         loop {
             let progress = scanner.scan(self.stream.buffered()).unwrap();

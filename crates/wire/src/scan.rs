@@ -185,13 +185,13 @@ impl ResponseScanner {
                 self.state = State::Rows;
                 Ok(Step::Continue)
             }
+            // Servers answer some commands (COM_FIELD_LIST, cursors) with a classic
+            // EOF even when CLIENT_DEPRECATE_EOF is on; its 5 bytes tell it apart
+            // from an OK terminator, which has at least 7.
+            State::Rows if self.deprecate_eof && payload.len() > 5 => self.on_ok(payload),
             State::Rows => {
-                if self.deprecate_eof {
-                    self.on_ok(payload)
-                } else {
-                    let status = self.on_eof(payload)?;
-                    Ok(self.after_result(status))
-                }
+                let status = self.on_eof(payload)?;
+                Ok(self.after_result(status))
             }
             State::PrepareFirst => {
                 let ok = payload.get(..9).ok_or_else(malformed)?;
@@ -498,6 +498,15 @@ mod tests {
         let bytes = frames(&[vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]);
         let (n, _) = scan_all(Expect::Prepare, false, &bytes, 64);
         assert_eq!(n, bytes.len());
+    }
+
+    #[test]
+    fn a_classic_eof_also_ends_rows_when_deprecate_eof_is_on() {
+        let packets = vec![b"\x03def\0\0\0\x01a".to_vec(), eof(2)];
+        let bytes = frames(&packets);
+        let (n, p) = scan_all(Expect::Rows, true, &bytes, 3);
+        assert_eq!(n, bytes.len());
+        assert!(matches!(p, Progress::Done(_, c) if c.status == Some(2)));
     }
 
     #[test]
