@@ -21,16 +21,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-cargo build --release --quiet --bin hscale
+cargo build --release --quiet --bin hscale --example relay_floor
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 LOG=$(mktemp)
 target/release/hscale playground --backends 1 --port "$PORT" >"$LOG" 2>&1 &
 HSCALE_PID=$!
-trap 'kill -INT $HSCALE_PID 2>/dev/null; wait $HSCALE_PID 2>/dev/null; rm -f "$LOG"' EXIT
+trap 'kill $RELAY_PID 2>/dev/null; kill -INT $HSCALE_PID 2>/dev/null; wait $HSCALE_PID 2>/dev/null; rm -f "$LOG"' EXIT
 for _ in $(seq 1 600); do grep -q "is ready" "$LOG" && break; sleep 0.1; done
 grep -q "is ready" "$LOG" || { cat "$LOG"; exit 1; }
 DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$LOG")
 MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$LOG")
+SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$LOG")/backend1/mariadb.sock"
+# The floor: a byte relay that parses nothing, on the same path hscale takes.
+RELAY=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+target/release/examples/relay_floor "127.0.0.1:$RELAY" "$SOCKET" &
+RELAY_PID=$!
 
 sql() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "$1"; }
 sql "CREATE DATABASE IF NOT EXISTS bench;
@@ -55,10 +60,10 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 echo "mariadb: $(mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
 echo "seed query, $QUERIES queries per run, median of $RUNS runs"
 echo
-echo "| concurrency | MariaDB direct (s) | hscale (s) | ratio | hscale CPU per query (µs) | MariaDB CPU per query, direct (µs) |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| concurrency | MariaDB direct (s) | hscale (s) | ratio | byte relay (s) | hscale CPU/query (µs) | byte relay CPU/query (µs) | MariaDB CPU/query, direct (µs) |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 for c in 1 10 20 40; do
-  direct=(); proxied=(); cpu_total=0; mariadb_total=0
+  direct=(); proxied=(); relayed=(); cpu_total=0; relay_total=0; mariadb_total=0
   for _ in $(seq 1 "$RUNS"); do
     m_before=$(cpu_ns "$MARIADB_PID")
     direct+=("$(slap_seconds "$DIRECT" "$c")")
@@ -68,11 +73,17 @@ for c in 1 10 20 40; do
     proxied+=("$(slap_seconds "$PORT" "$c")")
     after=$(cpu_ns)
     cpu_total=$((cpu_total + after - before))
+    before=$(cpu_ns "$RELAY_PID")
+    relayed+=("$(slap_seconds "$RELAY" "$c")")
+    after=$(cpu_ns "$RELAY_PID")
+    relay_total=$((relay_total + after - before))
   done
   d=$(printf '%s\n' "${direct[@]}" | median)
   p=$(printf '%s\n' "${proxied[@]}" | median)
-  awk -v c="$c" -v d="$d" -v p="$p" -v cpu="$cpu_total" -v m="$mariadb_total" -v n="$((QUERIES * RUNS))" \
-    'BEGIN {printf "| %d | %.3f | %.3f | %.2f | %.1f | %.1f |\n", c, d, p, p/d, cpu/n/1000, m/n/1000}'
+  r=$(printf '%s\n' "${relayed[@]}" | median)
+  awk -v c="$c" -v d="$d" -v p="$p" -v r="$r" -v cpu="$cpu_total" -v rc="$relay_total" -v m="$mariadb_total" \
+    -v n="$((QUERIES * RUNS))" \
+    'BEGIN {printf "| %d | %.3f | %.3f | %.2f | %.3f | %.1f | %.1f | %.1f |\n", c, d, p, p/d, r, cpu/n/1000, rc/n/1000, m/n/1000}'
 done
 
 echo

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod exec;
+pub mod http;
 pub mod logging;
 pub mod mariadb;
 pub mod playground;

@@ -104,7 +104,14 @@ async fn serve(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
     let mut shared = Shared::new(&config);
     shared.learn_server_version().await;
+    let shared = Arc::new(shared);
+    if let Some(http) = &config.proxy.http {
+        let http_listener = tokio::net::TcpListener::bind(http)
+            .await
+            .map_err(|e| format!("cannot listen on {http} (proxy.http): {e}"))?;
+        tokio::spawn(hscale::http::serve(http_listener, shared.clone()));
+    }
     tracing::info!(listen = %config.proxy.listen, backends = config.backends.len(), "hscale is serving");
-    hscale::run(listener, Arc::new(shared), playground::shutdown_signal()).await;
+    hscale::run(listener, shared, playground::shutdown_signal()).await;
     Ok(())
 }

@@ -84,14 +84,28 @@ fn version_and_config_check() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(socket, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    response
+}
+
 #[test]
-fn serve_logs_categories_to_its_file() {
+fn serve_logs_categories_to_its_file_and_answers_http() {
     let dir = scratch("serve_log");
     let port = hscale::mariadb::free_port().unwrap();
+    let http = hscale::mariadb::free_port().unwrap();
     let log = dir.join("hscale.log");
     let config = dir.join("hscale.toml");
     let file_line = format!("file = \"{}\"\nrotation = \"never\"", log.display());
-    std::fs::write(&config, config_text(port, &file_line)).unwrap();
+    let text = config_text(port, &file_line).replace(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &format!("listen = \"127.0.0.1:{port}\"\nhttp = \"127.0.0.1:{http}\""),
+    );
+    std::fs::write(&config, text).unwrap();
     let mut child = Command::new(HSCALE)
         .args(["serve", "--config", config.to_str().unwrap()])
         .spawn()
@@ -109,6 +123,21 @@ fn serve_logs_categories_to_its_file() {
     };
     use mysql::prelude::Queryable;
     assert_eq!(conn.query_first::<i32, _>("SELECT 11").unwrap(), Some(11));
+    let metrics = http_get(http, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    let questions: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hscale_questions_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(questions >= 1, "{metrics}");
+    assert!(
+        metrics.contains("hscale_backend_connections{backend=\"1\"} "),
+        "{metrics}"
+    );
+    assert!(metrics.contains("hscale_clients 1"), "{metrics}");
+    assert!(http_get(http, "/status").contains("Uptime: "));
+    assert!(http_get(http, "/nothing").starts_with("HTTP/1.1 404"));
     drop(conn);
     std::thread::sleep(Duration::from_millis(300));
     interrupt(child.id());

@@ -1,0 +1,115 @@
+//! The optional HTTP listener (`[proxy] http`): `/metrics` in Prometheus text
+//! format and `/status` as plain text. Answered from memory only, never from a
+//! backend, so it stays cheap and works while backends are down.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::shared::Shared;
+
+const MAX_REQUEST: usize = 8 * 1024;
+
+/// Serves until the task is dropped.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), answer(socket, &shared)).await;
+        });
+    }
+}
+
+async fn answer(mut socket: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut request = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < MAX_REQUEST {
+        let n = socket.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&chunk[..n]);
+    }
+    let line = request.split(|b| *b == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let (method, path) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let (status, body) = match (method, path) {
+        (b"GET", b"/metrics") => ("200 OK", metrics(shared)),
+        (b"GET", b"/status") => ("200 OK", shared.statistics() + "\n"),
+        (b"GET", _) => (
+            "404 Not Found",
+            "not found: try /metrics or /status\n".to_string(),
+        ),
+        _ => ("405 Method Not Allowed", "only GET\n".to_string()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(response.as_bytes()).await?;
+    socket.shutdown().await
+}
+
+/// The Prometheus exposition of hscale's counters.
+pub fn metrics(shared: &Shared) -> String {
+    let c = &shared.counters;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, value) in samples {
+            out.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    let plain = |v: u64| vec![(String::new(), v)];
+    metric(
+        "hscale_questions_total",
+        "counter",
+        "Commands received from clients.",
+        plain(c.questions.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hscale_client_connections_total",
+        "counter",
+        "Client connections accepted.",
+        plain(c.connections.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hscale_clients",
+        "gauge",
+        "Client connections open now.",
+        plain(c.clients.load(Ordering::Relaxed)),
+    );
+    let pools = shared
+        .pools
+        .iter()
+        .map(|p| {
+            (
+                format!("{{backend=\"{}\"}}", p.id()),
+                p.open_connections() as u64,
+            )
+        })
+        .collect();
+    metric(
+        "hscale_backend_connections",
+        "gauge",
+        "Backend connections open now, idle or in use.",
+        pools,
+    );
+    metric(
+        "hscale_uptime_seconds",
+        "gauge",
+        "Seconds since start.",
+        plain(shared.started.elapsed().as_secs()),
+    );
+    out
+}
