@@ -99,8 +99,7 @@ fn run_async(
 }
 
 async fn serve(config: Config) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
-        .await
+    let listener = hscale::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
     let mut shared = Shared::new(&config);
     shared.learn_server_version().await;

@@ -10,17 +10,19 @@ use std::time::{Duration, Instant};
 pub enum LaunchError {
     #[error("MariaDB is not installed ({program} not found). Install it with: apt-get install -y mariadb-server mariadb-client")]
     NotInstalled { program: &'static str },
-    #[error("{program} failed ({status}); see {log}")]
+    #[error("{program} failed ({status}); the end of {log}:\n{tail}")]
     Failed {
         program: &'static str,
         status: String,
         log: PathBuf,
+        tail: String,
     },
-    #[error("MariaDB on port {port} did not start within {seconds} s; see {log}")]
+    #[error("MariaDB on port {port} did not start within {seconds} s; the end of {log}:\n{tail}")]
     NotReady {
         port: u16,
         seconds: u64,
         log: PathBuf,
+        tail: String,
     },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -60,9 +62,14 @@ pub fn free_port() -> std::io::Result<u16> {
 pub fn install_datadir(datadir: &Path) -> Result<(), LaunchError> {
     let install = find("mariadb-install-db")?;
     let log = datadir.with_extension("install.log");
+    let tmpdir = datadir.with_extension("tmp");
+    std::fs::create_dir_all(&tmpdir)?;
     let mut cmd = Command::new(install);
+    // Servers bootstrapping side by side in the shared /tmp were seen to lose
+    // each other's internal temporary tables; each gets a tmpdir of its own.
     cmd.arg("--no-defaults")
         .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--tmpdir={}", tmpdir.display()))
         .arg("--auth-root-authentication-method=normal")
         .arg("--skip-test-db");
     if running_as_root() {
@@ -73,13 +80,23 @@ pub fn install_datadir(datadir: &Path) -> Result<(), LaunchError> {
         .stderr(std::fs::File::create(log.with_extension("err"))?)
         .status()?;
     if !status.success() {
+        let log = log.with_extension("err");
         return Err(LaunchError::Failed {
             program: "mariadb-install-db",
             status: status.to_string(),
+            tail: log_tail(&log),
             log,
         });
     }
     Ok(())
+}
+
+/// The last lines of a server log, for errors: the playground and the test
+/// harness remove their temporary directories, and the log with them.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -121,6 +138,7 @@ impl LocalServer {
                 return Err(LaunchError::Failed {
                     program: "mariadbd",
                     status: status.to_string(),
+                    tail: log_tail(&log),
                     log,
                 });
             }
@@ -138,6 +156,7 @@ impl LocalServer {
         Err(LaunchError::NotReady {
             port: self.port,
             seconds: limit.as_secs(),
+            tail: log_tail(&log),
             log,
         })
     }
@@ -171,9 +190,12 @@ impl LocalServer {
 
 /// Runs mariadbd on the data directory `dir/data`.
 fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
+    let tmpdir = dir.join("tmp");
+    std::fs::create_dir_all(&tmpdir)?;
     let mut cmd = Command::new(find("mariadbd")?);
     cmd.arg("--no-defaults")
         .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--tmpdir={}", tmpdir.display()))
         .arg(format!("--port={port}"))
         .arg("--bind-address=127.0.0.1")
         .arg(format!("--socket={}", dir.join("mariadb.sock").display()))

@@ -98,8 +98,7 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     let servers = start_servers(dir.path(), backends)?;
     create_demo(&servers[0])?;
     let config = config_for(&servers, port);
-    let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
-        .await
+    let listener = crate::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|source| PlaygroundError::Listen { port, source })?;
     let mut shared = Shared::new(&config);
     shared.learn_server_version().await;

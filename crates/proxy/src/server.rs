@@ -60,6 +60,23 @@ impl Server {
     }
 }
 
+/// Binds the client listener. Its accept queue is as long as the connection cap
+/// (the kernel clips it to net.core.somaxconn): a burst of clients connecting at
+/// once must queue, not be reset, as MariaDB's `back_log` does.
+pub fn bind(address: &str, max_connections: usize) -> std::io::Result<TcpListener> {
+    let address: std::net::SocketAddr = address
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(max_connections.clamp(128, 65_535) as u32)
+}
+
 /// Serves clients on `listener` until `shutdown` completes.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future) {
     let server = Server::new(listener, shared);

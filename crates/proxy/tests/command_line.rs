@@ -174,7 +174,12 @@ fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
             break;
         }
     }
-    assert_eq!(pids.len(), 2, "two MariaDB servers by default");
+    if pids.len() != 2 {
+        let _ = child.kill();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        panic!("two MariaDB servers by default, started {pids:?}:\n{err}");
+    }
     let out = run_program(
         "mariadb",
         &[

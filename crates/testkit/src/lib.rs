@@ -136,8 +136,7 @@ impl Proxy {
             .build()
             .expect("runtime");
         let (listener, shared) = runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind(&config.proxy.listen)
-                .await
+            let listener = hscale::server::bind(&config.proxy.listen, config.proxy.max_connections)
                 .expect("bind");
             let mut shared = Shared::new(&config);
             shared.learn_server_version().await;
