@@ -42,6 +42,9 @@ pub struct Summary {
     pub found_rows: bool,
     /// LAST_INSERT_ID(): answered by the connection that did the insert.
     pub last_insert_id: bool,
+    /// ROW_COUNT() / FOUND_ROWS(): answered from the statement before, so only
+    /// by the connection that ran it.
+    pub reads_previous_statement: bool,
     /// More than one statement in one COM_QUERY.
     pub multi_statement: bool,
 }
@@ -67,6 +70,7 @@ pub fn summarize(sql: &[u8]) -> Summary {
         user_lock: false,
         found_rows: false,
         last_insert_id: false,
+        reads_previous_statement: false,
         multi_statement: false,
     };
     let mut words = 0usize;
@@ -182,8 +186,13 @@ fn note_function(word: &[u8], s: &mut Summary) {
     let is = |w: &[u8]| word.eq_ignore_ascii_case(w);
     if is(b"get_lock") || is(b"release_lock") || is(b"release_all_locks") {
         s.user_lock = true;
-    } else if is(b"sql_calc_found_rows") || is(b"found_rows") {
+    } else if is(b"sql_calc_found_rows") {
         s.found_rows = true;
+    } else if is(b"found_rows") {
+        s.found_rows = true;
+        s.reads_previous_statement = true;
+    } else if is(b"row_count") {
+        s.reads_previous_statement = true;
     } else if is(b"last_insert_id") {
         s.last_insert_id = true;
     }
@@ -324,6 +333,15 @@ mod tests {
         assert!(summarize(b"LOCK TABLES t WRITE").binds_connection());
         assert!(summarize(b"PREPARE s FROM 'SELECT 1'").binds_connection());
         assert!(!summarize(b"SELECT 'get_lock('").binds_connection());
+    }
+
+    #[test]
+    fn row_count_and_found_rows_read_the_previous_statement() {
+        assert!(summarize(b"SELECT ROW_COUNT()").reads_previous_statement);
+        assert!(summarize(b"select found_rows()").reads_previous_statement);
+        let calc = summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1");
+        assert!(!calc.reads_previous_statement);
+        assert!(!summarize(b"SELECT 'row_count()', `row_count`").reads_previous_statement);
     }
 
     #[test]

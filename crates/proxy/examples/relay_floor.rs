@@ -16,7 +16,10 @@ fn main() -> std::io::Result<()> {
             senders.push(tx);
             let backend = backend.clone();
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async move {
                     while let Some(s) = rx.recv().await {
                         s.set_nonblocking(true).unwrap();
@@ -25,7 +28,8 @@ fn main() -> std::io::Result<()> {
                         let backend = backend.clone();
                         tokio::spawn(async move {
                             if let Ok(mut server) = BackendStream::connect(&backend).await {
-                                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                                let _ =
+                                    tokio::io::copy_bidirectional(&mut client, &mut server).await;
                             }
                         });
                     }
@@ -48,11 +52,21 @@ fn main() -> std::io::Result<()> {
             let server = std::os::unix::net::UnixStream::connect(&backend_path)?;
             let (mut c2, mut s2) = (client.try_clone()?, server.try_clone()?);
             let (mut c1, mut s1) = (client, server);
-            std::thread::spawn(move || { let _ = std::io::copy(&mut c1, &mut s1); let _ = s1.shutdown(std::net::Shutdown::Both); });
-            std::thread::spawn(move || { let _ = std::io::copy(&mut s2, &mut c2); let _ = c2.shutdown(std::net::Shutdown::Both); });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Both);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
         }
     }
-    let mut b = if mode == "ct" { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
+    let mut b = if mode == "ct" {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
     let rt = b.enable_all().build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(&listen).await?;

@@ -37,6 +37,8 @@ pub enum ProxyError {
     KillDenied { id: u64 },
     #[error("this connection was killed")]
     ConnectionKilled,
+    #[error("the statement reads the one before it, whose backend connection has since served another client")]
+    PreviousStatementElsewhere,
     /// The server refused a command hscale sent for the client (state replay).
     #[error("backend refused: {}", .0.message)]
     Refused(ErrorPacket),
@@ -63,6 +65,7 @@ const ER_NO_SUCH_THREAD: u16 = 1094;
 const ER_KILL_DENIED_ERROR: u16 = 1095;
 const ER_NOT_SUPPORTED_YET: u16 = 1235;
 const ER_CONNECTION_KILLED: u16 = 1927;
+const ER_UNKNOWN_ERROR: u16 = 1105;
 const CR_SERVER_LOST: u16 = 2013;
 
 impl ProxyError {
@@ -120,6 +123,14 @@ impl ProxyError {
             ProxyError::NoSuchThread { id } => (reply(ER_NO_SUCH_THREAD, "HY000", format!("Unknown thread id: {id}")), Reply),
             ProxyError::KillDenied { id } => (reply(ER_KILL_DENIED_ERROR, "HY000", format!("You are not owner of thread {id}")), Reply),
             ProxyError::ConnectionKilled => (reply(ER_CONNECTION_KILLED, "70100", "Connection was killed".into()), ReplyAndClose),
+            ProxyError::PreviousStatementElsewhere => (
+                reply(
+                    ER_UNKNOWN_ERROR,
+                    "HY000",
+                    "hscale: ROW_COUNT() and FOUND_ROWS() read this client's previous statement, and the backend connection that ran it has served another client since; run both statements in one transaction".into(),
+                ),
+                Reply,
+            ),
             ProxyError::Refused(packet) => (Some(packet.clone()), Reply),
         }
     }
@@ -181,6 +192,7 @@ mod tests {
             ProxyError::NoSuchThread { id: 9 },
             ProxyError::KillDenied { id: 9 },
             ProxyError::ConnectionKilled,
+            ProxyError::PreviousStatementElsewhere,
             ProxyError::Refused(ErrorPacket::new(
                 1193,
                 "HY000",

@@ -30,8 +30,7 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     expect: Option<Expect>,
 ) -> Result<Completion, RelayError> {
     let backend_failed = |source, answered| RelayError::Backend { source, answered };
-    conn.stream
-        .send_packet(0, payload)
+    conn.send_command(payload)
         .await
         .map_err(|e| backend_failed(e, false))?;
     let Some(expect) = expect else {

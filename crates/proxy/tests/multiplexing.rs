@@ -4,6 +4,15 @@
 use hscale_testkit::{cluster, Proxy};
 use mysql::prelude::Queryable;
 
+/// A new database on backend 1 with an empty table `t (id INT PRIMARY KEY)`.
+fn database_with_table(name: &str) -> String {
+    let db = cluster().database(name);
+    cluster().direct(1, Some(&db)).query_drop(TABLE_T).unwrap();
+    db
+}
+
+const TABLE_T: &str = "CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB";
+
 fn small_pool_proxy(max: usize) -> Proxy {
     let mut config = cluster().config();
     config.backends[0].max_connections = max;
@@ -57,11 +66,7 @@ fn each_client_keeps_its_own_settings_on_shared_connections() {
 
 #[test]
 fn a_transaction_keeps_its_connection_until_it_ends() {
-    let db = cluster().database("mux_tx");
-    cluster()
-        .direct(1, Some(&db))
-        .query_drop("CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB")
-        .unwrap();
+    let db = database_with_table("mux_tx");
     let proxy = small_pool_proxy(2);
     let mut a = proxy.connect(Some(&db));
     let mut b = proxy.connect(Some(&db));
@@ -184,4 +189,65 @@ fn use_switches_database_for_that_client_only() {
         a.query_first::<String, _>("SELECT DATABASE()").unwrap(),
         Some(two)
     );
+}
+
+/// Runs the same statements on `conn` and returns what each SELECT answered.
+fn previous_statement_script(conn: &mut mysql::Conn) -> Vec<Option<i64>> {
+    let mut seen = Vec::new();
+    conn.query_drop("INSERT INTO t VALUES (1), (2), (3)")
+        .unwrap();
+    seen.push(conn.query_first("SELECT ROW_COUNT()").unwrap());
+    conn.query_drop("UPDATE t SET id = id + 10 WHERE id < 3")
+        .unwrap();
+    seen.push(conn.query_first("SELECT ROW_COUNT()").unwrap());
+    conn.query_drop("SELECT id FROM t WHERE id > 10").unwrap();
+    seen.push(conn.query_first("SELECT FOUND_ROWS()").unwrap());
+    seen
+}
+
+#[test]
+fn row_count_and_found_rows_answer_the_clients_previous_statement() {
+    let db = database_with_table("mux_row_count");
+    let mut direct = cluster().direct(1, Some(&db));
+    let oracle = previous_statement_script(&mut direct);
+    assert_eq!(oracle, [Some(3), Some(2), Some(2)]);
+    direct.query_drop("DROP TABLE t").unwrap();
+    direct.query_drop(TABLE_T).unwrap();
+
+    // Three transactions at once leave three idle connections in the pool, so
+    // that any statement of A's may land on another one than the last.
+    let proxy = small_pool_proxy(4);
+    let mut others: Vec<_> = (0..3).map(|_| proxy.connect(Some(&db))).collect();
+    for other in &mut others {
+        other.query_drop("BEGIN").unwrap();
+        other.query_drop("DO 0").unwrap();
+    }
+    for other in &mut others {
+        other.query_drop("COMMIT").unwrap();
+    }
+    assert!(proxy.shared.main_pool().open_connections() >= 3);
+    let mut a = proxy.connect(Some(&db));
+    assert_eq!(previous_statement_script(&mut a), oracle);
+}
+
+#[test]
+fn row_count_after_the_connection_served_another_client_is_an_error() {
+    let db = database_with_table("mux_row_count_gone");
+    let proxy = small_pool_proxy(1);
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("INSERT INTO t VALUES (1), (2)").unwrap();
+    b.query_drop("DELETE FROM t WHERE id = 2").unwrap();
+    let err = a.query_drop("SELECT ROW_COUNT()").unwrap_err();
+    match err {
+        mysql::Error::MySqlError(e) => {
+            assert_eq!(e.code, 1105, "{e}");
+            assert!(e.message.contains("ROW_COUNT()"), "{e}");
+        }
+        e => panic!("expected a server error, got {e}"),
+    }
+    let b_count: Option<i64> = b.query_first("SELECT ROW_COUNT()").unwrap();
+    assert_eq!(b_count, Some(1), "B's own connection answers for B");
+    let rows: Option<i64> = a.query_first("SELECT COUNT(*) FROM t").unwrap();
+    assert_eq!(rows, Some(1), "A's session goes on");
 }

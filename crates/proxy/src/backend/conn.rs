@@ -1,6 +1,7 @@
 //! One connection from hscale to a backend: login, and the commands hscale runs
 //! on it for itself (replaying a client's session state).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
@@ -70,8 +71,20 @@ pub struct BackendConn {
     pub server_version: String,
     /// The server's id for this connection (its CONNECTION_ID()).
     pub thread_id: u32,
+    serial: u64,
+    commands: u64,
     _permit: OwnedSemaphorePermit,
 }
+
+/// A connection, and how many commands it had run at one moment: if both still
+/// match later, no one ran anything on it in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnMark {
+    pub serial: u64,
+    pub commands: u64,
+}
+
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl BackendConn {
     pub async fn connect(
@@ -177,8 +190,23 @@ impl BackendConn {
             idle_since: Instant::now(),
             server_version: server.server_version,
             thread_id: server.connection_id,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            commands: 0,
             _permit: permit,
         })
+    }
+
+    pub fn mark(&self) -> ConnMark {
+        ConnMark {
+            serial: self.serial,
+            commands: self.commands,
+        }
+    }
+
+    /// Starts a command; every command goes through here so that `mark` counts it.
+    pub async fn send_command(&mut self, payload: &[u8]) -> Result<(), WireError> {
+        self.commands += 1;
+        self.stream.send_packet(0, payload).await.map(drop)
     }
 
     /// Runs a command whose answer hscale reads itself. The outer error is the
@@ -190,7 +218,7 @@ impl BackendConn {
     ) -> Result<Result<Completion, ErrorPacket>, BackendError> {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
-        self.stream.send_packet(0, command).await.map_err(lost)?;
+        self.send_command(command).await.map_err(lost)?;
         let deprecate_eof = self
             .key
             .capabilities

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::SegQueue;
 use tokio::sync::{Notify, Semaphore};
 
-use super::{BackendConn, BackendError, ConnKey};
+use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 
 /// A connection idle longer than this is checked for a closed socket before use.
@@ -156,6 +156,24 @@ impl Pool {
         conn.idle_since = Instant::now();
         bucket.idle.push(conn);
         self.returned.notify_one();
+    }
+
+    /// The idle connection `mark` names, if no one ran a command on it since.
+    /// Rare (ROW_COUNT() and FOUND_ROWS()), so a walk through the queue will do;
+    /// the others go back to its end.
+    pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<BackendConn> {
+        let mut found = None;
+        for _ in 0..bucket.idle.len() {
+            let Some(conn) = bucket.idle.pop() else { break };
+            if conn.mark() == mark && found.is_none() {
+                found = Some(conn);
+            } else {
+                bucket.idle.push(conn);
+                // A client may have looked while this one was out of the queue.
+                self.returned.notify_one();
+            }
+        }
+        found
     }
 
     /// Closes one idle connection of another key to free its slot.

@@ -20,7 +20,7 @@ use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
 use tokio::net::TcpStream;
 
-use crate::backend::{BackendConn, Bucket, ConnKey, Lease};
+use crate::backend::{BackendConn, Bucket, ConnKey, ConnMark, Lease};
 use crate::error::{Disposition, ProxyError};
 use crate::exec::{relay, RelayError};
 use crate::shared::{Counters, SessionHandle, Shared};
@@ -67,6 +67,16 @@ impl Binding {
     }
 }
 
+/// What a command needs of the connection it runs on, beyond the session's state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Needs {
+    /// LAST_INSERT_ID() as this session last set it.
+    last_insert_id: bool,
+    /// The connection that ran the session's previous command, untouched since
+    /// (ROW_COUNT(), FOUND_ROWS()).
+    previous_connection: bool,
+}
+
 pub struct Session {
     shared: Arc<Shared>,
     handle: Arc<SessionHandle>,
@@ -81,6 +91,8 @@ pub struct Session {
     bucket: Bucket,
     held: Option<BackendConn>,
     binding: Binding,
+    /// The connection that ran the session's last command, as it was after it.
+    previous: Option<ConnMark>,
 }
 
 impl Session {
@@ -120,6 +132,7 @@ impl Session {
             state: SessionState::default(),
             held: None,
             binding: Binding::default(),
+            previous: None,
         };
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
@@ -138,7 +151,7 @@ impl Session {
     async fn start(&mut self, database: Option<String>, seq: u8) -> Result<(), ProxyError> {
         if let Some(db) = database {
             self.state.db = Some(db);
-            let lease = self.checkout(false).await?;
+            let lease = self.checkout(Needs::default()).await?;
             self.checkin(lease.conn);
         }
         self.client
@@ -191,12 +204,17 @@ impl Session {
             command::INIT_DB => {
                 let db = String::from_utf8_lossy(&payload[1..]).into_owned();
                 let change = StateChange::Database(db);
-                self.execute(&payload, Some(Expect::Single), false, change)
+                self.execute(&payload, Some(Expect::Single), Needs::default(), change)
                     .await
                     .map(drop)
             }
             command::FIELD_LIST => self
-                .execute(&payload, Some(Expect::Rows), false, StateChange::Nothing)
+                .execute(
+                    &payload,
+                    Some(Expect::Rows),
+                    Needs::default(),
+                    StateChange::Nothing,
+                )
                 .await
                 .map(drop),
             command::PING => self.send_ok().await,
@@ -206,7 +224,12 @@ impl Session {
                 Ok(())
             }
             command::STMT_PREPARE => self
-                .execute(&payload, Some(Expect::Prepare), false, StateChange::Nothing)
+                .execute(
+                    &payload,
+                    Some(Expect::Prepare),
+                    Needs::default(),
+                    StateChange::Nothing,
+                )
                 .await
                 .map(drop),
             command::STMT_EXECUTE
@@ -216,9 +239,14 @@ impl Session {
             | command::STMT_CLOSE => self.statement_command(code, payload).await,
             command::SET_OPTION => {
                 self.binding.sticky = Some("COM_SET_OPTION");
-                self.execute(&payload, Some(Expect::Single), false, StateChange::Nothing)
-                    .await
-                    .map(drop)
+                self.execute(
+                    &payload,
+                    Some(Expect::Single),
+                    Needs::default(),
+                    StateChange::Nothing,
+                )
+                .await
+                .map(drop)
             }
             command::RESET_CONNECTION => {
                 self.reset();
@@ -275,8 +303,11 @@ impl Session {
             _ => StateChange::Nothing,
         };
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
-        let expect = Some(Expect::ResultSets);
-        self.execute(&payload, expect, summary.last_insert_id, change)
+        let needs = Needs {
+            last_insert_id: summary.last_insert_id,
+            previous_connection: summary.reads_previous_statement,
+        };
+        self.execute(&payload, Some(Expect::ResultSets), needs, change)
             .await
             .map(drop)
     }
@@ -306,7 +337,7 @@ impl Session {
         if code == command::STMT_CLOSE {
             self.binding.prepared.remove(&stmt_id);
         }
-        self.execute(&payload, expect, false, StateChange::Nothing)
+        self.execute(&payload, expect, Needs::default(), StateChange::Nothing)
             .await
             .map(drop)
     }
@@ -316,10 +347,10 @@ impl Session {
         &mut self,
         payload: &[u8],
         expect: Option<Expect>,
-        wants_last_insert_id: bool,
+        needs: Needs,
         change: StateChange,
     ) -> Result<Completion, ProxyError> {
-        let mut lease = self.checkout(wants_last_insert_id).await?;
+        let mut lease = self.checkout(needs).await?;
         let mut retried = false;
         let completion = loop {
             match relay(&mut self.client, &mut lease.conn, payload, expect).await {
@@ -328,14 +359,20 @@ impl Session {
                     let backend = lease.conn.backend;
                     // A reused connection that died while idle (a backend restart)
                     // fails before answering: one retry on a new connection is safe
-                    // because nothing was executed on the dead one.
-                    if !answered && !lease.fresh && !retried && !self.binding.holds() {
+                    // because nothing was executed on the dead one. Not when the
+                    // statement reads what ran on the dead one.
+                    if !answered
+                        && !lease.fresh
+                        && !retried
+                        && !self.binding.holds()
+                        && !needs.previous_connection
+                    {
                         retried = true;
                         tracing::info!(backend, "idle backend connection was closed; reconnecting");
                         drop(lease);
                         lease = self.shared.main_pool().acquire_new(&self.bucket).await?;
                         self.state
-                            .apply(&mut lease.conn, wants_last_insert_id)
+                            .apply(&mut lease.conn, needs.last_insert_id)
                             .await?;
                         continue;
                     }
@@ -381,16 +418,20 @@ impl Session {
     }
 
     /// The held connection, or one from the pool brought to the session's state.
-    async fn checkout(&mut self, wants_last_insert_id: bool) -> Result<Lease, ProxyError> {
+    async fn checkout(&mut self, needs: Needs) -> Result<Lease, ProxyError> {
         let mut lease = match self.held.take() {
             Some(conn) => Lease { conn, fresh: false },
-            None => self.shared.main_pool().acquire(&self.bucket).await?,
+            // The session's first command has nothing before it to be faithful to.
+            None => match self.previous.filter(|_| needs.previous_connection) {
+                Some(mark) => self.take_previous(mark)?,
+                None => self.shared.main_pool().acquire(&self.bucket).await?,
+            },
         };
         self.handle
             .set_running(lease.conn.backend, lease.conn.thread_id);
         if let Err(e) = self
             .state
-            .apply(&mut lease.conn, wants_last_insert_id)
+            .apply(&mut lease.conn, needs.last_insert_id)
             .await
         {
             if breaks_connection(&e) {
@@ -403,7 +444,21 @@ impl Session {
         Ok(lease)
     }
 
+    /// The connection that ran the session's previous command, if no one used it
+    /// since. Only this session ran anything on it, so it holds the session's
+    /// settings even if it was marked unknown for other clients' sake.
+    fn take_previous(&mut self, mark: ConnMark) -> Result<Lease, ProxyError> {
+        let mut conn = self
+            .shared
+            .main_pool()
+            .take_marked(&self.bucket, mark)
+            .ok_or(ProxyError::PreviousStatementElsewhere)?;
+        conn.settings = self.state.fingerprint();
+        Ok(Lease { conn, fresh: false })
+    }
+
     fn checkin(&mut self, conn: BackendConn) {
+        self.previous = Some(conn.mark());
         if self.binding.holds() {
             self.held = Some(conn);
         } else {
@@ -457,6 +512,7 @@ impl Session {
     /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
     fn reset(&mut self) {
         self.held = None;
+        self.previous = None;
         self.binding = Binding::default();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
@@ -496,7 +552,7 @@ impl Session {
         ));
         if let Some(db) = request.database {
             self.set_database(Some(db));
-            let lease = self.checkout(false).await?;
+            let lease = self.checkout(Needs::default()).await?;
             self.checkin(lease.conn);
         }
         tracing::info!(connection_id = self.connection_id, user = %self.user, "changed user");
