@@ -270,6 +270,45 @@ fn skip_block_comment(sql: &[u8], i: usize) -> usize {
         .map_or(sql.len(), |p| i + 2 + p + 2)
 }
 
+/// True for `SELECT CONNECTION_ID() [[AS] alias]` (any case and spacing, an
+/// optional `;`): the way clients ask for the id they were greeted with, which
+/// hscale answers itself because the backend connection under it has another id.
+pub fn is_select_connection_id(sql: &[u8]) -> bool {
+    let sql = sql.trim_ascii();
+    let sql = sql.strip_suffix(b";").unwrap_or(sql).trim_ascii_end();
+    let Some(rest) = strip_keyword(sql, b"select") else {
+        return false;
+    };
+    let mut rest = rest.trim_ascii_start();
+    for part in [&b"connection_id"[..], b"(", b")"] {
+        match rest.get(..part.len()) {
+            Some(head) if head.eq_ignore_ascii_case(part) => {
+                rest = rest[part.len()..].trim_ascii_start();
+            }
+            _ => return false,
+        }
+    }
+    let alias = strip_keyword(rest, b"as").map_or(rest, <[u8]>::trim_ascii_start);
+    match alias {
+        [] => rest.is_empty(),
+        [b'`', name @ .., b'`'] => !name.is_empty() && !name.contains(&b'`'),
+        name => name
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'$'),
+    }
+}
+
+/// What follows `keyword` at the start of `sql`, if a space or a backquote ends it.
+fn strip_keyword<'a>(sql: &'a [u8], keyword: &[u8]) -> Option<&'a [u8]> {
+    let head = sql.get(..keyword.len())?;
+    let rest = &sql[keyword.len()..];
+    (head.eq_ignore_ascii_case(keyword)
+        && rest
+            .first()
+            .is_some_and(|&c| c.is_ascii_whitespace() || c == b'`'))
+    .then_some(rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +381,22 @@ mod tests {
         let calc = summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1");
         assert!(!calc.reads_previous_statement);
         assert!(!summarize(b"SELECT 'row_count()', `row_count`").reads_previous_statement);
+    }
+
+    #[test]
+    fn recognises_only_the_plain_connection_id_query() {
+        assert!(is_select_connection_id(b"SELECT CONNECTION_ID()"));
+        assert!(is_select_connection_id(b" select  connection_id ( ) ;"));
+        assert!(!is_select_connection_id(b"SELECTCONNECTION_ID()"));
+        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() + 1"));
+        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID(), 1"));
+        assert!(!is_select_connection_id(b"SELECT"));
+        assert!(is_select_connection_id(b"SELECT CONNECTION_ID() AS id"));
+        assert!(is_select_connection_id(b"select connection_id() `my id`;"));
+        assert!(is_select_connection_id(b"SELECT CONNECTION_ID() AS`x`"));
+        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() AS a b"));
+        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() FROM t"));
+        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() = 5"));
     }
 
     #[test]

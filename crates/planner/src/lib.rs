@@ -7,5 +7,5 @@ pub mod lexer;
 pub mod set;
 
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{summarize, target_database, Kind, Summary};
+pub use lexer::{is_select_connection_id, summarize, target_database, Kind, Summary};
 pub use set::{parse_set, SetItem};

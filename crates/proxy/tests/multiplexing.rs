@@ -251,3 +251,42 @@ fn row_count_after_the_connection_served_another_client_is_an_error() {
     let rows: Option<i64> = a.query_first("SELECT COUNT(*) FROM t").unwrap();
     assert_eq!(rows, Some(1), "A's session goes on");
 }
+
+/// Type, flags, length and name of the one column `SELECT CONNECTION_ID()` returns.
+fn connection_id_column(conn: &mut mysql::Conn) -> (String, u64) {
+    let result = conn.query_iter("SELECT CONNECTION_ID()").unwrap();
+    let columns = result.columns();
+    let column = &columns.as_ref()[0];
+    let shape = format!(
+        "{} {:?} {:?} {}",
+        column.name_str(),
+        column.column_type(),
+        column.flags(),
+        column.column_length()
+    );
+    let rows: Vec<mysql::Row> = result.collect::<Result<_, _>>().unwrap();
+    (shape, mysql::from_row(rows[0].clone()))
+}
+
+#[test]
+fn connection_id_is_the_id_the_client_was_greeted_with() {
+    let db = cluster().database("mux_connection_id");
+    let (direct_shape, direct_id) = connection_id_column(&mut cluster().direct(1, Some(&db)));
+    assert!(direct_id > 0);
+    let proxy = small_pool_proxy(1);
+    let mut clients: Vec<_> = (0..3).map(|_| proxy.connect(Some(&db))).collect();
+    for client in &mut clients {
+        let greeted = u64::from(client.connection_id());
+        let (shape, id) = connection_id_column(client);
+        assert_eq!(id, greeted, "one backend connection, three clients");
+        assert_eq!(shape, direct_shape, "the server's own metadata");
+    }
+    // The id is the one KILL takes: it ends that client, not another.
+    let victim: u64 = clients[2]
+        .query_first("select connection_id() AS id;")
+        .unwrap()
+        .unwrap();
+    clients[0].query_drop(format!("KILL {victim}")).unwrap();
+    assert!(clients[2].query_drop("SELECT 1").is_err());
+    clients[1].query_drop("SELECT 1").unwrap();
+}

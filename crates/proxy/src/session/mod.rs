@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hscale_planner::{
-    parse_kill, parse_set, summarize, target_database, Kill, KillScope, Kind, SetItem,
+    is_select_connection_id, parse_kill, parse_set, summarize, target_database, Kill, KillScope,
+    Kind, SetItem,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::{Completion, Expect};
@@ -22,7 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::backend::{BackendConn, Bucket, ConnKey, ConnMark, Lease};
 use crate::error::{Disposition, ProxyError};
-use crate::exec::{relay, RelayError};
+use crate::exec::{relay_forwarding, Forward, RelayError};
 use crate::shared::{Counters, SessionHandle, Shared};
 use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
 
@@ -204,9 +205,15 @@ impl Session {
             command::INIT_DB => {
                 let db = String::from_utf8_lossy(&payload[1..]).into_owned();
                 let change = StateChange::Database(db);
-                self.execute(&payload, Some(Expect::Single), Needs::default(), change)
-                    .await
-                    .map(drop)
+                self.execute(
+                    &payload,
+                    Some(Expect::Single),
+                    Needs::default(),
+                    change,
+                    Forward::AsIs,
+                )
+                .await
+                .map(drop)
             }
             command::FIELD_LIST => self
                 .execute(
@@ -214,6 +221,7 @@ impl Session {
                     Some(Expect::Rows),
                     Needs::default(),
                     StateChange::Nothing,
+                    Forward::AsIs,
                 )
                 .await
                 .map(drop),
@@ -229,6 +237,7 @@ impl Session {
                     Some(Expect::Prepare),
                     Needs::default(),
                     StateChange::Nothing,
+                    Forward::AsIs,
                 )
                 .await
                 .map(drop),
@@ -244,6 +253,7 @@ impl Session {
                     Some(Expect::Single),
                     Needs::default(),
                     StateChange::Nothing,
+                    Forward::AsIs,
                 )
                 .await
                 .map(drop)
@@ -307,7 +317,15 @@ impl Session {
             last_insert_id: summary.last_insert_id,
             previous_connection: summary.reads_previous_statement,
         };
-        self.execute(&payload, Some(Expect::ResultSets), needs, change)
+        // The client was greeted with hscale's id, not the backend connection's.
+        let own_id;
+        let forward = if is_select_connection_id(sql) {
+            own_id = self.connection_id.to_string();
+            Forward::ReplacingValue(own_id.as_bytes())
+        } else {
+            Forward::AsIs
+        };
+        self.execute(&payload, Some(Expect::ResultSets), needs, change, forward)
             .await
             .map(drop)
     }
@@ -337,9 +355,15 @@ impl Session {
         if code == command::STMT_CLOSE {
             self.binding.prepared.remove(&stmt_id);
         }
-        self.execute(&payload, expect, Needs::default(), StateChange::Nothing)
-            .await
-            .map(drop)
+        self.execute(
+            &payload,
+            expect,
+            Needs::default(),
+            StateChange::Nothing,
+            Forward::AsIs,
+        )
+        .await
+        .map(drop)
     }
 
     /// Runs one command on a backend connection and forwards its answer.
@@ -349,11 +373,14 @@ impl Session {
         expect: Option<Expect>,
         needs: Needs,
         change: StateChange,
+        forward: Forward<'_>,
     ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(needs).await?;
         let mut retried = false;
         let completion = loop {
-            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
+            match relay_forwarding(&mut self.client, &mut lease.conn, payload, expect, forward)
+                .await
+            {
                 Ok(completion) => break completion,
                 Err(RelayError::Backend { source, answered }) => {
                     let backend = lease.conn.backend;
