@@ -141,7 +141,7 @@ pub fn summarize(sql: &[u8]) -> Summary {
                     // CREATE [OR REPLACE] TEMPORARY TABLE
                     first = Kind::CreateTemporary;
                 }
-                note_function(word, &mut s);
+                note_function(word, after_statement_end, &mut s);
                 words += 1;
                 i = end;
             }
@@ -179,7 +179,9 @@ pub fn target_database(sql: &[u8]) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-fn note_function(word: &[u8], s: &mut Summary) {
+/// `in_later_statement`: past the first `;`, where ROW_COUNT() and FOUND_ROWS()
+/// read a statement of the same query, on the same connection.
+fn note_function(word: &[u8], in_later_statement: bool, s: &mut Summary) {
     if word.len() < 8 {
         return;
     }
@@ -190,9 +192,9 @@ fn note_function(word: &[u8], s: &mut Summary) {
         s.found_rows = true;
     } else if is(b"found_rows") {
         s.found_rows = true;
-        s.reads_previous_statement = true;
+        s.reads_previous_statement |= !in_later_statement;
     } else if is(b"row_count") {
-        s.reads_previous_statement = true;
+        s.reads_previous_statement |= !in_later_statement;
     } else if is(b"last_insert_id") {
         s.last_insert_id = true;
     }
@@ -381,6 +383,9 @@ mod tests {
         let calc = summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1");
         assert!(!calc.reads_previous_statement);
         assert!(!summarize(b"SELECT 'row_count()', `row_count`").reads_previous_statement);
+        let one_query = summarize(b"UPDATE t SET a = 1; SELECT ROW_COUNT()");
+        assert!(!one_query.reads_previous_statement);
+        assert!(summarize(b"SELECT ROW_COUNT(); DO 1").reads_previous_statement);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Many clients share few backend connections, and none of them notices: each
 //! keeps its own settings, transaction, insert id, temporary tables, variables.
 
-use hscale_testkit::{cluster, Proxy};
+use hscale_testkit::{cluster, run_program, Proxy};
 use mysql::prelude::Queryable;
 
 /// A new database on backend 1 with an empty table `t (id INT PRIMARY KEY)`.
@@ -289,4 +289,28 @@ fn connection_id_is_the_id_the_client_was_greeted_with() {
     clients[0].query_drop(format!("KILL {victim}")).unwrap();
     assert!(clients[2].query_drop("SELECT 1").is_err());
     clients[1].query_drop("SELECT 1").unwrap();
+}
+
+#[test]
+fn row_count_as_the_first_statement_is_a_new_connections() {
+    let db = database_with_table("mux_row_count_first");
+    // The mariadb CLI in batch mode sends nothing before the statement (the
+    // Rust driver reads settings first); logging in with a database checks it
+    // on the pooled connection the writer (same client, same settings) left.
+    let cli = |port: u16, sql: &str| {
+        let port = format!("-P{port}");
+        run_program(
+            "mariadb",
+            &["-h127.0.0.1", &port, "-uroot", "-N", &db, "-e", sql],
+        )
+    };
+    let fresh = cli(cluster().port(1), "SELECT ROW_COUNT()");
+    assert_eq!(fresh.trim(), "0");
+    let proxy = small_pool_proxy(1);
+    cli(proxy.port, "INSERT INTO t VALUES (1), (2), (3)");
+    assert_eq!(
+        cli(proxy.port, "SELECT ROW_COUNT()"),
+        fresh,
+        "not the writer's 3"
+    );
 }

@@ -424,6 +424,7 @@ impl Session {
         if diagnostics_left && !self.binding.holds() {
             lease.conn.settings = UNKNOWN_SETTINGS;
         }
+        self.previous = Some(lease.conn.mark());
         self.checkin(lease.conn);
         Ok(completion)
     }
@@ -446,9 +447,10 @@ impl Session {
 
     /// The held connection, or one from the pool brought to the session's state.
     async fn checkout(&mut self, needs: Needs) -> Result<Lease, ProxyError> {
+        // Nothing ran for this client yet: it must see a new connection's count.
+        let like_new = needs.previous_connection && self.held.is_none() && self.previous.is_none();
         let mut lease = match self.held.take() {
             Some(conn) => Lease { conn, fresh: false },
-            // The session's first command has nothing before it to be faithful to.
             None => match self.previous.filter(|_| needs.previous_connection) {
                 Some(mark) => self.take_previous(mark)?,
                 None => self.shared.main_pool().acquire(&self.bucket).await?,
@@ -456,11 +458,16 @@ impl Session {
         };
         self.handle
             .set_running(lease.conn.backend, lease.conn.thread_id);
-        if let Err(e) = self
-            .state
-            .apply(&mut lease.conn, needs.last_insert_id)
-            .await
-        {
+        let prepared = async {
+            self.state
+                .apply(&mut lease.conn, needs.last_insert_id)
+                .await?;
+            if like_new {
+                state::zero_row_count(&mut lease.conn).await?;
+            }
+            Ok(())
+        };
+        if let Err(e) = prepared.await {
             if breaks_connection(&e) {
                 self.forget_connection_state();
             } else {
@@ -485,7 +492,6 @@ impl Session {
     }
 
     fn checkin(&mut self, conn: BackendConn) {
-        self.previous = Some(conn.mark());
         if self.binding.holds() {
             self.held = Some(conn);
         } else {

@@ -91,6 +91,11 @@ impl SessionState {
     }
 }
 
+/// Leaves ROW_COUNT() at 0, what a new connection answers.
+pub async fn zero_row_count(conn: &mut BackendConn) -> Result<(), ProxyError> {
+    run(conn, &command(COM_QUERY, "DO 0"), Expect::ResultSets).await
+}
+
 fn command(code: u8, text: &str) -> Vec<u8> {
     let mut payload = Vec::with_capacity(text.len() + 1);
     payload.push(code);
