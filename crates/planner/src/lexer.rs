@@ -1,7 +1,5 @@
-//! A single pass over a statement's bytes, without allocation: its kind and the
-//! features that bind a session to its backend connection. Strings, quoted
-//! identifiers and comments are skipped; MySQL's executable comments `/*! ... */`
-//! are read as code, as the server reads them.
+//! A single pass over a statement's tokens, without allocation: its kind and the
+//! features that bind a session to its backend connection.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -45,6 +43,9 @@ pub struct Summary {
     /// ROW_COUNT() / FOUND_ROWS(): answered from the statement before, so only
     /// by the connection that ran it.
     pub reads_previous_statement: bool,
+    /// CONNECTION_ID(), which must answer the id hscale greeted the client
+    /// with, not its backend connection's.
+    pub connection_id: bool,
     /// More than one statement in one COM_QUERY.
     pub multi_statement: bool,
 }
@@ -63,6 +64,99 @@ impl Summary {
     }
 }
 
+/// A lexical token of a statement; its bytes are `sql[start..end]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token {
+    pub kind: TokenKind,
+    pub start: usize,
+    pub end: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenKind {
+    /// A keyword or an unquoted identifier.
+    Word,
+    /// A string or quoted identifier; the quote character.
+    Quoted(u8),
+    /// `@name`: a user variable (the name follows as its own token).
+    UserVariable,
+    /// `@@name` or `@@scope.name`, up to the first dot.
+    SystemVariable,
+    /// Any other byte: punctuation, operators, digits.
+    Symbol(u8),
+}
+
+/// The tokens of a statement, without whitespace and comments. MySQL's
+/// executable comments `/*! ... */` are read as code, as the server reads them.
+pub(crate) struct Tokens<'a> {
+    sql: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Tokens<'a> {
+    pub fn new(sql: &'a [u8]) -> Tokens<'a> {
+        Tokens { sql, at: 0 }
+    }
+}
+
+impl Iterator for Tokens<'_> {
+    type Item = Token;
+
+    #[inline]
+    fn next(&mut self) -> Option<Token> {
+        let sql = self.sql;
+        let mut start = self.at;
+        loop {
+            while sql
+                .get(start)
+                .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n'))
+            {
+                start += 1;
+            }
+            let &c = sql.get(start)?;
+            let next = || sql.get(start + 1).copied();
+            let (kind, end) = match c {
+                c if c.is_ascii_alphabetic() || c == b'_' => {
+                    (TokenKind::Word, skip_word(sql, start))
+                }
+                b'#' => {
+                    start = skip_line(sql, start);
+                    continue;
+                }
+                b'-' if next() == Some(b'-')
+                    && sql.get(start + 2).is_none_or(|c| c.is_ascii_whitespace()) =>
+                {
+                    start = skip_line(sql, start);
+                    continue;
+                }
+                b'/' if next() == Some(b'*') => {
+                    start = match sql.get(start + 2) {
+                        Some(b'!') => skip_digits(sql, start + 3),
+                        Some(b'M') if sql.get(start + 3) == Some(&b'!') => {
+                            skip_digits(sql, start + 4)
+                        }
+                        _ => skip_block_comment(sql, start),
+                    };
+                    continue;
+                }
+                // The end of an executable comment.
+                b'*' if next() == Some(b'/') => {
+                    start += 2;
+                    continue;
+                }
+                b'\'' | b'"' | b'`' => (TokenKind::Quoted(c), skip_quoted(sql, start)),
+                b'@' if next() == Some(b'@') => {
+                    (TokenKind::SystemVariable, skip_word(sql, start + 2))
+                }
+                b'@' => (TokenKind::UserVariable, start + 1),
+                c => (TokenKind::Symbol(c), start + 1),
+            };
+            self.at = end;
+            return Some(Token { kind, start, end });
+        }
+    }
+}
+
 pub fn summarize(sql: &[u8]) -> Summary {
     let mut s = Summary {
         kind: Kind::Empty,
@@ -71,68 +165,31 @@ pub fn summarize(sql: &[u8]) -> Summary {
         found_rows: false,
         last_insert_id: false,
         reads_previous_statement: false,
+        connection_id: false,
         multi_statement: false,
     };
     let mut words = 0usize;
     let mut first = Kind::Empty;
     let mut first_is_create = false;
     let mut after_statement_end = false;
-    let mut i = 0;
-    let n = sql.len();
-    while i < n {
-        let c = sql[i];
-        match c {
-            b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b',' => i += 1,
-            b'\'' | b'"' | b'`' => {
-                i = skip_quoted(sql, i);
-                words += 1;
-            }
-            b'#' => i = skip_line(sql, i),
-            b'-' if sql.get(i + 1) == Some(&b'-')
-                && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) =>
-            {
-                i = skip_line(sql, i)
-            }
-            b'/' if sql.get(i + 1) == Some(&b'*') => {
-                if sql.get(i + 2) == Some(&b'!') {
-                    i += 3;
-                    while i < n && sql[i].is_ascii_digit() {
-                        i += 1;
-                    }
-                } else if sql.get(i + 2) == Some(&b'M') && sql.get(i + 3) == Some(&b'!') {
-                    i += 4;
-                    while i < n && sql[i].is_ascii_digit() {
-                        i += 1;
-                    }
-                } else {
-                    i = skip_block_comment(sql, i);
-                }
-            }
-            b'*' if sql.get(i + 1) == Some(&b'/') => i += 2,
-            b'@' => {
-                if sql.get(i + 1) == Some(&b'@') {
-                    i = skip_word(sql, i + 2);
-                } else {
-                    s.user_variables = true;
-                    i += 1;
-                }
-            }
-            b';' => {
+    for token in Tokens::new(sql) {
+        match token.kind {
+            TokenKind::Symbol(b'(' | b')' | b',') | TokenKind::SystemVariable => continue,
+            TokenKind::Symbol(b';') => {
                 after_statement_end = true;
-                i += 1;
+                continue;
             }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
-                let end = skip_word(sql, i);
-                let word = &sql[i..end];
-                if after_statement_end {
-                    s.multi_statement = true;
-                }
+            TokenKind::UserVariable => s.user_variables = true,
+            TokenKind::Word => {
+                let word = &sql[token.start..token.end];
                 if words == 0 {
                     first = first_keyword(word);
                     first_is_create = word.eq_ignore_ascii_case(b"create");
                 } else if words == 1
                     && first == Kind::Other
-                    && sql[..i].trim_ascii().eq_ignore_ascii_case(b"drop")
+                    && sql[..token.start]
+                        .trim_ascii()
+                        .eq_ignore_ascii_case(b"drop")
                     && (word.eq_ignore_ascii_case(b"database")
                         || word.eq_ignore_ascii_case(b"schema"))
                 {
@@ -142,17 +199,11 @@ pub fn summarize(sql: &[u8]) -> Summary {
                     first = Kind::CreateTemporary;
                 }
                 note_function(word, after_statement_end, &mut s);
-                words += 1;
-                i = end;
             }
-            _ => {
-                if after_statement_end && !c.is_ascii_whitespace() {
-                    s.multi_statement = true;
-                }
-                words += 1;
-                i += 1;
-            }
+            TokenKind::Quoted(_) | TokenKind::Symbol(_) => {}
         }
+        s.multi_statement |= after_statement_end;
+        words += 1;
     }
     s.kind = first;
     s
@@ -197,6 +248,8 @@ fn note_function(word: &[u8], in_later_statement: bool, s: &mut Summary) {
         s.reads_previous_statement |= !in_later_statement;
     } else if is(b"last_insert_id") {
         s.last_insert_id = true;
+    } else if is(b"connection_id") {
+        s.connection_id = true;
     }
 }
 
@@ -239,6 +292,13 @@ fn skip_word(sql: &[u8], mut i: usize) -> usize {
     i
 }
 
+fn skip_digits(sql: &[u8], mut i: usize) -> usize {
+    while i < sql.len() && sql[i].is_ascii_digit() {
+        i += 1;
+    }
+    i
+}
+
 fn skip_quoted(sql: &[u8], start: usize) -> usize {
     let quote = sql[start];
     let mut i = start + 1;
@@ -266,49 +326,14 @@ fn skip_line(sql: &[u8], i: usize) -> usize {
 }
 
 fn skip_block_comment(sql: &[u8], i: usize) -> usize {
-    sql[i + 2..]
-        .windows(2)
-        .position(|w| w == b"*/")
-        .map_or(sql.len(), |p| i + 2 + p + 2)
-}
-
-/// True for `SELECT CONNECTION_ID() [[AS] alias]` (any case and spacing, an
-/// optional `;`): the way clients ask for the id they were greeted with, which
-/// hscale answers itself because the backend connection under it has another id.
-pub fn is_select_connection_id(sql: &[u8]) -> bool {
-    let sql = sql.trim_ascii();
-    let sql = sql.strip_suffix(b";").unwrap_or(sql).trim_ascii_end();
-    let Some(rest) = strip_keyword(sql, b"select") else {
-        return false;
-    };
-    let mut rest = rest.trim_ascii_start();
-    for part in [&b"connection_id"[..], b"(", b")"] {
-        match rest.get(..part.len()) {
-            Some(head) if head.eq_ignore_ascii_case(part) => {
-                rest = rest[part.len()..].trim_ascii_start();
-            }
-            _ => return false,
+    let mut at = i + 2;
+    while let Some(star) = sql[at..].iter().position(|&c| c == b'*') {
+        at += star + 1;
+        if sql.get(at) == Some(&b'/') {
+            return at + 1;
         }
     }
-    let alias = strip_keyword(rest, b"as").map_or(rest, <[u8]>::trim_ascii_start);
-    match alias {
-        [] => rest.is_empty(),
-        [b'`', name @ .., b'`'] => !name.is_empty() && !name.contains(&b'`'),
-        name => name
-            .iter()
-            .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'$'),
-    }
-}
-
-/// What follows `keyword` at the start of `sql`, if a space or a backquote ends it.
-fn strip_keyword<'a>(sql: &'a [u8], keyword: &[u8]) -> Option<&'a [u8]> {
-    let head = sql.get(..keyword.len())?;
-    let rest = &sql[keyword.len()..];
-    (head.eq_ignore_ascii_case(keyword)
-        && rest
-            .first()
-            .is_some_and(|&c| c.is_ascii_whitespace() || c == b'`'))
-    .then_some(rest)
+    sql.len()
 }
 
 #[cfg(test)]
@@ -389,22 +414,6 @@ mod tests {
     }
 
     #[test]
-    fn recognises_only_the_plain_connection_id_query() {
-        assert!(is_select_connection_id(b"SELECT CONNECTION_ID()"));
-        assert!(is_select_connection_id(b" select  connection_id ( ) ;"));
-        assert!(!is_select_connection_id(b"SELECTCONNECTION_ID()"));
-        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() + 1"));
-        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID(), 1"));
-        assert!(!is_select_connection_id(b"SELECT"));
-        assert!(is_select_connection_id(b"SELECT CONNECTION_ID() AS id"));
-        assert!(is_select_connection_id(b"select connection_id() `my id`;"));
-        assert!(is_select_connection_id(b"SELECT CONNECTION_ID() AS`x`"));
-        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() AS a b"));
-        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() FROM t"));
-        assert!(!is_select_connection_id(b"SELECT CONNECTION_ID() = 5"));
-    }
-
-    #[test]
     fn executable_comments_are_read_as_code() {
         assert!(summarize(b"SELECT /*!40001 SQL_CALC_FOUND_ROWS */ 1").found_rows);
         assert_eq!(kind("/*!40101 SET NAMES utf8 */"), Kind::Set);
@@ -416,6 +425,7 @@ mod tests {
         assert!(!summarize(b"SELECT 1;").multi_statement);
         assert!(!summarize(b"SELECT 1; -- trailing\n").multi_statement);
         assert!(!summarize(b"SELECT ';'").multi_statement);
+        assert!(summarize(b"SELECT 1; 'a'").multi_statement);
     }
 
     #[test]
@@ -433,6 +443,13 @@ mod tests {
             target_database(b"DROP DATABASE shop").as_deref(),
             Some("shop")
         );
+    }
+
+    #[test]
+    fn notes_connection_id() {
+        assert!(summarize(b"UPDATE t SET owner = CONNECTION_ID()").connection_id);
+        assert!(!summarize(b"SELECT 'connection_id()'").connection_id);
+        assert!(!summarize(b"SELECT 1").connection_id);
     }
 
     #[test]

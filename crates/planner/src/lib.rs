@@ -2,10 +2,12 @@
 //! needs. Pure logic, no I/O. For now the lexer that classifies statements and
 //! finds what ties a client to one backend connection.
 
+pub mod connection_id;
 pub mod kill;
 pub mod lexer;
 pub mod set;
 
+pub use connection_id::replace_connection_id;
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{is_select_connection_id, summarize, target_database, Kind, Summary};
+pub use lexer::{summarize, target_database, Kind, Summary};
 pub use set::{parse_set, SetItem};

@@ -2,7 +2,7 @@
 //! and forward the answer as it arrives, frame by frame, never decoding rows.
 //! A slow client stops hscale reading the backend, so memory stays bounded.
 
-use hscale_wire::frame::{write_lenenc_bytes, write_packet, FrameHeader, HEADER_LEN};
+use hscale_wire::frame::{FrameHeader, HEADER_LEN};
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, WireError};
@@ -80,72 +80,6 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
             Err(e) => return Err(backend_failed(e, answered)),
         }
     }
-}
-
-/// How the answer reaches the client.
-#[derive(Debug, Clone, Copy)]
-pub enum Forward<'a> {
-    /// Frame by frame as it arrives.
-    AsIs,
-    /// The answer is one row of one column, and its value is replaced: the
-    /// client sees the server's own column metadata around a value only hscale
-    /// knows. The answer is small, so it is read whole first.
-    ReplacingValue(&'a [u8]),
-}
-
-/// `relay`, with the answer forwarded as `forward` says.
-pub async fn relay_forwarding<C: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketStream<C>,
-    conn: &mut BackendConn,
-    payload: &[u8],
-    expect: Option<Expect>,
-    forward: Forward<'_>,
-) -> Result<Completion, RelayError> {
-    let Forward::ReplacingValue(value) = forward else {
-        return relay(client, conn, payload, expect).await;
-    };
-    let capture = tokio::io::join(tokio::io::empty(), Vec::new());
-    let mut capture = PacketStream::new(capture, usize::MAX);
-    let completion = relay(&mut capture, conn, payload, expect).await?;
-    let deprecate_eof = conn
-        .key
-        .capabilities
-        .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
-    let answer = replace_single_value(capture.get_ref().writer(), value, deprecate_eof);
-    client
-        .write_raw(&answer)
-        .await
-        .map_err(RelayError::Client)?;
-    Ok(completion)
-}
-
-/// The frames of a one-row, one-column result set with the row's value
-/// replaced; anything else (an error, say) unchanged.
-fn replace_single_value(frames: &[u8], value: &[u8], deprecate_eof: bool) -> Vec<u8> {
-    let row_index = if deprecate_eof { 2 } else { 3 };
-    let mut out = Vec::with_capacity(frames.len() + value.len());
-    let mut pos = 0;
-    let mut index = 0;
-    let mut single_column = false;
-    while let Some(header) = FrameHeader::parse(&frames[pos..]) {
-        let Some(payload) = frames.get(pos + HEADER_LEN..pos + HEADER_LEN + header.len) else {
-            break;
-        };
-        if index == 0 {
-            single_column = payload == [1];
-        }
-        if index == row_index && single_column {
-            let mut row = Vec::with_capacity(value.len() + 9);
-            write_lenenc_bytes(value, &mut row);
-            write_packet(header.seq, &row, &mut out);
-        } else {
-            out.extend_from_slice(&frames[pos..pos + HEADER_LEN + header.len]);
-        }
-        pos += HEADER_LEN + header.len;
-        index += 1;
-    }
-    out.extend_from_slice(&frames[pos..]);
-    out
 }
 
 /// LOAD DATA LOCAL INFILE: the client streams the file as packets ending with an

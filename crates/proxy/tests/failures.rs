@@ -157,8 +157,9 @@ fn a_backend_dying_mid_result_closes_only_that_client() {
         .unwrap();
     assert_eq!(victim_id, u64::from(victim.connection_id()));
     victim.query_drop("SET @hold = 1").unwrap(); // keeps the same backend connection
+                                                 // The backend thread's own id; CONNECTION_ID() answers hscale's.
     let backend_id: u64 = victim
-        .query_first("SELECT ID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")
+        .query_first("SELECT @@pseudo_thread_id")
         .unwrap()
         .unwrap();
     let killer = std::thread::spawn(move || {

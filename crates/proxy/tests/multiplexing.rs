@@ -289,6 +289,53 @@ fn connection_id_is_the_id_the_client_was_greeted_with() {
     clients[0].query_drop(format!("KILL {victim}")).unwrap();
     assert!(clients[2].query_drop("SELECT 1").is_err());
     clients[1].query_drop("SELECT 1").unwrap();
+    // The binary protocol, and the names of columns around the call.
+    let client = &mut clients[1];
+    let greeted = u64::from(client.connection_id());
+    let prepared: Option<u64> = client.exec_first("SELECT CONNECTION_ID()", ()).unwrap();
+    assert_eq!(prepared, Some(greeted));
+    let names = |conn: &mut mysql::Conn| {
+        let sql = "SELECT CONNECTION_ID() + 0, 7 AS seven, connection_id( ) > 0";
+        let result = conn.query_iter(sql).unwrap();
+        let columns = result.columns();
+        let names: Vec<String> = columns
+            .as_ref()
+            .iter()
+            .map(|c| c.name_str().into())
+            .collect();
+        names
+    };
+    assert_eq!(names(client), names(&mut cluster().direct(1, Some(&db))));
+}
+
+/// A queue claimed by connection id, a common MySQL pattern: each client must
+/// find the job it claimed, whichever backend connection runs each statement.
+#[test]
+fn jobs_claimed_by_connection_id_stay_with_their_client() {
+    let db = cluster().database("mux_claim_by_connection_id");
+    let mut setup = cluster().direct(1, Some(&db));
+    setup
+        .query_drop(
+            "CREATE TABLE jobs (id INT PRIMARY KEY, owner INT UNSIGNED);
+             INSERT INTO jobs VALUES (1, NULL), (2, NULL), (3, NULL)",
+        )
+        .unwrap();
+    let proxy = small_pool_proxy(1);
+    let mut clients: Vec<_> = (0..2).map(|_| proxy.connect(Some(&db))).collect();
+    let claim = "UPDATE jobs SET owner = CONNECTION_ID() WHERE owner IS NULL ORDER BY id LIMIT 1";
+    for client in &mut clients {
+        client.query_drop(claim).unwrap();
+    }
+    for (client, job) in clients.iter_mut().zip([1, 2]) {
+        let mine: Vec<i32> = client
+            .query("SELECT id FROM jobs WHERE owner = CONNECTION_ID() ORDER BY id")
+            .unwrap();
+        assert_eq!(mine, vec![job]);
+        let owner: Option<u64> = setup
+            .exec_first("SELECT owner FROM jobs WHERE id = ?", (job,))
+            .unwrap();
+        assert_eq!(owner, Some(u64::from(client.connection_id())));
+    }
 }
 
 #[test]

@@ -94,11 +94,6 @@ pub fn write_lenenc(value: u64, dst: &mut Vec<u8>) {
     }
 }
 
-pub fn write_lenenc_bytes(bytes: &[u8], dst: &mut Vec<u8>) {
-    write_lenenc(bytes.len() as u64, dst);
-    dst.extend_from_slice(bytes);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

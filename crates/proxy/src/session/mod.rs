@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hscale_planner::{
-    is_select_connection_id, parse_kill, parse_set, summarize, target_database, Kill, KillScope,
+    parse_kill, parse_set, replace_connection_id, summarize, target_database, Kill, KillScope,
     Kind, SetItem,
 };
 use hscale_wire::packets::ChangeUser;
@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::backend::{BackendConn, Bucket, ConnKey, ConnMark, Lease};
 use crate::error::{Disposition, ProxyError};
-use crate::exec::{relay_forwarding, Forward, RelayError};
+use crate::exec::{relay, RelayError};
 use crate::shared::{Counters, SessionHandle, Shared};
 use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
 
@@ -205,15 +205,9 @@ impl Session {
             command::INIT_DB => {
                 let db = String::from_utf8_lossy(&payload[1..]).into_owned();
                 let change = StateChange::Database(db);
-                self.execute(
-                    &payload,
-                    Some(Expect::Single),
-                    Needs::default(),
-                    change,
-                    Forward::AsIs,
-                )
-                .await
-                .map(drop)
+                self.execute(&payload, Some(Expect::Single), Needs::default(), change)
+                    .await
+                    .map(drop)
             }
             command::FIELD_LIST => self
                 .execute(
@@ -221,7 +215,6 @@ impl Session {
                     Some(Expect::Rows),
                     Needs::default(),
                     StateChange::Nothing,
-                    Forward::AsIs,
                 )
                 .await
                 .map(drop),
@@ -231,16 +224,17 @@ impl Session {
                 self.client.send_packet(1, stats.as_bytes()).await?;
                 Ok(())
             }
-            command::STMT_PREPARE => self
-                .execute(
+            command::STMT_PREPARE => {
+                let payload = self.with_own_connection_id(payload);
+                self.execute(
                     &payload,
                     Some(Expect::Prepare),
                     Needs::default(),
                     StateChange::Nothing,
-                    Forward::AsIs,
                 )
                 .await
-                .map(drop),
+                .map(drop)
+            }
             command::STMT_EXECUTE
             | command::STMT_FETCH
             | command::STMT_RESET
@@ -253,7 +247,6 @@ impl Session {
                     Some(Expect::Single),
                     Needs::default(),
                     StateChange::Nothing,
-                    Forward::AsIs,
                 )
                 .await
                 .map(drop)
@@ -317,17 +310,22 @@ impl Session {
             last_insert_id: summary.last_insert_id,
             previous_connection: summary.reads_previous_statement,
         };
-        // The client was greeted with hscale's id, not the backend connection's.
-        let own_id;
-        let forward = if is_select_connection_id(sql) {
-            own_id = self.connection_id.to_string();
-            Forward::ReplacingValue(own_id.as_bytes())
-        } else {
-            Forward::AsIs
+        let payload = match summary.connection_id {
+            true => self.with_own_connection_id(payload),
+            false => payload,
         };
-        self.execute(&payload, Some(Expect::ResultSets), needs, change, forward)
+        self.execute(&payload, Some(Expect::ResultSets), needs, change)
             .await
             .map(drop)
+    }
+
+    /// The command with CONNECTION_ID() replaced by the id the client was
+    /// greeted with: its backend connection has another.
+    fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
+        match replace_connection_id(&payload[1..], self.connection_id) {
+            Some(sql) => [&payload[..1], &sql].concat().into(),
+            None => payload,
+        }
     }
 
     async fn statement_command(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
@@ -355,15 +353,9 @@ impl Session {
         if code == command::STMT_CLOSE {
             self.binding.prepared.remove(&stmt_id);
         }
-        self.execute(
-            &payload,
-            expect,
-            Needs::default(),
-            StateChange::Nothing,
-            Forward::AsIs,
-        )
-        .await
-        .map(drop)
+        self.execute(&payload, expect, Needs::default(), StateChange::Nothing)
+            .await
+            .map(drop)
     }
 
     /// Runs one command on a backend connection and forwards its answer.
@@ -373,14 +365,11 @@ impl Session {
         expect: Option<Expect>,
         needs: Needs,
         change: StateChange,
-        forward: Forward<'_>,
     ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(needs).await?;
         let mut retried = false;
         let completion = loop {
-            match relay_forwarding(&mut self.client, &mut lease.conn, payload, expect, forward)
-                .await
-            {
+            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
                 Ok(completion) => break completion,
                 Err(RelayError::Backend { source, answered }) => {
                     let backend = lease.conn.backend;

@@ -1,0 +1,410 @@
+//! CONNECTION_ID() answers the id hscale greeted the client with. Its backend
+//! connection has another id, and a multiplexed client runs each statement on
+//! whichever connection is free: `UPDATE jobs SET owner = CONNECTION_ID()` and a
+//! later `SELECT ... WHERE owner = CONNECTION_ID()` must see the same number, so
+//! the call is replaced by that number in the statement text before it is sent,
+//! as Vitess does with its own session values.
+//!
+//! The replacement, `CAST(0000000042 AS UNSIGNED)`, has the function's own
+//! result type (INT UNSIGNED, display width 10), and is an expression rather
+//! than a literal, so that `ORDER BY CONNECTION_ID()` does not become a column
+//! position. A select-list item that contains the call and has no alias is given
+//! its original text as alias, so the column keeps the name MariaDB gives it.
+//!
+//! Statements that store SQL for later (CREATE VIEW, TRIGGER, PROCEDURE, EVENT;
+//! ALTER) are left alone: they must keep the call, not one client's id.
+
+use crate::lexer::{Token, TokenKind, Tokens};
+
+/// Longer names are not valid aliases (MariaDB's limit on a column name).
+const MAX_ALIAS_LEN: usize = 256;
+
+/// `sql` with each CONNECTION_ID() call replaced by `id`; `None` when there is
+/// no call to replace.
+pub fn replace_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
+    let tokens: Vec<Token> = Tokens::new(sql).collect();
+    let word = |t: &Token| (t.kind == TokenKind::Word).then(|| &sql[t.start..t.end]);
+    let is_word = |t: &Token, w: &[u8]| word(t).is_some_and(|x| x.eq_ignore_ascii_case(w));
+    let is_symbol = |t: Option<&Token>, c: u8| t.is_some_and(|t| t.kind == TokenKind::Symbol(c));
+
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut lists: Vec<SelectList> = Vec::new();
+    let mut depth = 0usize;
+    let mut statement_start = 0usize;
+    let mut i = 0;
+    while i < tokens.len() {
+        let token = &tokens[i];
+        let stored = tokens
+            .get(statement_start)
+            .is_some_and(|t| is_word(t, b"create") || is_word(t, b"alter"));
+        match token.kind {
+            TokenKind::Symbol(b'(') => depth += 1,
+            TokenKind::Symbol(b')') => {
+                while lists.last().is_some_and(|l| l.depth == depth) {
+                    close_item(sql, &tokens, &mut lists, i, &mut edits);
+                }
+                depth = depth.saturating_sub(1);
+            }
+            TokenKind::Symbol(b';') => {
+                while !lists.is_empty() {
+                    close_item(sql, &tokens, &mut lists, i, &mut edits);
+                }
+                depth = 0;
+                statement_start = i + 1;
+            }
+            TokenKind::Symbol(b',') if lists.last().is_some_and(|l| l.depth == depth) => {
+                let list = lists.last_mut().expect("checked above");
+                list.finish_item(sql, &tokens, i, &mut edits);
+                list.start_item(i + 1);
+            }
+            TokenKind::Word => {
+                let w = word(token).expect("a word");
+                let in_list = lists.last().is_some_and(|l| l.depth == depth);
+                if w.eq_ignore_ascii_case(b"select") {
+                    lists.push(SelectList::new(depth, i + 1));
+                } else if in_list && ENDS_SELECT_LIST.iter().any(|k| w.eq_ignore_ascii_case(k)) {
+                    close_item(sql, &tokens, &mut lists, i, &mut edits);
+                } else if in_list
+                    && lists.last().is_some_and(|l| l.item_start == i)
+                    && SELECT_MODIFIERS.iter().any(|k| w.eq_ignore_ascii_case(k))
+                {
+                    lists.last_mut().expect("checked above").start_item(i + 1);
+                } else if w.eq_ignore_ascii_case(b"connection_id")
+                    && !stored
+                    && is_symbol(tokens.get(i + 1), b'(')
+                    && is_symbol(tokens.get(i + 2), b')')
+                {
+                    edits.push(Edit {
+                        start: token.start,
+                        end: tokens[i + 2].end,
+                        text: format!("CAST({id:010} AS UNSIGNED)").into_bytes(),
+                    });
+                    for list in &mut lists {
+                        list.item_has_call = true;
+                    }
+                    i += 3;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    while !lists.is_empty() {
+        close_item(sql, &tokens, &mut lists, tokens.len(), &mut edits);
+    }
+    if edits.is_empty() {
+        return None;
+    }
+    // Aliases are inserted where an item ends, after the replacement that ends there.
+    edits.sort_by_key(|e| (e.start, e.end == e.start));
+    let mut out = Vec::with_capacity(sql.len() + edits.len() * 32);
+    let mut at = 0;
+    for edit in &edits {
+        out.extend_from_slice(&sql[at..edit.start]);
+        out.extend_from_slice(&edit.text);
+        at = edit.end;
+    }
+    out.extend_from_slice(&sql[at..]);
+    Some(out)
+}
+
+/// Words that end a select list at its own depth.
+const ENDS_SELECT_LIST: &[&[u8]] = &[
+    b"from",
+    b"into",
+    b"where",
+    b"group",
+    b"having",
+    b"order",
+    b"limit",
+    b"union",
+    b"except",
+    b"intersect",
+    b"minus",
+    b"for",
+    b"lock",
+    b"window",
+    b"procedure",
+    b"on",
+];
+
+/// Words between SELECT and its first item.
+const SELECT_MODIFIERS: &[&[u8]] = &[
+    b"all",
+    b"distinct",
+    b"distinctrow",
+    b"high_priority",
+    b"straight_join",
+    b"sql_small_result",
+    b"sql_big_result",
+    b"sql_buffer_result",
+    b"sql_cache",
+    b"sql_no_cache",
+    b"sql_calc_found_rows",
+];
+
+/// Words that end an expression without being its alias.
+const NOT_AN_ALIAS: &[&[u8]] = &[b"null", b"true", b"false", b"unknown", b"end"];
+
+/// Words after which the next word is an operand, not an alias.
+const TAKES_OPERAND: &[&[u8]] = &[
+    b"and",
+    b"or",
+    b"xor",
+    b"not",
+    b"is",
+    b"like",
+    b"in",
+    b"between",
+    b"div",
+    b"mod",
+    b"regexp",
+    b"rlike",
+    b"binary",
+    b"interval",
+    b"escape",
+    b"collate",
+    b"then",
+    b"else",
+    b"when",
+    b"case",
+    b"as",
+    b"sounds",
+];
+
+struct Edit {
+    start: usize,
+    end: usize,
+    text: Vec<u8>,
+}
+
+/// A select list being read: the depth of its SELECT and where its current item
+/// began.
+struct SelectList {
+    depth: usize,
+    item_start: usize,
+    item_has_call: bool,
+}
+
+impl SelectList {
+    fn new(depth: usize, item_start: usize) -> SelectList {
+        SelectList {
+            depth,
+            item_start,
+            item_has_call: false,
+        }
+    }
+
+    fn start_item(&mut self, at: usize) {
+        self.item_start = at;
+        self.item_has_call = false;
+    }
+
+    /// The item ends before token `end`: alias it if it holds a call and has none.
+    fn finish_item(&self, sql: &[u8], tokens: &[Token], end: usize, edits: &mut Vec<Edit>) {
+        let item = &tokens[self.item_start.min(end)..end];
+        let (Some(first), Some(last)) = (item.first(), item.last()) else {
+            return;
+        };
+        if !self.item_has_call || has_alias(sql, item) {
+            return;
+        }
+        let name = &sql[first.start..last.end];
+        if name.len() > MAX_ALIAS_LEN {
+            return;
+        }
+        let mut text = b" AS `".to_vec();
+        for &c in name {
+            if c == b'`' {
+                text.push(b'`');
+            }
+            text.push(c);
+        }
+        text.push(b'`');
+        edits.push(Edit {
+            start: last.end,
+            end: last.end,
+            text,
+        });
+    }
+}
+
+/// Ends the current item of the innermost select list, and the list.
+fn close_item(
+    sql: &[u8],
+    tokens: &[Token],
+    lists: &mut Vec<SelectList>,
+    end: usize,
+    edits: &mut Vec<Edit>,
+) {
+    if let Some(list) = lists.pop() {
+        list.finish_item(sql, tokens, end, edits);
+    }
+}
+
+/// `expr AS name`, `expr name`, `expr 'name'`: an AS at the item's own depth, or
+/// a last word or quoted name that follows a complete expression.
+fn has_alias(sql: &[u8], item: &[Token]) -> bool {
+    let word_in = |t: &Token, set: &[&[u8]]| {
+        t.kind == TokenKind::Word
+            && set
+                .iter()
+                .any(|w| sql[t.start..t.end].eq_ignore_ascii_case(w))
+    };
+    let mut depth = 0usize;
+    for token in item {
+        match token.kind {
+            TokenKind::Symbol(b'(') => depth += 1,
+            TokenKind::Symbol(b')') => depth = depth.saturating_sub(1),
+            TokenKind::Word if depth == 0 && word_in(token, &[b"as"]) => return true,
+            _ => {}
+        }
+    }
+    let [.., before, last] = item else {
+        return false;
+    };
+    let names = matches!(last.kind, TokenKind::Word | TokenKind::Quoted(_));
+    let follows_expression = match before.kind {
+        TokenKind::Symbol(b')') | TokenKind::Quoted(_) => true,
+        TokenKind::Word => !word_in(before, TAKES_OPERAND),
+        _ => false,
+    };
+    names && !word_in(last, NOT_AN_ALIAS) && follows_expression
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replaced(sql: &str) -> String {
+        String::from_utf8(replace_connection_id(sql.as_bytes(), 42).expect("a call")).unwrap()
+    }
+
+    const ID: &str = "CAST(0000000042 AS UNSIGNED)";
+
+    #[test]
+    fn a_lone_call_keeps_its_column_name() {
+        assert_eq!(
+            replaced("SELECT CONNECTION_ID()"),
+            format!("SELECT {ID} AS `CONNECTION_ID()`")
+        );
+        assert_eq!(
+            replaced("select connection_id( ) ;"),
+            format!("select {ID} AS `connection_id( )` ;")
+        );
+        assert_eq!(
+            replaced("SELECT DISTINCT CONNECTION_ID(), a FROM t"),
+            format!("SELECT DISTINCT {ID} AS `CONNECTION_ID()`, a FROM t")
+        );
+        assert_eq!(
+            replaced("SELECT CONNECTION_ID() + 1 INTO @x"),
+            format!("SELECT {ID} + 1 AS `CONNECTION_ID() + 1` INTO @x")
+        );
+    }
+
+    #[test]
+    fn aliased_items_keep_their_alias() {
+        for (sql, want) in [
+            ("SELECT CONNECTION_ID() AS id", format!("SELECT {ID} AS id")),
+            ("SELECT CONNECTION_ID() id", format!("SELECT {ID} id")),
+            (
+                "SELECT CONNECTION_ID() `my id`",
+                format!("SELECT {ID} `my id`"),
+            ),
+            (
+                "SELECT IF(owner = CONNECTION_ID(), 1, 0) mine FROM t",
+                format!("SELECT IF(owner = {ID}, 1, 0) mine FROM t"),
+            ),
+        ] {
+            assert_eq!(replaced(sql), want);
+        }
+    }
+
+    #[test]
+    fn expressions_ending_in_a_word_get_an_alias() {
+        assert_eq!(
+            replaced("SELECT CONNECTION_ID() IS NOT NULL"),
+            format!("SELECT {ID} IS NOT NULL AS `CONNECTION_ID() IS NOT NULL`")
+        );
+        assert_eq!(
+            replaced("SELECT owner = CONNECTION_ID() FROM t"),
+            format!("SELECT owner = {ID} AS `owner = CONNECTION_ID()` FROM t")
+        );
+        assert_eq!(
+            replaced("SELECT 1 = CONNECTION_ID() AND a FROM t"),
+            format!("SELECT 1 = {ID} AND a AS `1 = CONNECTION_ID() AND a` FROM t")
+        );
+    }
+
+    #[test]
+    fn calls_outside_select_lists_are_replaced_without_alias() {
+        assert_eq!(
+            replaced("UPDATE jobs SET owner = CONNECTION_ID() WHERE owner IS NULL LIMIT 1"),
+            format!("UPDATE jobs SET owner = {ID} WHERE owner IS NULL LIMIT 1")
+        );
+        assert_eq!(
+            replaced("SELECT * FROM jobs WHERE owner = connection_id() ORDER BY CONNECTION_ID()"),
+            format!("SELECT * FROM jobs WHERE owner = {ID} ORDER BY {ID}")
+        );
+        assert_eq!(
+            replaced("INSERT INTO t VALUES (1, CONNECTION_ID())"),
+            format!("INSERT INTO t VALUES (1, {ID})")
+        );
+    }
+
+    #[test]
+    fn subqueries_name_both_columns() {
+        assert_eq!(
+            replaced("SELECT (SELECT CONNECTION_ID()), 2"),
+            format!("SELECT (SELECT {ID} AS `CONNECTION_ID()`) AS `(SELECT CONNECTION_ID())`, 2")
+        );
+        assert_eq!(
+            replaced("SELECT a FROM t WHERE b IN (SELECT CONNECTION_ID()) AND c"),
+            format!("SELECT a FROM t WHERE b IN (SELECT {ID} AS `CONNECTION_ID()`) AND c")
+        );
+    }
+
+    #[test]
+    fn every_statement_of_a_query_is_read() {
+        assert_eq!(
+            replaced("DO 1; SELECT CONNECTION_ID(); SELECT 2"),
+            format!("DO 1; SELECT {ID} AS `CONNECTION_ID()`; SELECT 2")
+        );
+    }
+
+    #[test]
+    fn leaves_strings_comments_columns_and_stored_sql_alone() {
+        for sql in [
+            "SELECT 'CONNECTION_ID()'",
+            "SELECT 1 /* CONNECTION_ID() */",
+            "SELECT connection_id FROM sessions",
+            "SELECT `connection_id`() FROM t",
+            "CREATE VIEW v AS SELECT CONNECTION_ID()",
+            "CREATE TRIGGER t BEFORE INSERT ON x FOR EACH ROW SET NEW.c = CONNECTION_ID()",
+            "ALTER EVENT e DO INSERT INTO t VALUES (CONNECTION_ID())",
+        ] {
+            assert_eq!(replace_connection_id(sql.as_bytes(), 42), None, "{sql}");
+        }
+        assert_eq!(
+            replaced("CREATE VIEW v AS SELECT 1; SELECT CONNECTION_ID() x"),
+            format!("CREATE VIEW v AS SELECT 1; SELECT {ID} x")
+        );
+    }
+
+    #[test]
+    fn executable_comments_are_code() {
+        assert_eq!(
+            replaced("SELECT /*!50000 CONNECTION_ID() */"),
+            format!("SELECT /*!50000 {ID} AS `CONNECTION_ID()` */")
+        );
+    }
+
+    #[test]
+    fn backquotes_in_the_name_are_doubled() {
+        assert_eq!(
+            replaced("SELECT CONNECTION_ID() + `a`"),
+            format!("SELECT {ID} + `a` AS `CONNECTION_ID() + ``a```")
+        );
+    }
+}
