@@ -48,6 +48,10 @@ pub struct Summary {
     pub connection_id: bool,
     /// More than one statement in one COM_QUERY.
     pub multi_statement: bool,
+    /// Every statement of the query reads or writes rows or controls the
+    /// transaction (SELECT, INSERT, UPDATE, DELETE, REPLACE, BEGIN, COMMIT,
+    /// ROLLBACK): none changes session state that hscale would have to follow.
+    pub every_statement_plain: bool,
 }
 
 impl Summary {
@@ -61,6 +65,28 @@ impl Summary {
                 self.kind,
                 Kind::Lock | Kind::CreateTemporary | Kind::SqlPrepared | Kind::Handler | Kind::Xa
             )
+    }
+
+    /// Several statements that hscale cannot follow one by one: it reads the
+    /// session changes of a query's first statement only.
+    pub fn multi_statement_binds(&self) -> bool {
+        self.multi_statement && !self.every_statement_plain
+    }
+}
+
+impl Kind {
+    fn is_plain(self) -> bool {
+        matches!(
+            self,
+            Kind::Select
+                | Kind::Insert
+                | Kind::Update
+                | Kind::Delete
+                | Kind::Replace
+                | Kind::Begin
+                | Kind::Commit
+                | Kind::Rollback
+        )
     }
 }
 
@@ -167,8 +193,10 @@ pub fn summarize(sql: &[u8]) -> Summary {
         reads_previous_statement: false,
         connection_id: false,
         multi_statement: false,
+        every_statement_plain: true,
     };
     let mut words = 0usize;
+    let mut statement_words = 0usize;
     let mut first = Kind::Empty;
     let mut first_is_create = false;
     let mut after_statement_end = false;
@@ -177,6 +205,7 @@ pub fn summarize(sql: &[u8]) -> Summary {
             TokenKind::Symbol(b'(' | b')' | b',') | TokenKind::SystemVariable => continue,
             TokenKind::Symbol(b';') => {
                 after_statement_end = true;
+                statement_words = 0;
                 continue;
             }
             TokenKind::UserVariable => s.user_variables = true,
@@ -202,8 +231,14 @@ pub fn summarize(sql: &[u8]) -> Summary {
             }
             TokenKind::Quoted(_) | TokenKind::Symbol(_) => {}
         }
+        if statement_words == 0 {
+            let plain = token.kind == TokenKind::Word
+                && first_keyword(&sql[token.start..token.end]).is_plain();
+            s.every_statement_plain &= plain;
+        }
         s.multi_statement |= after_statement_end;
         words += 1;
+        statement_words += 1;
     }
     s.kind = first;
     s
@@ -426,6 +461,27 @@ mod tests {
         assert!(!summarize(b"SELECT 1; -- trailing\n").multi_statement);
         assert!(!summarize(b"SELECT ';'").multi_statement);
         assert!(summarize(b"SELECT 1; 'a'").multi_statement);
+    }
+
+    #[test]
+    fn only_batches_that_change_session_state_bind() {
+        for sql in [
+            "INSERT INTO t VALUES (1); SELECT * FROM t",
+            "BEGIN; UPDATE t SET a = 1; COMMIT",
+            "/* hi */ (SELECT 1) ; delete from t;",
+        ] {
+            assert!(!summarize(sql.as_bytes()).multi_statement_binds(), "{sql}");
+        }
+        for sql in [
+            "SELECT 1; SET NAMES latin1",
+            "SET time_zone = '+01:00'; SELECT NOW()",
+            "SELECT 1; USE other",
+            "SELECT 1; CREATE TEMPORARY TABLE x (a INT)",
+            "SELECT 1; CALL p()",
+            "SELECT 1; 'a'",
+        ] {
+            assert!(summarize(sql.as_bytes()).multi_statement_binds(), "{sql}");
+        }
     }
 
     #[test]

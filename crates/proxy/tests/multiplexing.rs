@@ -361,3 +361,50 @@ fn row_count_as_the_first_statement_is_a_new_connections() {
         "not the writer's 3"
     );
 }
+
+/// A batch of reads, writes and transaction control changes no session state,
+/// so its client lets go of the connection; a batch with a SET keeps it.
+#[test]
+fn batches_bind_only_when_they_change_session_state() {
+    let db = database_with_table("mux_batches");
+    let mut config = cluster().config();
+    config.backends[0].max_connections = 1;
+    config.proxy.queue_timeout_ms = 300;
+    let proxy = Proxy::start(config);
+    let mut batcher = proxy.connect(Some(&db));
+    let mut other = proxy.connect(Some(&db));
+    batcher
+        .query_drop("BEGIN; INSERT INTO t VALUES (1); COMMIT; SELECT * FROM t")
+        .unwrap();
+    let seen: Option<i64> = other.query_first("SELECT COUNT(*) FROM t").unwrap();
+    assert_eq!(
+        seen,
+        Some(1),
+        "the one connection was free for another client"
+    );
+
+    batcher
+        .query_drop("SELECT 1; SET time_zone = '+03:00'")
+        .unwrap();
+    let zone: Option<String> = batcher.query_first("SELECT @@time_zone").unwrap();
+    assert_eq!(zone.as_deref(), Some("+03:00"));
+    match other.query_drop("SELECT 1").unwrap_err() {
+        mysql::Error::MySqlError(e) => assert_eq!(e.code, 1040, "{e}"),
+        e => panic!("expected a pool timeout, got {e}"),
+    }
+}
+
+#[test]
+fn kill_cannot_share_a_query_with_other_statements() {
+    let proxy = Proxy::for_cluster();
+    let mut client = proxy.connect(None);
+    let id = client.connection_id();
+    match client
+        .query_drop(format!("KILL QUERY {id}; SELECT 1"))
+        .unwrap_err()
+    {
+        mysql::Error::MySqlError(e) => assert_eq!(e.code, 1235, "{e}"),
+        e => panic!("expected an error, got {e}"),
+    }
+    client.query_drop("SELECT 1").unwrap();
+}

@@ -278,12 +278,18 @@ impl Session {
                 .sticky
                 .get_or_insert("session state only the backend connection holds");
         }
-        if summary.multi_statement {
+        if summary.multi_statement_binds() {
             self.binding
                 .sticky
                 .get_or_insert("several statements in one query");
         }
         if summary.kind == Kind::Kill {
+            // hscale answers KILL itself, so it cannot be one of several statements.
+            if summary.multi_statement {
+                return Err(ProxyError::NotSupported {
+                    what: "KILL with other statements in one query",
+                });
+            }
             return self.kill(parse_kill(&String::from_utf8_lossy(sql))).await;
         }
         let change = match summary.kind {
