@@ -3,7 +3,7 @@ SHELL := /bin/bash
 APT_PACKAGES := mariadb-server mariadb-client sysbench libmariadb-dev pkg-config python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: playground test deps check bench
+.PHONY: playground test deps check bench fuzz
 
 playground: deps
 	cargo run --release --bin hscale -- playground
@@ -30,3 +30,11 @@ deps:
 
 bench: deps
 	bench/seed.sh
+
+# Each fuzz target for FUZZ_SECONDS: SQL analysis, backend responses, client
+# packets (fuzz/). Needs a nightly toolchain and `cargo install cargo-fuzz`.
+FUZZ_SECONDS ?= 60
+fuzz:
+	cd fuzz && for target in statement backend_response client_packets; do \
+	  cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done

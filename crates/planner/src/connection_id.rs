@@ -22,7 +22,12 @@ const MAX_ALIAS_LEN: usize = 256;
 /// `sql` with each CONNECTION_ID() call replaced by `id`; `None` when there is
 /// no call to replace.
 pub fn replace_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
-    let tokens: Vec<Token> = Tokens::new(sql).collect();
+    let mut lexer = Tokens::new(sql);
+    let tokens: Vec<Token> = lexer.by_ref().collect();
+    if lexer.unterminated {
+        // The server refuses it as it is; an alias must not land inside the quote.
+        return None;
+    }
     let word = |t: &Token| (t.kind == TokenKind::Word).then(|| &sql[t.start..t.end]);
     let is_word = |t: &Token, w: &[u8]| word(t).is_some_and(|x| x.eq_ignore_ascii_case(w));
     let is_symbol = |t: Option<&Token>, c: u8| t.is_some_and(|t| t.kind == TokenKind::Symbol(c));
@@ -207,7 +212,15 @@ impl SelectList {
         let (Some(first), Some(last)) = (item.first(), item.last()) else {
             return;
         };
-        if !self.item_has_call || has_alias(sql, item) {
+        // A complete expression ends in one of these; after anything else (an
+        // operator: the server will refuse the statement) the alias could
+        // change how the text reads (`--` and a space begin a comment).
+        let complete = match last.kind {
+            TokenKind::Word | TokenKind::Quoted(_) => true,
+            TokenKind::Symbol(c) => c == b')' || c.is_ascii_digit(),
+            _ => false,
+        };
+        if !self.item_has_call || !complete || has_alias(sql, item) {
             return;
         }
         let name = &sql[first.start..last.end];
@@ -389,6 +402,18 @@ mod tests {
         assert_eq!(
             replaced("CREATE VIEW v AS SELECT 1; SELECT CONNECTION_ID() x"),
             format!("CREATE VIEW v AS SELECT 1; SELECT {ID} x")
+        );
+    }
+
+    #[test]
+    fn text_the_server_will_refuse_is_left_alone() {
+        assert_eq!(
+            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42),
+            None
+        );
+        assert_eq!(
+            replaced("SELECT CONNECTION_ID()---"),
+            format!("SELECT {ID}---")
         );
     }
 

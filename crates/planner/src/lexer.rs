@@ -117,11 +117,18 @@ pub(crate) enum TokenKind {
 pub(crate) struct Tokens<'a> {
     sql: &'a [u8],
     at: usize,
+    /// A string or quoted identifier ran to the end of the text: the server
+    /// will refuse the statement.
+    pub unterminated: bool,
 }
 
 impl<'a> Tokens<'a> {
     pub fn new(sql: &'a [u8]) -> Tokens<'a> {
-        Tokens { sql, at: 0 }
+        Tokens {
+            sql,
+            at: 0,
+            unterminated: false,
+        }
     }
 }
 
@@ -170,7 +177,11 @@ impl Iterator for Tokens<'_> {
                     start += 2;
                     continue;
                 }
-                b'\'' | b'"' | b'`' => (TokenKind::Quoted(c), skip_quoted(sql, start)),
+                b'\'' | b'"' | b'`' => {
+                    let end = skip_quoted(sql, start);
+                    self.unterminated |= end.is_none();
+                    (TokenKind::Quoted(c), end.unwrap_or(sql.len()))
+                }
                 b'@' if next() == Some(b'@') => {
                     (TokenKind::SystemVariable, skip_word(sql, start + 2))
                 }
@@ -334,7 +345,8 @@ fn skip_digits(sql: &[u8], mut i: usize) -> usize {
     i
 }
 
-fn skip_quoted(sql: &[u8], start: usize) -> usize {
+/// The end of the quoted text at `start`; `None` if it runs to the end.
+fn skip_quoted(sql: &[u8], start: usize) -> Option<usize> {
     let quote = sql[start];
     let mut i = start + 1;
     while i < sql.len() {
@@ -344,13 +356,13 @@ fn skip_quoted(sql: &[u8], start: usize) -> usize {
                 if sql.get(i + 1) == Some(&quote) {
                     i += 2;
                 } else {
-                    return i + 1;
+                    return Some(i + 1);
                 }
             }
             _ => i += 1,
         }
     }
-    sql.len()
+    None
 }
 
 fn skip_line(sql: &[u8], i: usize) -> usize {

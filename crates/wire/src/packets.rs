@@ -168,8 +168,22 @@ pub struct ServerGreeting {
 
 impl ServerGreeting {
     pub fn parse(payload: &[u8]) -> Result<ServerGreeting, WireError> {
-        let packet = HandshakePacket::deserialize((), &mut ParseBuf(payload))
-            .map_err(|_| WireError::Malformed { what: "handshake" })?;
+        // mysql_common reads the auth data length as a signed byte and subtracts
+        // from it, which overflows on a length of 128 or more (the real one is 21).
+        let malformed = || WireError::Malformed { what: "handshake" };
+        // protocol version, server version up to its NUL, then 20 fixed bytes.
+        let version_nul = 1 + payload
+            .get(1..)
+            .and_then(|p| p.iter().position(|&b| b == 0))
+            .ok_or_else(malformed)?;
+        if payload
+            .get(version_nul + 21)
+            .is_some_and(|&len| len >= 0x80)
+        {
+            return Err(malformed());
+        }
+        let packet =
+            HandshakePacket::deserialize((), &mut ParseBuf(payload)).map_err(|_| malformed())?;
         let mut nonce = packet.scramble_1_ref().to_vec();
         if let Some(rest) = packet.scramble_2_ref() {
             let rest = rest.strip_suffix(&[0]).unwrap_or(rest);
@@ -367,6 +381,11 @@ mod tests {
         assert_eq!(g.nonce, nonce);
         assert_eq!(g.connection_id, 42);
         assert_eq!(g.auth_plugin, "mysql_native_password");
+        // A nonsense auth data length (found by fuzzing) is refused, not a panic.
+        let auth_data_len = out.iter().position(|&b| b == 0).unwrap() + 21;
+        assert_eq!(out[auth_data_len], 21);
+        out[auth_data_len] = 0x87;
+        assert!(ServerGreeting::parse(&out).is_err());
     }
 
     #[test]
