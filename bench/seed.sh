@@ -22,28 +22,18 @@ while [ $# -gt 0 ]; do
 done
 
 cargo build --release --quiet --bin hscale --example relay_floor
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source bench/common.sh
+PORT=$(free_port)
 LOG=$(mktemp)
-target/release/hscale playground --backends 1 --port "$PORT" >"$LOG" 2>&1 &
-HSCALE_PID=$!
-trap 'kill $RELAY_PID 2>/dev/null; kill -INT $HSCALE_PID 2>/dev/null; wait $HSCALE_PID 2>/dev/null; rm -f "$LOG"' EXIT
-for _ in $(seq 1 600); do grep -q "is ready" "$LOG" && break; sleep 0.1; done
-grep -q "is ready" "$LOG" || { cat "$LOG"; exit 1; }
-DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$LOG")
-MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$LOG")
-SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$LOG")/backend1/mariadb.sock"
+trap 'kill ${RELAY_PID:-} 2>/dev/null; kill -INT ${PLAYGROUND_PID:-} 2>/dev/null; wait ${PLAYGROUND_PID:-} 2>/dev/null; rm -f "$LOG"' EXIT
+start_playground "$PORT" "$LOG"
+HSCALE_PID=$PLAYGROUND_PID
 # The floor: a byte relay that parses nothing, on the same path hscale takes.
-RELAY=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RELAY=$(free_port)
 target/release/examples/relay_floor "127.0.0.1:$RELAY" "$SOCKET" &
 RELAY_PID=$!
 
-sql() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "$1"; }
-sql "CREATE DATABASE IF NOT EXISTS bench;
-     CREATE TABLE IF NOT EXISTS bench.small (id INT UNSIGNED PRIMARY KEY,
-       category ENUM('books','hardware','software')) ENGINE=HEAP;
-     REPLACE INTO bench.small VALUES (1,'books'),(2,'hardware'),(3,'software');"
-
-QUERY="SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */"
+create_seed_table
 
 # CPU nanoseconds a process has used, all threads (default: hscale).
 cpu_ns() { cat /proc/"${1:-$HSCALE_PID}"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }

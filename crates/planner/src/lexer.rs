@@ -329,13 +329,23 @@ fn first_keyword(word: &[u8]) -> Kind {
     }
 }
 
-fn skip_word(sql: &[u8], mut i: usize) -> usize {
-    while i < sql.len()
-        && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$' || sql[i] >= 0x80)
-    {
-        i += 1;
+/// Bytes that continue an unquoted identifier or keyword.
+const WORD_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        table[c] = b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+        c += 1;
     }
-    i
+    table
+};
+
+fn skip_word(sql: &[u8], i: usize) -> usize {
+    sql[i..]
+        .iter()
+        .position(|&c| !WORD_BYTE[usize::from(c)])
+        .map_or(sql.len(), |p| i + p)
 }
 
 fn skip_digits(sql: &[u8], mut i: usize) -> usize {

@@ -92,7 +92,7 @@ impl BackendConn {
         key: ConnKey,
         timeout: Duration,
         permit: OwnedSemaphorePermit,
-    ) -> Result<BackendConn, BackendError> {
+    ) -> Result<Box<BackendConn>, BackendError> {
         let login = Self::login(config, key, permit);
         match tokio::time::timeout(timeout, login).await {
             Ok(result) => result,
@@ -108,7 +108,7 @@ impl BackendConn {
         config: &BackendConfig,
         key: ConnKey,
         permit: OwnedSemaphorePermit,
-    ) -> Result<BackendConn, BackendError> {
+    ) -> Result<Box<BackendConn>, BackendError> {
         let backend = config.id;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         let socket = BackendStream::connect(&config.address)
@@ -180,7 +180,9 @@ impl BackendConn {
                 }
             }
         }
-        Ok(BackendConn {
+        // Boxed: a connection changes hands (pool, lease, session) several times
+        // per statement, and moving a pointer is cheaper than moving the struct.
+        Ok(Box::new(BackendConn {
             backend,
             stream,
             key,
@@ -193,7 +195,7 @@ impl BackendConn {
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,
             _permit: permit,
-        })
+        }))
     }
 
     pub fn mark(&self) -> ConnMark {

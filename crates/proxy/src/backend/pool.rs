@@ -19,7 +19,7 @@ const STALE_CHECK_AFTER: Duration = Duration::from_millis(250);
 #[derive(Clone)]
 pub struct Bucket {
     pub key: ConnKey,
-    idle: Arc<SegQueue<BackendConn>>,
+    idle: Arc<SegQueue<Box<BackendConn>>>,
 }
 
 pub struct Pool {
@@ -34,7 +34,7 @@ pub struct Pool {
 
 /// A connection on loan, and whether it was opened just now (rather than reused).
 pub struct Lease {
-    pub conn: BackendConn,
+    pub conn: Box<BackendConn>,
     pub fresh: bool,
 }
 
@@ -141,7 +141,7 @@ impl Pool {
     }
 
     /// Returns a healthy connection to the idle queue of its current key.
-    pub fn release(&self, mut conn: BackendConn) {
+    pub fn release(&self, mut conn: Box<BackendConn>) {
         conn.idle_since = Instant::now();
         let bucket = self.bucket(conn.key);
         bucket.idle.push(conn);
@@ -149,7 +149,7 @@ impl Pool {
     }
 
     /// Returns a connection to the bucket the caller already holds for its key.
-    pub fn release_to(&self, bucket: &Bucket, mut conn: BackendConn) {
+    pub fn release_to(&self, bucket: &Bucket, mut conn: Box<BackendConn>) {
         if conn.key != bucket.key {
             return self.release(conn);
         }
@@ -161,7 +161,7 @@ impl Pool {
     /// The idle connection `mark` names, if no one ran a command on it since.
     /// Rare (ROW_COUNT() and FOUND_ROWS()), so a walk through the queue will do;
     /// the others go back to its end.
-    pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<BackendConn> {
+    pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
         let mut found = None;
         for _ in 0..bucket.idle.len() {
             let Some(conn) = bucket.idle.pop() else { break };
@@ -197,7 +197,7 @@ impl Pool {
 }
 
 /// An idle connection of the bucket that is still alive.
-fn take_idle(bucket: &Bucket) -> Option<BackendConn> {
+fn take_idle(bucket: &Bucket) -> Option<Box<BackendConn>> {
     while let Some(conn) = bucket.idle.pop() {
         if conn.idle_since.elapsed() > STALE_CHECK_AFTER && conn.stream.get_ref().is_stale() {
             continue;

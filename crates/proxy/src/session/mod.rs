@@ -90,7 +90,7 @@ pub struct Session {
     nonce: [u8; 20],
     state: SessionState,
     bucket: Bucket,
-    held: Option<BackendConn>,
+    held: Option<Box<BackendConn>>,
     binding: Binding,
     /// The connection that ran the session's last command, as it was after it.
     previous: Option<ConnMark>,
@@ -486,7 +486,7 @@ impl Session {
         Ok(Lease { conn, fresh: false })
     }
 
-    fn checkin(&mut self, conn: BackendConn) {
+    fn checkin(&mut self, conn: Box<BackendConn>) {
         if self.binding.holds() {
             self.held = Some(conn);
         } else {

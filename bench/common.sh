@@ -1,0 +1,30 @@
+# Shared by the benchmark scripts: the seed query and table, and a playground
+# with one MariaDB to run them against. Source it from the repository root.
+
+# The 2008 HSCALE query: a plain select, then comments to load the tokenizer.
+QUERY="SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Starts `hscale playground --backends 1` on port $1 with its output in $2 and
+# sets PLAYGROUND_PID, DIRECT (MariaDB's port), MARIADB_PID and SOCKET (its
+# unix socket, the path hscale takes). Stop it with `kill -INT $PLAYGROUND_PID`.
+start_playground() { # port log
+  target/release/hscale playground --backends 1 --port "$1" >"$2" 2>&1 &
+  PLAYGROUND_PID=$!
+  for _ in $(seq 1 600); do grep -q "is ready" "$2" && break; sleep 0.1; done
+  grep -q "is ready" "$2" || { cat "$2"; return 1; }
+  DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$2")
+  MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$2")
+  SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$2")/backend1/mariadb.sock"
+}
+
+# The 2008 table in database `bench`, through MariaDB directly.
+create_seed_table() {
+  mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE IF NOT EXISTS bench;
+    CREATE TABLE IF NOT EXISTS bench.small (id INT UNSIGNED PRIMARY KEY,
+      category ENUM('books','hardware','software')) ENGINE=HEAP;
+    REPLACE INTO bench.small VALUES (1,'books'),(2,'hardware'),(3,'software');"
+}

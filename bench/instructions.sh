@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# hscale's own work per seed query, in user-space instructions: hscale and the
+# byte relay each run under callgrind, which counts instructions, not time, so
+# the numbers repeat from run to run whatever else the machine does. The
+# difference is what hscale's parsing, pooling and bookkeeping cost on top of
+# moving the bytes; the kernel's share (the larger one) is not counted here.
+#
+#   bench/instructions.sh [--queries N] [--concurrency N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+QUERIES=4000
+CONCURRENCY=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --queries) QUERIES=$2; shift 2 ;;
+    --concurrency) CONCURRENCY=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+
+cargo build --release --quiet --bin hscale --example relay_floor
+source bench/common.sh
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [ -n "${PLAYGROUND_PID:-}" ] && kill -INT "$PLAYGROUND_PID" 2>/dev/null && wait "$PLAYGROUND_PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+start_playground "$(free_port)" "$WORK/playground.log"
+create_seed_table
+
+slap() { # port queries
+  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$QUERY" \
+    --number-of-queries="$2" --concurrency="$CONCURRENCY" --iterations=1 >/dev/null
+}
+
+# Starts `$@` under callgrind listening on $port, warms it up, then counts the
+# instructions of $QUERIES seed queries only (counters zeroed before, dumped after).
+instructions_per_query() { # name port command...
+  local name=$1 port=$2; shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/$name.%p" "$@" >"$WORK/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 600); do
+    mariadb -h127.0.0.1 -P"$port" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  slap "$port" $((CONCURRENCY * 20))
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  slap "$port" "$QUERIES"
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  # The dump made by -d is the one with a part number; its totals line counts Ir.
+  local total
+  total=$(cat "$WORK/$name.$pid".[0-9]* | awk '/^totals:/ {s += $2} END {print s}')
+  awk -v t="$total" -v q="$QUERIES" 'BEGIN {printf "%.0f", t / q}'
+}
+
+HSCALE_PORT=$(free_port)
+cat >"$WORK/hscale.toml" <<EOF
+[proxy]
+listen = "127.0.0.1:$HSCALE_PORT"
+
+[[users]]
+name = "root"
+password = ""
+
+[[backends]]
+id = 1
+address = "$SOCKET"
+user = "root"
+
+[log]
+level = "warn"
+EOF
+RELAY_PORT=$(free_port)
+hscale=$(instructions_per_query hscale "$HSCALE_PORT" target/release/hscale serve --config "$WORK/hscale.toml")
+relay=$(instructions_per_query relay "$RELAY_PORT" target/release/examples/relay_floor "127.0.0.1:$RELAY_PORT" "$SOCKET")
+
+echo "user-space instructions per seed query ($QUERIES queries, concurrency $CONCURRENCY, callgrind):"
+echo
+echo "| hscale | byte relay | hscale's own work |"
+echo "|---:|---:|---:|"
+echo "| $hscale | $relay | $((hscale - relay)) |"
