@@ -86,9 +86,17 @@ sysbench_run() { # port -> "qps p95"
   sysbench oltp_point_select "${SB[@]}" --mysql-port="$1" run |
     awk '/queries:/ {gsub(/\(/, "", $3); qps=$3} /95th percentile:/ {p95=$3} END {print qps, p95}'
 }
+# CPU nanoseconds of each of hscale's threads: "tid name ns" per line.
+thread_cpu() {
+  for task in /proc/"$HSCALE_PID"/task/*; do
+    echo "${task##*/} $(tr ' ' '_' <"$task/comm") $(cut -d' ' -f1 "$task/schedstat")"
+  done
+}
 read -r dq dp <<<"$(sysbench_run "$DIRECT")"
 before=$(cpu_ns)
+thread_cpu >"$LOG.threads"
 read -r pq pp <<<"$(sysbench_run "$PORT")"
+thread_cpu >>"$LOG.threads"
 after=$(cpu_ns)
 echo "| | qps | p95 (ms) |"
 echo "|---|---:|---:|"
@@ -96,3 +104,13 @@ echo "| MariaDB direct | $dq | $dp |"
 echo "| hscale | $pq | $pp |"
 awk -v d="$dq" -v p="$pq" -v cpu="$((after - before))" -v s="$SYSBENCH_SECONDS" \
   'BEGIN {printf "| ratio | %.2f | |\n\nhscale CPU per sysbench query: %.1f µs\n", p/d, cpu/(p*s)/1000}'
+# Multi-core: how hscale's CPU time during the sysbench run split over its threads.
+awk -v s="$SYSBENCH_SECONDS" '
+  { if ($1 in first) used[$1] = $3 - first[$1]; else { first[$1] = $3; name[$1] = $2 } }
+  END {
+    for (t in used) total += used[t]
+    printf "hscale used %.2f cores during sysbench; threads with more than 1%% of it:", total / (s * 1e9)
+    for (t in used) if (used[t] > total / 100) printf " %s %.0f%%", name[t], 100 * used[t] / total
+    print ""
+  }' "$LOG.threads"
+rm -f "$LOG.threads"
