@@ -96,8 +96,20 @@ fn backend_errors_keep_their_code_sqlstate_and_message() {
 
 #[test]
 fn packets_of_16_mib_and_more_travel_both_ways() {
-    let (proxy, db) = setup("protocol_large");
-    let mut conn = proxy.connect(Some(&db));
+    // Over the backend's unix socket (the default) and over TCP: a 20 MiB
+    // statement fills either socket, so hscale must wait for write space.
+    let db = cluster().database("protocol_large");
+    for proxy in [
+        Proxy::for_cluster(),
+        Proxy::start(cluster().config_over_tcp()),
+    ] {
+        large_packets_round_trip(&proxy, &db);
+    }
+}
+
+fn large_packets_round_trip(proxy: &Proxy, db: &str) {
+    let mut conn = proxy.connect(Some(db));
+    conn.query_drop("DROP TABLE IF EXISTS big").unwrap();
     conn.query_drop("CREATE TABLE big (id INT PRIMARY KEY, body LONGBLOB)")
         .unwrap();
     let body: Vec<u8> = (0..20 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();

@@ -19,6 +19,7 @@ pub mod raw;
 pub struct Cluster {
     pub servers: Vec<Mutex<LocalServer>>,
     ports: Vec<u16>,
+    sockets: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -51,6 +52,7 @@ pub fn cluster() -> &'static Cluster {
         }
         Cluster {
             ports: servers.iter().map(|s| s.port).collect(),
+            sockets: servers.iter().map(|s| s.socket()).collect(),
             servers: servers.into_iter().map(Mutex::new).collect(),
             _dir: dir,
         }
@@ -80,12 +82,29 @@ impl Cluster {
     }
 
     /// The proxy configuration for these servers, listening on a free port.
+    /// hscale reaches them over their unix sockets, as the playground does.
     pub fn config(&self) -> Config {
+        self.config_with_addresses(&self.sockets)
+    }
+
+    /// The same, with hscale reaching the servers over TCP.
+    pub fn config_over_tcp(&self) -> Config {
+        let addresses: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        self.config_with_addresses(&addresses)
+    }
+
+    fn config_with_addresses(&self, addresses: &[String]) -> Config {
         let mut config = config_for(&[], 0);
-        config.backends = (1..=self.ports.len())
-            .map(|i| hscale::config::BackendConfig {
-                id: i as u32,
-                address: format!("127.0.0.1:{}", self.port(i)),
+        config.backends = addresses
+            .iter()
+            .enumerate()
+            .map(|(i, address)| hscale::config::BackendConfig {
+                id: i as u32 + 1,
+                address: address.clone(),
                 user: "root".into(),
                 password: String::new(),
                 max_connections: 64,
