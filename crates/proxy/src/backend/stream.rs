@@ -98,6 +98,7 @@ impl AsyncRead for UnixSocket {
                     }
                     return Poll::Ready(Ok(()));
                 }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
                 Err(_would_block) => continue,
             }
@@ -115,6 +116,7 @@ impl AsyncWrite for UnixSocket {
         loop {
             match (&mut this.socket.get_ref()).write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 result => {
                     this.write_space = None;
                     return Poll::Ready(result);
