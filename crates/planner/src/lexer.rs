@@ -19,6 +19,8 @@ pub enum Kind {
     /// PREPARE, EXECUTE, DEALLOCATE: server-side statements named in SQL.
     SqlPrepared,
     Handler,
+    /// CALL: a stored procedure may change session state hscale cannot see.
+    Call,
     Xa,
     /// DROP DATABASE / DROP SCHEMA: a connection whose database it was has none after.
     DropDatabase,
@@ -63,7 +65,12 @@ impl Summary {
             || self.found_rows
             || matches!(
                 self.kind,
-                Kind::Lock | Kind::CreateTemporary | Kind::SqlPrepared | Kind::Handler | Kind::Xa
+                Kind::Lock
+                    | Kind::CreateTemporary
+                    | Kind::SqlPrepared
+                    | Kind::Handler
+                    | Kind::Xa
+                    | Kind::Call
             )
     }
 
@@ -307,6 +314,7 @@ fn first_keyword(word: &[u8]) -> Kind {
         2 if is(b"xa") => Kind::Xa,
         4 if is(b"lock") => Kind::Lock,
         4 if is(b"kill") => Kind::Kill,
+        4 if is(b"call") => Kind::Call,
         5 if is(b"begin") => Kind::Begin,
         5 if is(b"start") => Kind::Begin,
         6 if is(b"select") => Kind::Select,
@@ -455,6 +463,7 @@ mod tests {
         assert!(summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1").found_rows);
         assert!(summarize(b"LOCK TABLES t WRITE").binds_connection());
         assert!(summarize(b"PREPARE s FROM 'SELECT 1'").binds_connection());
+        assert!(summarize(b"CALL set_up_session()").binds_connection());
         assert!(!summarize(b"SELECT 'get_lock('").binds_connection());
     }
 

@@ -394,6 +394,27 @@ fn batches_bind_only_when_they_change_session_state() {
     }
 }
 
+/// A stored procedure can change its connection's session state where hscale
+/// cannot see it: the caller keeps that connection, and no one else gets it.
+#[test]
+fn a_procedure_that_changes_the_session_binds_its_caller() {
+    let db = cluster().database("mux_call");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE PROCEDURE east() SET SESSION time_zone = '+05:00'")
+        .unwrap();
+    let proxy = small_pool_proxy(2);
+    let mut caller = proxy.connect(Some(&db));
+    caller.query_drop("CALL east()").unwrap();
+    for _ in 0..3 {
+        let mut other = proxy.connect(Some(&db));
+        let zone: Option<String> = other.query_first("SELECT @@time_zone").unwrap();
+        assert_eq!(zone.as_deref(), Some("SYSTEM"), "the procedure's zone leaked");
+    }
+    let zone: Option<String> = caller.query_first("SELECT @@time_zone").unwrap();
+    assert_eq!(zone.as_deref(), Some("+05:00"));
+}
+
 #[test]
 fn kill_cannot_share_a_query_with_other_statements() {
     let proxy = Proxy::for_cluster();
