@@ -409,7 +409,11 @@ fn a_procedure_that_changes_the_session_binds_its_caller() {
     for _ in 0..3 {
         let mut other = proxy.connect(Some(&db));
         let zone: Option<String> = other.query_first("SELECT @@time_zone").unwrap();
-        assert_eq!(zone.as_deref(), Some("SYSTEM"), "the procedure's zone leaked");
+        assert_eq!(
+            zone.as_deref(),
+            Some("SYSTEM"),
+            "the procedure's zone leaked"
+        );
     }
     let zone: Option<String> = caller.query_first("SELECT @@time_zone").unwrap();
     assert_eq!(zone.as_deref(), Some("+05:00"));
@@ -428,4 +432,122 @@ fn kill_cannot_share_a_query_with_other_statements() {
         e => panic!("expected an error, got {e}"),
     }
     client.query_drop("SELECT 1").unwrap();
+}
+
+/// Clients outnumbering the pool run random statements that leave session
+/// state, all at once; each must only ever see its own time zone, database,
+/// insert id, uncommitted rows, variables and temporary tables.
+#[test]
+fn concurrent_clients_only_ever_see_their_own_session_state() {
+    let db = cluster().database("mux_random");
+    let other_db = cluster().database("mux_random_other");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop(
+            "CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, owner INT, v INT) ENGINE=InnoDB",
+        )
+        .unwrap();
+    let proxy = small_pool_proxy(4);
+    std::thread::scope(|scope| {
+        for me in 0..6u64 {
+            let (proxy, db, other_db) = (&proxy, &db, &other_db);
+            scope.spawn(move || random_session(proxy, me, db, other_db));
+        }
+    });
+}
+
+/// One client's random walk; `me` seeds it and marks its rows.
+fn random_session(proxy: &Proxy, me: u64, db: &str, other_db: &str) {
+    let mut conn = proxy.connect(Some(db));
+    let greeted = u64::from(conn.connection_id());
+    let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (me + 1);
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // Two clients bind themselves for good; the others stay multiplexed.
+    if me == 0 {
+        conn.query_drop(format!("SET @mine = {me}")).unwrap();
+    }
+    if me == 1 {
+        conn.query_drop("CREATE TEMPORARY TABLE mine (x INT)")
+            .unwrap();
+    }
+    let (mut zone, mut current_db, mut last_id) = ("SYSTEM".to_string(), db.to_string(), 0u64);
+    let (mut committed, mut pending, mut in_tx_for) = (0i64, 0i64, None::<u32>);
+    for step in 0..150 {
+        let context = format!("client {me}, step {step}");
+        match next(9) {
+            0 => {
+                zone = format!("+0{}:{}0", me % 10, next(6));
+                conn.query_drop(format!("SET time_zone = '{zone}'"))
+                    .unwrap();
+            }
+            1 => {
+                let seen: Option<String> = conn.query_first("SELECT @@time_zone").unwrap();
+                assert_eq!(seen.as_deref(), Some(zone.as_str()), "{context}");
+            }
+            2 => {
+                conn.query_drop(format!(
+                    "INSERT INTO `{db}`.t (owner, v) VALUES ({me}, {step})"
+                ))
+                .unwrap();
+                last_id = conn.last_insert_id();
+                pending += 1;
+                if in_tx_for.is_none() {
+                    committed += std::mem::take(&mut pending);
+                }
+            }
+            3 if last_id != 0 => {
+                let seen: Option<u64> = conn.query_first("SELECT LAST_INSERT_ID()").unwrap();
+                assert_eq!(seen, Some(last_id), "{context}");
+            }
+            4 if in_tx_for.is_none() => {
+                conn.query_drop("BEGIN").unwrap();
+                in_tx_for = Some(0);
+            }
+            5 => {
+                let count: Option<i64> = conn
+                    .query_first(format!("SELECT COUNT(*) FROM `{db}`.t WHERE owner = {me}"))
+                    .unwrap();
+                assert_eq!(count, Some(committed + pending), "{context}");
+            }
+            6 => {
+                current_db = if current_db == db { other_db } else { db }.to_string();
+                conn.query_drop(format!("USE `{current_db}`")).unwrap();
+                let seen: Option<String> = conn.query_first("SELECT DATABASE()").unwrap();
+                assert_eq!(seen.as_deref(), Some(current_db.as_str()), "{context}");
+            }
+            7 => {
+                let seen: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").unwrap();
+                assert_eq!(seen, Some(greeted), "{context}");
+            }
+            _ => {
+                if me == 0 {
+                    let mine: Option<u64> = conn.query_first("SELECT @mine").unwrap();
+                    assert_eq!(mine, Some(me), "{context}");
+                }
+                if me == 1 {
+                    conn.query_drop(format!("INSERT INTO `{db}`.mine VALUES (1)"))
+                        .unwrap();
+                }
+            }
+        }
+        // Transactions end within a few steps, by commit or rollback.
+        if let Some(age) = in_tx_for.as_mut() {
+            *age += 1;
+            if *age > 4 {
+                if next(2) == 0 {
+                    conn.query_drop("COMMIT").unwrap();
+                    committed += pending;
+                } else {
+                    conn.query_drop("ROLLBACK").unwrap();
+                }
+                pending = 0;
+                in_tx_for = None;
+            }
+        }
+    }
 }
