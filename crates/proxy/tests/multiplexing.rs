@@ -436,7 +436,7 @@ fn kill_cannot_share_a_query_with_other_statements() {
 
 /// Clients outnumbering the pool run random statements that leave session
 /// state, all at once; each must only ever see its own time zone, database,
-/// insert id, uncommitted rows, variables and temporary tables.
+/// insert id, row count, uncommitted rows, variables and temporary tables.
 #[test]
 fn concurrent_clients_only_ever_see_their_own_session_state() {
     let db = cluster().database("mux_random");
@@ -479,7 +479,7 @@ fn random_session(proxy: &Proxy, me: u64, db: &str, other_db: &str) {
     let (mut committed, mut pending, mut in_tx_for) = (0i64, 0i64, None::<u32>);
     for step in 0..150 {
         let context = format!("client {me}, step {step}");
-        match next(9) {
+        match next(10) {
             0 => {
                 zone = format!("+0{}:{}0", me % 10, next(6));
                 conn.query_drop(format!("SET time_zone = '{zone}'"))
@@ -523,6 +523,28 @@ fn random_session(proxy: &Proxy, me: u64, db: &str, other_db: &str) {
             7 => {
                 let seen: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").unwrap();
                 assert_eq!(seen, Some(greeted), "{context}");
+            }
+            8 => {
+                // ROW_COUNT() answers this client's UPDATE or fails with 1105,
+                // never with what another client's statement did.
+                let update = format!("UPDATE `{db}`.t SET v = v + 1 WHERE owner = {me}");
+                match conn.query_drop(update) {
+                    Ok(()) => {}
+                    // InnoDB may pick this transaction as a deadlock victim and
+                    // roll it back; that is the server's answer, not hscale's.
+                    Err(mysql::Error::MySqlError(e)) if e.code == 1213 => {
+                        pending = 0;
+                        in_tx_for = None;
+                        continue;
+                    }
+                    Err(e) => panic!("{context}: {e}"),
+                }
+                let updated = conn.affected_rows();
+                match conn.query_first::<i64, _>("SELECT ROW_COUNT()") {
+                    Ok(seen) => assert_eq!(seen, Some(updated as i64), "{context}"),
+                    Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1105, "{context}"),
+                    Err(e) => panic!("{context}: {e}"),
+                }
             }
             _ => {
                 if me == 0 {
