@@ -75,7 +75,7 @@ pub fn metrics(shared: &Shared) -> String {
         "hscale_questions_total",
         "counter",
         "Commands received from clients.",
-        plain(c.questions.load(Ordering::Relaxed)),
+        plain(c.questions.total()),
     );
     metric(
         "hscale_client_connections_total",

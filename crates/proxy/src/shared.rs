@@ -116,7 +116,7 @@ pub struct Shared {
 
 #[derive(Default)]
 pub struct Counters {
-    pub questions: AtomicU64,
+    pub questions: ShardedCounter,
     pub connections: AtomicU64,
     pub clients: AtomicU64,
 }
@@ -124,6 +124,39 @@ pub struct Counters {
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A counter that every statement bumps: one slot per thread, each on its own
+/// cache line, so that the workers do not pass one line back and forth.
+#[derive(Default)]
+pub struct ShardedCounter {
+    slots: [PaddedCount; COUNTER_SHARDS],
+}
+
+const COUNTER_SHARDS: usize = 32;
+
+#[derive(Default)]
+#[repr(align(128))]
+struct PaddedCount(AtomicU64);
+
+impl ShardedCounter {
+    pub fn add(&self, n: u64) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed) as usize % COUNTER_SHARDS
+            };
+        }
+        let shard = SHARD.with(|shard| *shard);
+        self.slots[shard].0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|slot| slot.0.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -191,7 +224,7 @@ impl Shared {
 
     pub fn statistics(&self) -> String {
         let uptime = self.started.elapsed().as_secs().max(1);
-        let questions = self.counters.questions.load(Ordering::Relaxed);
+        let questions = self.counters.questions.total();
         let open: usize = self.pools.iter().map(|p| p.open_connections()).sum();
         format!(
             "Uptime: {uptime}  Threads: {}  Questions: {questions}  Slow queries: 0  Opens: {}  Open tables: 0  Backend connections: {open}  Queries per second avg: {:.3}",

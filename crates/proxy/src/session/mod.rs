@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use crate::backend::{BackendConn, Bucket, ConnKey, ConnMark, Lease};
 use crate::error::{Disposition, ProxyError};
 use crate::exec::{relay, RelayError};
-use crate::shared::{Counters, SessionHandle, Shared};
+use crate::shared::{SessionHandle, Shared};
 use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
@@ -187,7 +187,7 @@ impl Session {
             if code == command::QUIT {
                 return Ok(());
             }
-            Counters::add(&self.shared.counters.questions, 1);
+            self.shared.counters.questions.add(1);
             if let Err(e) = self.dispatch(code, packet.payload).await {
                 let (_, disposition) = e.to_client();
                 tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
