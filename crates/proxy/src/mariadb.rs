@@ -24,6 +24,12 @@ pub enum LaunchError {
         log: PathBuf,
         tail: String,
     },
+    #[error("only {free_mib} MiB free in {dir}; MariaDB needs {needed_mib} MiB there. A server that runs out of disk does not fail: it waits, silently, until space is freed")]
+    DiskFull {
+        dir: PathBuf,
+        free_mib: u64,
+        needed_mib: u64,
+    },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -52,6 +58,47 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// Server options that keep a data directory small (about 40 MiB instead of
+/// 130 MiB with the default 96 MiB redo log): the tests start a few servers per
+/// test binary. Given to `mariadb-install-db` too, so that the server starts on
+/// the log it was installed with.
+const SMALL_DATADIR: [&str; 2] = [
+    "--innodb-log-file-size=16M",
+    "--innodb-buffer-pool-size=64M",
+];
+
+/// Disk one server needs: its data directory and room to grow.
+const MIB_PER_SERVER: u64 = 128;
+
+/// Refuses to start `servers` servers under `dir` when the disk is nearly full.
+/// MariaDB that runs out of space does not fail: it waits for space, forever,
+/// and so would every client.
+pub fn ensure_free_space(dir: &Path, servers: usize) -> Result<(), LaunchError> {
+    let needed_mib = MIB_PER_SERVER * servers as u64;
+    let free_mib = free_bytes(dir)? / (1024 * 1024);
+    if free_mib < needed_mib {
+        return Err(LaunchError::DiskFull {
+            dir: dir.to_owned(),
+            free_mib,
+            needed_mib,
+        });
+    }
+    Ok(())
+}
+
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `stat` a writable statvfs;
+    // statvfs initialises it when it returns 0.
+    if unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_bavail * stat.f_frsize)
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -71,7 +118,8 @@ pub fn install_datadir(datadir: &Path) -> Result<(), LaunchError> {
         .arg(format!("--datadir={}", datadir.display()))
         .arg(format!("--tmpdir={}", tmpdir.display()))
         .arg("--auth-root-authentication-method=normal")
-        .arg("--skip-test-db");
+        .arg("--skip-test-db")
+        .args(SMALL_DATADIR);
     if running_as_root() {
         cmd.arg("--user=root");
     }
@@ -204,11 +252,11 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
         .args([
             "--max-connections=1000",
             "--max-allowed-packet=1G",
-            "--innodb-buffer-pool-size=64M",
             "--innodb-flush-log-at-trx-commit=2",
             "--skip-log-bin",
             "--local-infile=1",
-        ]);
+        ])
+        .args(SMALL_DATADIR);
     if running_as_root() {
         cmd.arg("--user=root");
     }
@@ -238,5 +286,14 @@ mod tests {
             err.contains("apt-get install -y mariadb-server mariadb-client"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn servers_are_not_started_on_a_disk_without_room_for_them() {
+        let dir = std::env::temp_dir();
+        ensure_free_space(&dir, 0).expect("no server needs no space");
+        let err = ensure_free_space(&dir, 1 << 40).unwrap_err();
+        assert!(matches!(err, LaunchError::DiskFull { .. }), "{err}");
+        assert!(err.to_string().contains("waits"), "{err}");
     }
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, Config, DictionaryConfig, LogConfig, ProxyConfig, UserConfig};
-use crate::mariadb::{install_datadir, LaunchError, LocalServer};
+use crate::mariadb::{ensure_free_space, install_datadir, LaunchError, LocalServer};
 use crate::shared::Shared;
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,7 @@ pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
 
 /// Starts `count` servers in `dir`.
 pub fn start_servers(dir: &Path, count: usize) -> Result<Vec<LocalServer>, LaunchError> {
+    ensure_free_space(dir, count + 1)?;
     let template = dir.join("template");
     install_datadir(&template)?;
     (1..=count)
@@ -100,13 +101,15 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     let config = config_for(&servers, port);
     let listener = crate::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|source| PlaygroundError::Listen { port, source })?;
+    // `--port 0` asks for any free port: tell the one it got.
+    let port = listener.local_addr().map_or(port, |address| address.port());
     let mut shared = Shared::new(&config);
     shared.learn_server_version().await;
     let mut ready = String::new();
     for (i, s) in servers.iter().enumerate() {
-        let (n, port, pid) = (i + 1, s.port, s.pid());
+        let (n, backend_port, pid) = (i + 1, s.port, s.pid());
         ready.push_str(&format!(
-            "backend {n}: MariaDB on 127.0.0.1:{port} (pid {pid})\n"
+            "backend {n}: MariaDB on 127.0.0.1:{backend_port} (pid {pid})\n"
         ));
     }
     ready.push_str(&format!(

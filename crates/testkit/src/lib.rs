@@ -20,21 +20,30 @@ pub struct Cluster {
     pub servers: Vec<Mutex<LocalServer>>,
     ports: Vec<u16>,
     sockets: Vec<String>,
-    _dir: tempfile::TempDir,
+    dir: PathBuf,
 }
 
 const BACKENDS: usize = 2;
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-static PIDS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
+/// Statics are never dropped, so without this neither the servers nor their
+/// data directories (about 40 MiB each) would go away. Left behind, test runs
+/// filled a CI disk, and MariaDB then waits for space forever instead of failing.
 extern "C" fn stop_servers_at_exit() {
-    for pid in PIDS.lock().map(|p| p.clone()).unwrap_or_default() {
-        // SAFETY: kill has no memory-safety preconditions; the pid is a server we started.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    let Some(cluster) = CLUSTER.get() else {
+        return;
+    };
+    for server in &cluster.servers {
+        // A test that panicked holding the lock leaves it poisoned, not held.
+        match server.try_lock() {
+            Ok(mut server) => server.kill(),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().kill(),
+            // Still in use by a test thread: its directory must stay too.
+            Err(std::sync::TryLockError::WouldBlock) => return,
         }
     }
+    let _ = std::fs::remove_dir_all(&cluster.dir);
 }
 
 pub fn cluster() -> &'static Cluster {
@@ -42,10 +51,12 @@ pub fn cluster() -> &'static Cluster {
         let dir = tempfile::Builder::new()
             .prefix("hscale-test-")
             .tempdir()
-            .expect("temp dir");
-        let servers = start_servers(dir.path(), BACKENDS)
-            .unwrap_or_else(|e| panic!("cannot start MariaDB: {e}"));
-        PIDS.lock().unwrap().extend(servers.iter().map(|s| s.pid()));
+            .expect("temp dir")
+            .keep();
+        let servers = start_servers(&dir, BACKENDS).unwrap_or_else(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("cannot start MariaDB: {e}")
+        });
         // SAFETY: registers a plain extern "C" function with no captured state.
         unsafe {
             libc::atexit(stop_servers_at_exit);
@@ -54,7 +65,7 @@ pub fn cluster() -> &'static Cluster {
             ports: servers.iter().map(|s| s.port).collect(),
             sockets: servers.iter().map(|s| s.socket()).collect(),
             servers: servers.into_iter().map(Mutex::new).collect(),
-            _dir: dir,
+            dir,
         }
     })
 }
