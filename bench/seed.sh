@@ -35,17 +35,6 @@ RELAY_PID=$!
 
 create_seed_table
 
-# CPU nanoseconds a process has used, all threads (default: hscale).
-cpu_ns() { cat /proc/"${1:-$HSCALE_PID}"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
-
-slap_seconds() { # port concurrency
-  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$QUERY" \
-    --number-of-queries="$QUERIES" --concurrency="$2" --iterations=1 2>&1 |
-    sed -n 's/.*Average number of seconds to run all queries: \([0-9.]*\) seconds/\1/p'
-}
-
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
 echo "seed query, $QUERIES queries per run, median of $RUNS runs"
