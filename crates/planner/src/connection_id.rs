@@ -14,15 +14,15 @@
 //! Statements that store SQL for later (CREATE VIEW, TRIGGER, PROCEDURE, EVENT;
 //! ALTER) are left alone: they must keep the call, not one client's id.
 
-use crate::lexer::{Token, TokenKind, Tokens};
+use crate::lexer::{Quoting, Token, TokenKind, Tokens};
 
 /// Longer names are not valid aliases (MariaDB's limit on a column name).
 const MAX_ALIAS_LEN: usize = 256;
 
 /// `sql` with each CONNECTION_ID() call replaced by `id`; `None` when there is
 /// no call to replace.
-pub fn replace_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
-    let mut lexer = Tokens::new(sql);
+pub fn replace_connection_id(sql: &[u8], id: u32, quoting: Quoting) -> Option<Vec<u8>> {
+    let mut lexer = Tokens::new(sql, quoting);
     let tokens: Vec<Token> = lexer.by_ref().collect();
     if lexer.unterminated {
         // The server refuses it as it is; an alias must not land inside the quote.
@@ -291,7 +291,10 @@ mod tests {
     use super::*;
 
     fn replaced(sql: &str) -> String {
-        String::from_utf8(replace_connection_id(sql.as_bytes(), 42).expect("a call")).unwrap()
+        String::from_utf8(
+            replace_connection_id(sql.as_bytes(), 42, Quoting::BackslashEscapes).expect("a call"),
+        )
+        .unwrap()
     }
 
     const ID: &str = "CAST(0000000042 AS UNSIGNED)";
@@ -397,7 +400,11 @@ mod tests {
             "CREATE TRIGGER t BEFORE INSERT ON x FOR EACH ROW SET NEW.c = CONNECTION_ID()",
             "ALTER EVENT e DO INSERT INTO t VALUES (CONNECTION_ID())",
         ] {
-            assert_eq!(replace_connection_id(sql.as_bytes(), 42), None, "{sql}");
+            assert_eq!(
+                replace_connection_id(sql.as_bytes(), 42, Quoting::BackslashEscapes),
+                None,
+                "{sql}"
+            );
         }
         assert_eq!(
             replaced("CREATE VIEW v AS SELECT 1; SELECT CONNECTION_ID() x"),
@@ -408,7 +415,7 @@ mod tests {
     #[test]
     fn text_the_server_will_refuse_is_left_alone() {
         assert_eq!(
-            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42),
+            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42, Quoting::BackslashEscapes),
             None
         );
         assert_eq!(

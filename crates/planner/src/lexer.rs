@@ -97,6 +97,17 @@ impl Kind {
     }
 }
 
+/// What a backslash in a quoted string is: an escape, as MySQL reads it by
+/// default, or a plain character under sql_mode NO_BACKSLASH_ESCAPES. Read the
+/// wrong way, `'C:\'; SET @x = 1` is one string instead of two statements. The
+/// server tells its clients which in the status flags of every OK and EOF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quoting {
+    #[default]
+    BackslashEscapes,
+    NoBackslashEscapes,
+}
+
 /// A lexical token of a statement; its bytes are `sql[start..end]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Token {
@@ -124,16 +135,18 @@ pub(crate) enum TokenKind {
 pub(crate) struct Tokens<'a> {
     sql: &'a [u8],
     at: usize,
+    quoting: Quoting,
     /// A string or quoted identifier ran to the end of the text: the server
     /// will refuse the statement.
     pub unterminated: bool,
 }
 
 impl<'a> Tokens<'a> {
-    pub fn new(sql: &'a [u8]) -> Tokens<'a> {
+    pub fn new(sql: &'a [u8], quoting: Quoting) -> Tokens<'a> {
         Tokens {
             sql,
             at: 0,
+            quoting,
             unterminated: false,
         }
     }
@@ -185,7 +198,7 @@ impl Iterator for Tokens<'_> {
                     continue;
                 }
                 b'\'' | b'"' | b'`' => {
-                    let end = skip_quoted(sql, start);
+                    let end = skip_quoted(sql, start, self.quoting);
                     self.unterminated |= end.is_none();
                     (TokenKind::Quoted(c), end.unwrap_or(sql.len()))
                 }
@@ -201,7 +214,7 @@ impl Iterator for Tokens<'_> {
     }
 }
 
-pub fn summarize(sql: &[u8]) -> Summary {
+pub fn summarize(sql: &[u8], quoting: Quoting) -> Summary {
     let mut s = Summary {
         kind: Kind::Empty,
         user_variables: false,
@@ -218,7 +231,7 @@ pub fn summarize(sql: &[u8]) -> Summary {
     let mut first = Kind::Empty;
     let mut first_is_create = false;
     let mut after_statement_end = false;
-    for token in Tokens::new(sql) {
+    for token in Tokens::new(sql, quoting) {
         match token.kind {
             TokenKind::Symbol(b'(' | b')' | b',') | TokenKind::SystemVariable => continue,
             TokenKind::Symbol(b';') => {
@@ -364,12 +377,13 @@ fn skip_digits(sql: &[u8], mut i: usize) -> usize {
 }
 
 /// The end of the quoted text at `start`; `None` if it runs to the end.
-fn skip_quoted(sql: &[u8], start: usize) -> Option<usize> {
+fn skip_quoted(sql: &[u8], start: usize, quoting: Quoting) -> Option<usize> {
     let quote = sql[start];
+    let escapes = quote != b'`' && quoting == Quoting::BackslashEscapes;
     let mut i = start + 1;
     while i < sql.len() {
         match sql[i] {
-            b'\\' if quote != b'`' => i += 2,
+            b'\\' if escapes => i += 2,
             c if c == quote => {
                 if sql.get(i + 1) == Some(&quote) {
                     i += 2;
@@ -405,8 +419,12 @@ fn skip_block_comment(sql: &[u8], i: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn summary(sql: &[u8]) -> Summary {
+        summarize(sql, Quoting::BackslashEscapes)
+    }
+
     fn kind(sql: &str) -> Kind {
-        summarize(sql.as_bytes()).kind
+        summary(sql.as_bytes()).kind
     }
 
     #[test]
@@ -425,7 +443,7 @@ mod tests {
 
     #[test]
     fn the_2008_seed_query_is_a_plain_select() {
-        let s = summarize(
+        let s = summary(
             b"SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ \
               /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */",
         );
@@ -445,53 +463,53 @@ mod tests {
             Kind::CreateTemporary
         );
         assert_eq!(kind("CREATE TABLE temporary_stuff (a int)"), Kind::Other);
-        assert!(summarize(b"CREATE TEMPORARY TABLE t (a int)").binds_connection());
+        assert!(summary(b"CREATE TEMPORARY TABLE t (a int)").binds_connection());
     }
 
     #[test]
     fn user_variables_bind_but_system_variables_do_not() {
-        assert!(summarize(b"SELECT @x := 1").binds_connection());
-        assert!(summarize(b"SET @a = 5").user_variables);
-        assert!(!summarize(b"SELECT @@session.autocommit, @@version").binds_connection());
-        assert!(!summarize(b"SELECT '@not_a_var'").binds_connection());
-        assert!(!summarize(b"SELECT 1 /* @x */").binds_connection());
+        assert!(summary(b"SELECT @x := 1").binds_connection());
+        assert!(summary(b"SET @a = 5").user_variables);
+        assert!(!summary(b"SELECT @@session.autocommit, @@version").binds_connection());
+        assert!(!summary(b"SELECT '@not_a_var'").binds_connection());
+        assert!(!summary(b"SELECT 1 /* @x */").binds_connection());
     }
 
     #[test]
     fn locks_and_found_rows_bind_the_connection() {
-        assert!(summarize(b"SELECT GET_LOCK('a', 1)").user_lock);
-        assert!(summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1").found_rows);
-        assert!(summarize(b"LOCK TABLES t WRITE").binds_connection());
-        assert!(summarize(b"PREPARE s FROM 'SELECT 1'").binds_connection());
-        assert!(summarize(b"CALL set_up_session()").binds_connection());
-        assert!(!summarize(b"SELECT 'get_lock('").binds_connection());
+        assert!(summary(b"SELECT GET_LOCK('a', 1)").user_lock);
+        assert!(summary(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1").found_rows);
+        assert!(summary(b"LOCK TABLES t WRITE").binds_connection());
+        assert!(summary(b"PREPARE s FROM 'SELECT 1'").binds_connection());
+        assert!(summary(b"CALL set_up_session()").binds_connection());
+        assert!(!summary(b"SELECT 'get_lock('").binds_connection());
     }
 
     #[test]
     fn row_count_and_found_rows_read_the_previous_statement() {
-        assert!(summarize(b"SELECT ROW_COUNT()").reads_previous_statement);
-        assert!(summarize(b"select found_rows()").reads_previous_statement);
-        let calc = summarize(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1");
+        assert!(summary(b"SELECT ROW_COUNT()").reads_previous_statement);
+        assert!(summary(b"select found_rows()").reads_previous_statement);
+        let calc = summary(b"SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1");
         assert!(!calc.reads_previous_statement);
-        assert!(!summarize(b"SELECT 'row_count()', `row_count`").reads_previous_statement);
-        let one_query = summarize(b"UPDATE t SET a = 1; SELECT ROW_COUNT()");
+        assert!(!summary(b"SELECT 'row_count()', `row_count`").reads_previous_statement);
+        let one_query = summary(b"UPDATE t SET a = 1; SELECT ROW_COUNT()");
         assert!(!one_query.reads_previous_statement);
-        assert!(summarize(b"SELECT ROW_COUNT(); DO 1").reads_previous_statement);
+        assert!(summary(b"SELECT ROW_COUNT(); DO 1").reads_previous_statement);
     }
 
     #[test]
     fn executable_comments_are_read_as_code() {
-        assert!(summarize(b"SELECT /*!40001 SQL_CALC_FOUND_ROWS */ 1").found_rows);
+        assert!(summary(b"SELECT /*!40001 SQL_CALC_FOUND_ROWS */ 1").found_rows);
         assert_eq!(kind("/*!40101 SET NAMES utf8 */"), Kind::Set);
     }
 
     #[test]
     fn detects_several_statements_in_one_query() {
-        assert!(summarize(b"SELECT 1; SELECT 2").multi_statement);
-        assert!(!summarize(b"SELECT 1;").multi_statement);
-        assert!(!summarize(b"SELECT 1; -- trailing\n").multi_statement);
-        assert!(!summarize(b"SELECT ';'").multi_statement);
-        assert!(summarize(b"SELECT 1; 'a'").multi_statement);
+        assert!(summary(b"SELECT 1; SELECT 2").multi_statement);
+        assert!(!summary(b"SELECT 1;").multi_statement);
+        assert!(!summary(b"SELECT 1; -- trailing\n").multi_statement);
+        assert!(!summary(b"SELECT ';'").multi_statement);
+        assert!(summary(b"SELECT 1; 'a'").multi_statement);
     }
 
     #[test]
@@ -501,7 +519,7 @@ mod tests {
             "BEGIN; UPDATE t SET a = 1; COMMIT",
             "/* hi */ (SELECT 1) ; delete from t;",
         ] {
-            assert!(!summarize(sql.as_bytes()).multi_statement_binds(), "{sql}");
+            assert!(!summary(sql.as_bytes()).multi_statement_binds(), "{sql}");
         }
         for sql in [
             "SELECT 1; SET NAMES latin1",
@@ -511,7 +529,7 @@ mod tests {
             "SELECT 1; CALL p()",
             "SELECT 1; 'a'",
         ] {
-            assert!(summarize(sql.as_bytes()).multi_statement_binds(), "{sql}");
+            assert!(summary(sql.as_bytes()).multi_statement_binds(), "{sql}");
         }
     }
 
@@ -534,14 +552,25 @@ mod tests {
 
     #[test]
     fn notes_connection_id() {
-        assert!(summarize(b"UPDATE t SET owner = CONNECTION_ID()").connection_id);
-        assert!(!summarize(b"SELECT 'connection_id()'").connection_id);
-        assert!(!summarize(b"SELECT 1").connection_id);
+        assert!(summary(b"UPDATE t SET owner = CONNECTION_ID()").connection_id);
+        assert!(!summary(b"SELECT 'connection_id()'").connection_id);
+        assert!(!summary(b"SELECT 1").connection_id);
     }
 
     #[test]
     fn notes_last_insert_id() {
-        assert!(summarize(b"SELECT LAST_INSERT_ID()").last_insert_id);
-        assert!(!summarize(b"SELECT 'LAST_INSERT_ID()'").last_insert_id);
+        assert!(summary(b"SELECT LAST_INSERT_ID()").last_insert_id);
+        assert!(!summary(b"SELECT 'LAST_INSERT_ID()'").last_insert_id);
+    }
+
+    #[test]
+    fn a_backslash_escapes_only_where_the_sql_mode_says_so() {
+        let sql = b"SELECT 'C:\\'; SET @x = 1";
+        let escaped = summary(sql);
+        assert!(!escaped.user_variables && !escaped.multi_statement);
+        let plain = summarize(sql, Quoting::NoBackslashEscapes);
+        assert!(plain.user_variables && plain.multi_statement_binds());
+        // Backticks never escape, whatever the mode.
+        assert!(summary(b"SELECT `a\\`, @x").user_variables);
     }
 }

@@ -9,5 +9,5 @@ pub mod set;
 
 pub use connection_id::replace_connection_id;
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{summarize, target_database, Kind, Summary};
+pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
 pub use set::{parse_set, SetItem};

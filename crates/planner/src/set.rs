@@ -1,6 +1,8 @@
 //! What a SET statement does to a session, so that hscale can replay it on
 //! another backend connection or knows it must not.
 
+use crate::lexer::{Quoting, TokenKind, Tokens};
+
 /// The effect of one SET statement on the client's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetItem {
@@ -15,7 +17,7 @@ pub enum SetItem {
 }
 
 /// Classifies `sql`, a statement whose first keyword is SET.
-pub fn parse_set(sql: &str) -> SetItem {
+pub fn parse_set(sql: &str, quoting: Quoting) -> SetItem {
     let body = strip_executable_comment(sql.trim());
     let Some(rest) = strip_keyword(body, "set") else {
         return SetItem::BindsConnection;
@@ -33,7 +35,7 @@ pub fn parse_set(sql: &str) -> SetItem {
     }
     let mut keys = Vec::new();
     let mut globals = 0;
-    for item in split_top_level(rest) {
+    for item in split_top_level(rest, quoting) {
         match assignment_target(item.trim()) {
             Target::Session(name) => keys.push(name),
             Target::Global => globals += 1,
@@ -149,32 +151,21 @@ fn contains_word(s: &str, word: &str) -> bool {
     })
 }
 
-/// Splits on commas outside parentheses and quotes.
-fn split_top_level(s: &str) -> Vec<&str> {
+/// Splits on commas outside parentheses, quotes and comments.
+fn split_top_level(s: &str, quoting: Quoting) -> Vec<&str> {
     let mut items = Vec::new();
     let mut depth = 0i32;
-    let mut quote: Option<u8> = None;
     let mut start = 0;
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        match quote {
-            Some(q) if c == b'\\' && q != b'`' => i += 1,
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                b'\'' | b'"' | b'`' => quote = Some(c),
-                b'(' => depth += 1,
-                b')' => depth -= 1,
-                b',' if depth == 0 => {
-                    items.push(&s[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            },
+    for token in Tokens::new(s.as_bytes(), quoting) {
+        match token.kind {
+            TokenKind::Symbol(b'(') => depth += 1,
+            TokenKind::Symbol(b')') => depth -= 1,
+            TokenKind::Symbol(b',') if depth == 0 => {
+                items.push(&s[start..token.start]);
+                start = token.end;
+            }
+            _ => {}
         }
-        i += 1;
     }
     items.push(&s[start..]);
     items
@@ -184,8 +175,12 @@ fn split_top_level(s: &str) -> Vec<&str> {
 mod tests {
     use super::*;
 
+    fn classify(sql: &str) -> SetItem {
+        parse_set(sql, Quoting::BackslashEscapes)
+    }
+
     fn keys(sql: &str) -> Vec<String> {
-        match parse_set(sql) {
+        match classify(sql) {
             SetItem::Replayable(k) => k,
             other => panic!("{sql}: {other:?}"),
         }
@@ -219,35 +214,35 @@ mod tests {
     #[test]
     fn global_and_one_off_settings_leave_no_session_state() {
         assert_eq!(
-            parse_set("SET GLOBAL max_connections = 100"),
+            classify("SET GLOBAL max_connections = 100"),
             SetItem::NoSessionState
         );
         assert_eq!(
-            parse_set("SET @@global.max_connections = 100"),
+            classify("SET @@global.max_connections = 100"),
             SetItem::NoSessionState
         );
         assert_eq!(
-            parse_set("SET STATEMENT max_statement_time=1 FOR SELECT 1"),
+            classify("SET STATEMENT max_statement_time=1 FOR SELECT 1"),
             SetItem::NoSessionState
         );
     }
 
     #[test]
     fn what_cannot_be_replayed_binds_the_connection() {
-        assert_eq!(parse_set("SET @x = 1"), SetItem::BindsConnection);
+        assert_eq!(classify("SET @x = 1"), SetItem::BindsConnection);
         assert_eq!(
-            parse_set("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+            classify("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
             SetItem::BindsConnection
         );
         assert_eq!(
-            parse_set("SET sql_mode = (SELECT 'ANSI')"),
+            classify("SET sql_mode = (SELECT 'ANSI')"),
             SetItem::BindsConnection
         );
         assert_eq!(
-            parse_set("SET GLOBAL a = 1, b = 2"),
+            classify("SET GLOBAL a = 1, b = 2"),
             SetItem::BindsConnection
         );
-        assert_eq!(parse_set("SET ROLE admin"), SetItem::BindsConnection);
+        assert_eq!(classify("SET ROLE admin"), SetItem::BindsConnection);
     }
 
     #[test]
@@ -256,5 +251,17 @@ mod tests {
             keys("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
             ["transaction"]
         );
+    }
+
+    #[test]
+    fn items_are_split_as_the_server_reads_the_quotes() {
+        let sql = "SET time_zone = 'C:\\', sql_mode = 'ANSI'";
+        assert_eq!(keys(sql), ["time_zone"]);
+        let plain = parse_set(sql, Quoting::NoBackslashEscapes);
+        assert_eq!(
+            plain,
+            SetItem::Replayable(vec!["time_zone".into(), "sql_mode".into()])
+        );
+        assert_eq!(keys("SET a = 1 /* , b */, c = 2"), ["a", "c"]);
     }
 }

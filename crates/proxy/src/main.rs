@@ -102,7 +102,7 @@ async fn serve(config: Config) -> Result<(), String> {
     let listener = hscale::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
     let mut shared = Shared::new(&config);
-    shared.learn_server_version().await;
+    shared.learn_main_backend().await;
     let shared = Arc::new(shared);
     if let Some(http) = &config.proxy.http {
         let http_listener = tokio::net::TcpListener::bind(http)

@@ -104,7 +104,7 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     // `--port 0` asks for any free port: tell the one it got.
     let port = listener.local_addr().map_or(port, |address| address.port());
     let mut shared = Shared::new(&config);
-    shared.learn_server_version().await;
+    shared.learn_main_backend().await;
     let mut ready = String::new();
     for (i, s) in servers.iter().enumerate() {
         let (n, backend_port, pid) = (i + 1, s.port, s.pid());

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::PasswordHash;
+use hscale_wire::StatusFlags;
 use tokio::sync::Notify;
 
 use crate::backend::{ConnKey, Pool};
@@ -107,6 +108,10 @@ pub struct Shared {
     /// Index into `pools` of the main backend.
     pub main: usize,
     pub server_version: String,
+    /// The status flags of a new session on the main backend, as its greeting
+    /// says: clients read from hscale's greeting whether to escape with
+    /// backslashes, and hscale lexes their first statement the same way.
+    pub new_session_status: StatusFlags,
     pub max_connections: usize,
     pub counters: Counters,
     pub sessions: Sessions,
@@ -192,6 +197,7 @@ impl Shared {
             pools,
             main,
             server_version: FALLBACK_VERSION.into(),
+            new_session_status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
             sessions: Sessions::default(),
@@ -200,14 +206,18 @@ impl Shared {
         }
     }
 
-    /// Asks the main backend for its version, so that clients see the server they
-    /// really talk to. A backend that is down now only leaves the fallback.
-    pub async fn learn_server_version(&mut self) {
+    /// Asks the main backend for its version and a new session's status, so
+    /// that clients see the server they really talk to. A backend that is down
+    /// now only leaves the fallbacks.
+    pub async fn learn_main_backend(&mut self) {
         let pool = &self.pools[self.main];
         let key = ConnKey::for_client(hscale_wire::CapabilityFlags::empty(), 45, false);
         match pool.acquire(&pool.bucket(key)).await {
             Ok(lease) => {
                 self.server_version = lease.conn.server_version.clone();
+                self.new_session_status = lease.conn.greeting_status
+                    & (StatusFlags::SERVER_STATUS_AUTOCOMMIT
+                        | StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES);
                 pool.release(lease.conn);
             }
             Err(e) => tracing::warn!("main backend not reachable at start: {e}"),

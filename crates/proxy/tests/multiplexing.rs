@@ -573,3 +573,70 @@ fn random_session(proxy: &Proxy, me: u64, db: &str, other_db: &str) {
         }
     }
 }
+
+/// Under sql_mode NO_BACKSLASH_ESCAPES, `'C:\'` is a whole string: hscale must
+/// see the statements after it as the server does, the session's sql_mode
+/// going by the status of the server's last answer.
+#[test]
+fn a_backslash_ends_no_string_when_the_session_says_so() {
+    let db = cluster().database("mux_no_backslash_escapes");
+    let proxy = small_pool_proxy(3);
+    let mut a = proxy.connect(Some(&db));
+    a.query_drop("SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'")
+        .unwrap();
+    let id_query = r"SELECT 'C:\', CONNECTION_ID()";
+    let (path, id): (String, u32) = a.query_first(id_query).unwrap().unwrap();
+    assert_eq!((path.as_str(), id), (r"C:\", a.connection_id()));
+    a.query_drop(r"SELECT 'C:\'; SET @mine = 'a'").unwrap();
+    for _ in 0..5 {
+        let mut other = proxy.connect(Some(&db));
+        other.query_drop("SELECT 1").unwrap();
+    }
+    let mine: Option<Option<String>> = a.query_first("SELECT @mine").unwrap();
+    assert_eq!(mine, Some(Some("a".into())), "the user variable stayed");
+    // Back to the default, a backslash escapes again.
+    a.query_drop("SET SESSION sql_mode = DEFAULT").unwrap();
+    let (quote, id): (String, u32) = a
+        .query_first(r"SELECT 'it\'s', CONNECTION_ID()")
+        .unwrap()
+        .unwrap();
+    assert_eq!((quote.as_str(), id), ("it's", a.connection_id()));
+}
+
+/// A server whose default sql_mode has NO_BACKSLASH_ESCAPES says so in its
+/// greeting, and clients escape strings by it: hscale's greeting must say it
+/// too, and hscale must read the first statement that way.
+#[test]
+fn the_greeting_tells_a_server_default_of_no_backslash_escapes() {
+    use hscale_wire::packets::ServerGreeting;
+    use hscale_wire::StatusFlags;
+    use std::io::Read;
+    // Backend 2 serves no other test of this binary, so its global mode is ours.
+    let db = cluster().database("mux_global_no_backslash_escapes");
+    let mut backend = cluster().direct(2, None);
+    backend
+        .query_drop("SET GLOBAL sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        .unwrap();
+    let mut config = cluster().config();
+    config.dictionary.backend = 2;
+    let proxy = Proxy::start(config);
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+    let mut header = [0u8; 4];
+    socket.read_exact(&mut header).unwrap();
+    let mut greeting = vec![0u8; u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize];
+    socket.read_exact(&mut greeting).unwrap();
+    let status = ServerGreeting::parse(&greeting).unwrap().status;
+    let mut client = hscale_testkit::connect(proxy.port, "root", "", Some(&db));
+    let first: Option<(String, u32)> = client
+        .query_first(r"SELECT 'C:\', CONNECTION_ID()")
+        .unwrap();
+    let id = client.connection_id();
+    drop(client);
+    drop(proxy);
+    backend.query_drop("SET GLOBAL sql_mode = DEFAULT").unwrap();
+    assert!(
+        status.contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES),
+        "{status:?}"
+    );
+    assert_eq!(first, Some((r"C:\".to_string(), id)));
+}

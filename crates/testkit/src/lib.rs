@@ -169,7 +169,7 @@ impl Proxy {
             let listener = hscale::server::bind(&config.proxy.listen, config.proxy.max_connections)
                 .expect("bind");
             let mut shared = Shared::new(&config);
-            shared.learn_server_version().await;
+            shared.learn_main_backend().await;
             (listener, Arc::new(shared))
         });
         let port = listener.local_addr().expect("addr").port();

@@ -164,6 +164,9 @@ pub struct ServerGreeting {
     pub nonce: Vec<u8>,
     pub auth_plugin: String,
     pub connection_id: u32,
+    /// The status a new session starts with: autocommit, and whether a
+    /// backslash escapes in strings (the server's default sql_mode).
+    pub status: StatusFlags,
 }
 
 impl ServerGreeting {
@@ -198,6 +201,7 @@ impl ServerGreeting {
                 .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
                 .unwrap_or_default(),
             connection_id: packet.connection_id(),
+            status: packet.status_flags(),
         })
     }
 }

@@ -11,7 +11,7 @@ use hscale_wire::packets::{
 };
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
-use hscale_wire::{CapabilityFlags, WireError};
+use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BackendError, BackendStream};
@@ -69,6 +69,8 @@ pub struct BackendConn {
     pub last_insert_id: u64,
     pub idle_since: Instant,
     pub server_version: String,
+    /// The status the server greeted this connection with.
+    pub greeting_status: StatusFlags,
     /// The server's id for this connection (its CONNECTION_ID()).
     pub thread_id: u32,
     serial: u64,
@@ -191,6 +193,7 @@ impl BackendConn {
             last_insert_id: 0,
             idle_since: Instant::now(),
             server_version: server.server_version,
+            greeting_status: server.status,
             thread_id: server.connection_id,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,

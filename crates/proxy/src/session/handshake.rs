@@ -4,7 +4,7 @@
 use hscale_wire::auth::{new_nonce, NATIVE_PASSWORD, NONCE_LEN};
 use hscale_wire::packets::{write_auth_switch, ClientHello, Greeting, OkInfo, OK_HEADER};
 use hscale_wire::stream::PacketStream;
-use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
+use hscale_wire::{CapabilityFlags, WireError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::ProxyError;
@@ -58,7 +58,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         nonce: &nonce,
         capabilities: SERVER_CAPABILITIES,
         collation: DEFAULT_COLLATION,
-        status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+        status: shared.new_session_status,
         auth_plugin: NATIVE_PASSWORD,
     }
     .write(&mut greeting);

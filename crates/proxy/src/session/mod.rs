@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hscale_planner::{
     parse_kill, parse_set, replace_connection_id, summarize, target_database, Kill, KillScope,
-    Kind, SetItem,
+    Kind, Quoting, SetItem,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::{Completion, Expect};
@@ -94,6 +94,9 @@ pub struct Session {
     binding: Binding,
     /// The connection that ran the session's last command, as it was after it.
     previous: Option<ConnMark>,
+    /// How the server reads a backslash in this session's strings, as the
+    /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
+    quoting: Quoting,
 }
 
 impl Session {
@@ -134,7 +137,9 @@ impl Session {
             held: None,
             binding: Binding::default(),
             previous: None,
+            quoting: Quoting::default(),
         };
+        session.quoting = session.new_session_quoting();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
             tracing::info!(connection_id, "login failed: {e}");
@@ -158,7 +163,7 @@ impl Session {
         self.client
             .send_packet(
                 seq,
-                &handshake::ok_packet(StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits()),
+                &handshake::ok_packet(self.shared.new_session_status.bits()),
             )
             .await?;
         Ok(())
@@ -272,7 +277,7 @@ impl Session {
 
     async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let sql = &payload[1..];
-        let summary = summarize(sql);
+        let summary = summarize(sql, self.quoting);
         if summary.binds_connection() {
             self.binding
                 .sticky
@@ -293,7 +298,7 @@ impl Session {
             return self.kill(parse_kill(&String::from_utf8_lossy(sql))).await;
         }
         let change = match summary.kind {
-            Kind::Set => match parse_set(&String::from_utf8_lossy(sql)) {
+            Kind::Set => match parse_set(&String::from_utf8_lossy(sql), self.quoting) {
                 SetItem::Replayable(keys) => {
                     StateChange::Setting(keys, String::from_utf8_lossy(sql).into_owned())
                 }
@@ -328,7 +333,7 @@ impl Session {
     /// The command with CONNECTION_ID() replaced by the id the client was
     /// greeted with: its backend connection has another.
     fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
-        match replace_connection_id(&payload[1..], self.connection_id) {
+        match replace_connection_id(&payload[1..], self.connection_id, self.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
         }
@@ -430,6 +435,7 @@ impl Session {
             let status = StatusFlags::from_bits_truncate(status);
             self.binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
                 || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            self.quoting = quoting(status);
         }
         self.binding.warnings = completion.warnings > 0;
         if completion.last_insert_id != 0 {
@@ -544,6 +550,11 @@ impl Session {
         self.binding = Binding::default();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
+        self.quoting = self.new_session_quoting();
+    }
+
+    fn new_session_quoting(&self) -> Quoting {
+        quoting(self.shared.new_session_status)
     }
 
     async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {
@@ -587,7 +598,7 @@ impl Session {
         self.client
             .send_packet(
                 seq,
-                &handshake::ok_packet(StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits()),
+                &handshake::ok_packet(self.shared.new_session_status.bits()),
             )
             .await?;
         Ok(())
@@ -597,6 +608,9 @@ impl Session {
         let mut status = StatusFlags::empty();
         if !self.binding.transaction {
             status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        }
+        if self.quoting == Quoting::NoBackslashEscapes {
+            status |= StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
         }
         self.client
             .send_packet(1, &handshake::ok_packet(status.bits()))
@@ -633,4 +647,12 @@ async fn reply_error(
         client.send_packet(seq, &payload).await?;
     }
     Ok(())
+}
+
+fn quoting(status: StatusFlags) -> Quoting {
+    if status.contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES) {
+        Quoting::NoBackslashEscapes
+    } else {
+        Quoting::BackslashEscapes
+    }
 }
