@@ -21,6 +21,18 @@ start_playground() { # port log
   SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$2")/backend1/mariadb.sock"
 }
 
+# Stops the processes given and the playground: for EXIT traps. Not under
+# `set -e`, which would end the trap at the first process already gone and leave
+# the playground's servers running.
+stop_everything() { # pid...
+  set +e
+  for pid in "$@"; do kill "$pid" 2>/dev/null; done
+  if [ -n "${PLAYGROUND_PID:-}" ]; then
+    kill -INT "$PLAYGROUND_PID" 2>/dev/null
+    wait "$PLAYGROUND_PID" 2>/dev/null
+  fi
+}
+
 # The 2008 table in database `bench`, through MariaDB directly.
 create_seed_table() {
   mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE IF NOT EXISTS bench;

@@ -24,7 +24,7 @@ cargo build --release --quiet --bin hscale --example relay_floor --example uring
 source bench/common.sh
 PORT=$(free_port)
 LOG=$(mktemp)
-trap 'kill ${TOKIO_PID:-} ${URING_PID:-} 2>/dev/null; kill -INT ${PLAYGROUND_PID:-} 2>/dev/null; wait ${PLAYGROUND_PID:-} 2>/dev/null; rm -f "$LOG"' EXIT
+trap 'stop_everything ${TOKIO_PID:-} ${URING_PID:-}; rm -f "$LOG"' EXIT
 start_playground "$PORT" "$LOG"
 TOKIO=$(free_port)
 target/release/examples/relay_floor "127.0.0.1:$TOKIO" "$SOCKET" &

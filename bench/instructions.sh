@@ -24,12 +24,7 @@ cargo build --release --quiet --bin hscale --example relay_floor
 source bench/common.sh
 WORK=$(mktemp -d)
 PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  [ -n "${PLAYGROUND_PID:-}" ] && kill -INT "$PLAYGROUND_PID" 2>/dev/null && wait "$PLAYGROUND_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap 'stop_everything "${PIDS[@]}"; rm -rf "$WORK"' EXIT
 start_playground "$(free_port)" "$WORK/playground.log"
 create_seed_table
 

@@ -25,7 +25,7 @@ cargo build --release --quiet --bin hscale --example relay_floor
 source bench/common.sh
 PORT=$(free_port)
 LOG=$(mktemp)
-trap 'kill ${RELAY_PID:-} 2>/dev/null; kill -INT ${PLAYGROUND_PID:-} 2>/dev/null; wait ${PLAYGROUND_PID:-} 2>/dev/null; rm -f "$LOG"' EXIT
+trap 'stop_everything ${RELAY_PID:-}; rm -f "$LOG"' EXIT
 start_playground "$PORT" "$LOG"
 HSCALE_PID=$PLAYGROUND_PID
 # The floor: a byte relay that parses nothing, on the same path hscale takes.

@@ -141,7 +141,7 @@ pub fn install_datadir(datadir: &Path) -> Result<(), LaunchError> {
 
 /// The last lines of a server log, for errors: the playground and the test
 /// harness remove their temporary directories, and the log with them.
-fn log_tail(log: &Path) -> String {
+pub fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
@@ -179,7 +179,7 @@ impl LocalServer {
 
     fn wait_ready(&mut self) -> Result<(), LaunchError> {
         let limit = Duration::from_secs(60);
-        let log = self.dir.join("error.log");
+        let log = self.error_log();
         let started = Instant::now();
         while started.elapsed() < limit {
             if let Some(status) = self.child.try_wait()? {
@@ -216,6 +216,10 @@ impl LocalServer {
     /// The server's unix socket: cheaper than TCP for a proxy on the same host.
     pub fn socket(&self) -> String {
         self.dir.join("mariadb.sock").display().to_string()
+    }
+
+    pub fn error_log(&self) -> PathBuf {
+        self.dir.join("error.log")
     }
 
     pub fn pid(&self) -> u32 {

@@ -46,6 +46,29 @@ extern "C" fn stop_servers_at_exit() {
     let _ = std::fs::remove_dir_all(&cluster.dir);
 }
 
+/// No test binary here runs for more than a minute or two. One that runs for
+/// this long hangs, most likely on a server that waits (MariaDB waits, silently,
+/// for a full disk to get space): rather than let CI run into its own limit with
+/// nothing to show, print what the servers logged and end the run, failed.
+const HUNG_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+fn end_a_hung_run(logs: Vec<PathBuf>) {
+    std::thread::sleep(HUNG_AFTER);
+    // Straight to stderr: eprintln! would go to the output the harness captures
+    // for the test that started this thread, and is lost with the process.
+    let mut report = format!(
+        "\ntests still running after {} minutes: ending the run. The servers' logs end with:\n",
+        HUNG_AFTER.as_secs() / 60
+    );
+    for log in logs {
+        let tail = hscale::mariadb::log_tail(&log);
+        report.push_str(&format!("--- {}\n{tail}\n", log.display()));
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+    // exit, not abort: the exit handler stops the servers and removes their data.
+    std::process::exit(1);
+}
+
 pub fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let dir = tempfile::Builder::new()
@@ -61,6 +84,8 @@ pub fn cluster() -> &'static Cluster {
         unsafe {
             libc::atexit(stop_servers_at_exit);
         }
+        let logs = servers.iter().map(LocalServer::error_log).collect();
+        std::thread::spawn(move || end_a_hung_run(logs));
         Cluster {
             ports: servers.iter().map(|s| s.port).collect(),
             sockets: servers.iter().map(|s| s.socket()).collect(),
