@@ -50,5 +50,6 @@ database = mysqldb_test
 default-character-set = utf8mb4
 CNF
   cd "mysqlclient-$MYSQLCLIENT_VERSION"
-  TESTDB="$WORK/test.cnf" ../venv/bin/pytest -q -p no:cacheprovider tests
+  # Bounded like go test (10 minutes by default): a hang fails the run, not CI.
+  TESTDB="$WORK/test.cnf" timeout 900 ../venv/bin/pytest -q -p no:cacheprovider tests
 )
