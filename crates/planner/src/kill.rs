@@ -10,6 +10,8 @@ pub enum KillScope {
 pub enum Kill {
     /// `KILL [HARD|SOFT] [CONNECTION|QUERY] id`
     Thread { scope: KillScope, id: u64 },
+    /// `KILL [CONNECTION|QUERY] CONNECTION_ID()`: the client's own connection.
+    Own { scope: KillScope },
     /// `KILL ... USER name` and `KILL QUERY ID n`: not by connection id.
     Unsupported,
 }
@@ -31,8 +33,15 @@ pub fn parse_kill(sql: &str) -> Kill {
         }
         words.next();
     }
-    match (words.next().map(str::parse::<u64>), words.next()) {
-        (Some(Ok(id)), None) => Kill::Thread { scope, id },
+    let target: Vec<&str> = words.collect();
+    // `CONNECTION_ID( )` is as good as `CONNECTION_ID()`.
+    if target.concat().eq_ignore_ascii_case("connection_id()") {
+        return Kill::Own { scope };
+    }
+    match target[..] {
+        [id] => id
+            .parse()
+            .map_or(Kill::Unsupported, |id| Kill::Thread { scope, id }),
         _ => Kill::Unsupported,
     }
 }
@@ -74,9 +83,26 @@ mod tests {
     }
 
     #[test]
+    fn connection_id_names_the_clients_own_connection() {
+        assert_eq!(
+            parse_kill("KILL CONNECTION_ID()"),
+            Kill::Own {
+                scope: KillScope::Connection
+            }
+        );
+        assert_eq!(
+            parse_kill("kill query connection_id( );"),
+            Kill::Own {
+                scope: KillScope::Query
+            }
+        );
+    }
+
+    #[test]
     fn other_forms_are_unsupported() {
         assert_eq!(parse_kill("KILL USER app"), Kill::Unsupported);
         assert_eq!(parse_kill("KILL QUERY ID 5"), Kill::Unsupported);
         assert_eq!(parse_kill("KILL"), Kill::Unsupported);
+        assert_eq!(parse_kill("KILL 1 2"), Kill::Unsupported);
     }
 }

@@ -37,6 +37,9 @@ pub enum ProxyError {
     KillDenied { id: u64 },
     #[error("this connection was killed")]
     ConnectionKilled,
+    /// KILL QUERY of the client's own connection interrupts the KILL itself.
+    #[error("the statement was interrupted")]
+    QueryInterrupted,
     #[error("the statement reads the one before it, whose backend connection has since served another client")]
     PreviousStatementElsewhere,
     /// The server refused a command hscale sent for the client (state replay).
@@ -65,6 +68,7 @@ const ER_NO_SUCH_THREAD: u16 = 1094;
 const ER_KILL_DENIED_ERROR: u16 = 1095;
 const ER_NOT_SUPPORTED_YET: u16 = 1235;
 const ER_CONNECTION_KILLED: u16 = 1927;
+const ER_QUERY_INTERRUPTED: u16 = 1317;
 const ER_UNKNOWN_ERROR: u16 = 1105;
 const CR_SERVER_LOST: u16 = 2013;
 
@@ -123,6 +127,7 @@ impl ProxyError {
             ProxyError::NoSuchThread { id } => (reply(ER_NO_SUCH_THREAD, "HY000", format!("Unknown thread id: {id}")), Reply),
             ProxyError::KillDenied { id } => (reply(ER_KILL_DENIED_ERROR, "HY000", format!("You are not owner of thread {id}")), Reply),
             ProxyError::ConnectionKilled => (reply(ER_CONNECTION_KILLED, "70100", "Connection was killed".into()), ReplyAndClose),
+            ProxyError::QueryInterrupted => (reply(ER_QUERY_INTERRUPTED, "70100", "Query execution was interrupted".into()), Reply),
             ProxyError::PreviousStatementElsewhere => (
                 reply(
                     ER_UNKNOWN_ERROR,
@@ -192,6 +197,7 @@ mod tests {
             ProxyError::NoSuchThread { id: 9 },
             ProxyError::KillDenied { id: 9 },
             ProxyError::ConnectionKilled,
+            ProxyError::QueryInterrupted,
             ProxyError::PreviousStatementElsewhere,
             ProxyError::Refused(ErrorPacket::new(
                 1193,

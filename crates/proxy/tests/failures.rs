@@ -253,3 +253,54 @@ fn kill_connection_ends_that_client_and_checks_ids_and_owners() {
     let unsupported = mysql_error(admin.query_drop("KILL USER guest").unwrap_err());
     assert_eq!(unsupported.code, 1235);
 }
+
+/// A client that kills itself, by CONNECTION_ID() or by its id, gets what
+/// MariaDB answers: KILL QUERY interrupts the KILL itself (1317) and the
+/// connection lives on; KILL CONNECTION ends it (1927), an open transaction
+/// with it.
+#[test]
+fn a_client_killing_itself_gets_what_mariadb_answers() {
+    let db = cluster().database("failures_kill_self");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE t (id INT PRIMARY KEY)")
+        .unwrap();
+    let proxy = Proxy::start(cluster().config());
+    let by_call = |_: &mysql::Conn| "CONNECTION_ID()".to_string();
+    let by_id = |conn: &mysql::Conn| conn.connection_id().to_string();
+    for target in [&by_call as &dyn Fn(&mysql::Conn) -> String, &by_id] {
+        let mut answers = Vec::new();
+        for mut conn in [cluster().direct(1, Some(&db)), proxy.connect(Some(&db))] {
+            let query = mysql_error(
+                conn.query_drop(format!("KILL QUERY {}", target(&conn)))
+                    .unwrap_err(),
+            );
+            let alive: Option<i32> = conn.query_first("SELECT 7").unwrap();
+            conn.query_drop("BEGIN").unwrap();
+            conn.query_drop("INSERT INTO t VALUES (1)").unwrap();
+            let connection = mysql_error(
+                conn.query_drop(format!("KILL {}", target(&conn)))
+                    .unwrap_err(),
+            );
+            let gone = conn.query_drop("SELECT 1").is_err();
+            answers.push((
+                query.code,
+                query.state,
+                alive,
+                connection.code,
+                connection.state,
+                gone,
+            ));
+        }
+        assert_eq!(
+            answers[0],
+            (1317, "70100".into(), Some(7), 1927, "70100".into(), true)
+        );
+        assert_eq!(answers[1], answers[0], "through hscale as direct");
+        let rows: Vec<i32> = cluster()
+            .direct(1, Some(&db))
+            .query("SELECT id FROM t")
+            .unwrap();
+        assert!(rows.is_empty(), "the killed transaction was rolled back");
+    }
+}

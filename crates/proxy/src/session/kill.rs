@@ -14,11 +14,26 @@ use crate::error::ProxyError;
 
 impl Session {
     pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
-        let Kill::Thread { scope, id } = kill else {
-            return Err(ProxyError::NotSupported {
-                what: "KILL USER / KILL QUERY ID",
-            });
+        let own = u64::from(self.connection_id);
+        let (scope, id) = match kill {
+            Kill::Thread { scope, id } => (scope, id),
+            Kill::Own { scope } => (scope, own),
+            Kill::Unsupported => {
+                return Err(ProxyError::NotSupported {
+                    what: "KILL USER / KILL QUERY ID",
+                })
+            }
         };
+        if id == own {
+            // The statement running on the client's connection is this KILL.
+            return Err(match scope {
+                KillScope::Query => ProxyError::QueryInterrupted,
+                KillScope::Connection => {
+                    self.handle.kill();
+                    ProxyError::ConnectionKilled
+                }
+            });
+        }
         let target = self
             .shared
             .sessions
@@ -32,9 +47,6 @@ impl Session {
         }
         if scope == KillScope::Connection {
             target.kill();
-            if id == u64::from(self.connection_id) {
-                return Err(ProxyError::ConnectionKilled);
-            }
         }
         self.send_ok().await
     }
