@@ -16,7 +16,7 @@ fuzz_target!(|input: &[u8]| {
         0 => Quoting::BackslashEscapes,
         _ => Quoting::NoBackslashEscapes,
     };
-    let summary = summarize(sql, quoting);
+    let summary = summarize(sql, quoting, &Default::default());
     let _ = summary.binds_connection();
     let _ = target_database(sql);
     let text = String::from_utf8_lossy(sql);

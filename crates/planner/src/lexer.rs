@@ -1,5 +1,8 @@
-//! A single pass over a statement's tokens, without allocation: its kind and the
-//! features that bind a session to its backend connection.
+//! A single pass over a statement's tokens, without allocation: its kind, the
+//! features that bind a session to its backend connection, and whether it may
+//! name a partitioned table (only then is it parsed).
+
+use crate::dictionary::TableNames;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -26,6 +29,8 @@ pub enum Kind {
     DropDatabase,
     /// KILL: names a connection by the id its client was given.
     Kill,
+    /// HSCALE ...: an admin command hscale answers itself.
+    Admin,
     Other,
     Empty,
 }
@@ -54,6 +59,9 @@ pub struct Summary {
     /// transaction (SELECT, INSERT, UPDATE, DELETE, REPLACE, BEGIN, COMMIT,
     /// ROLLBACK): none changes session state that hscale would have to follow.
     pub every_statement_plain: bool,
+    /// A word or quoted identifier of the statement is the name of a
+    /// partitioned table (in some database): the statement must be planned.
+    pub names_partitioned: bool,
 }
 
 impl Summary {
@@ -214,7 +222,18 @@ impl Iterator for Tokens<'_> {
     }
 }
 
-pub fn summarize(sql: &[u8], quoting: Quoting) -> Summary {
+impl Kind {
+    /// Changes rows: what `transactions = "single"` keeps on one backend.
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            Kind::Insert | Kind::Update | Kind::Delete | Kind::Replace
+        )
+    }
+}
+
+pub fn summarize(sql: &[u8], quoting: Quoting, partitioned: &TableNames) -> Summary {
+    let check_names = !partitioned.is_empty();
     let mut s = Summary {
         kind: Kind::Empty,
         user_variables: false,
@@ -225,6 +244,7 @@ pub fn summarize(sql: &[u8], quoting: Quoting) -> Summary {
         connection_id: false,
         multi_statement: false,
         every_statement_plain: true,
+        names_partitioned: false,
     };
     let mut words = 0usize;
     let mut statement_words = 0usize;
@@ -259,6 +279,12 @@ pub fn summarize(sql: &[u8], quoting: Quoting) -> Summary {
                     first = Kind::CreateTemporary;
                 }
                 note_function(word, after_statement_end, &mut s);
+                s.names_partitioned |= check_names && partitioned.contains(word);
+            }
+            TokenKind::Quoted(b'`') if check_names => {
+                let quoted = &sql[token.start + 1..token.end];
+                let name = quoted.strip_suffix(b"`").unwrap_or(quoted);
+                s.names_partitioned |= partitioned.contains(name);
             }
             TokenKind::Quoted(_) | TokenKind::Symbol(_) => {}
         }
@@ -331,6 +357,7 @@ fn first_keyword(word: &[u8]) -> Kind {
         5 if is(b"begin") => Kind::Begin,
         5 if is(b"start") => Kind::Begin,
         6 if is(b"select") => Kind::Select,
+        6 if is(b"hscale") => Kind::Admin,
         6 if is(b"insert") => Kind::Insert,
         6 if is(b"update") => Kind::Update,
         6 if is(b"delete") => Kind::Delete,
@@ -420,7 +447,7 @@ mod tests {
     use super::*;
 
     fn summary(sql: &[u8]) -> Summary {
-        summarize(sql, Quoting::BackslashEscapes)
+        summarize(sql, Quoting::BackslashEscapes, &TableNames::default())
     }
 
     fn kind(sql: &str) -> Kind {
@@ -568,9 +595,24 @@ mod tests {
         let sql = b"SELECT 'C:\\'; SET @x = 1";
         let escaped = summary(sql);
         assert!(!escaped.user_variables && !escaped.multi_statement);
-        let plain = summarize(sql, Quoting::NoBackslashEscapes);
+        let plain = summarize(sql, Quoting::NoBackslashEscapes, &TableNames::default());
         assert!(plain.user_variables && plain.multi_statement_binds());
         // Backticks never escape, whatever the mode.
         assert!(summary(b"SELECT `a\\`, @x").user_variables);
+    }
+
+    #[test]
+    fn notices_names_of_partitioned_tables_in_words_and_backticks() {
+        let dict = crate::dictionary::tests::users();
+        let names = dict.names();
+        let check = |sql: &str| {
+            summarize(sql.as_bytes(), Quoting::BackslashEscapes, names).names_partitioned
+        };
+        assert!(check("SELECT * FROM users WHERE id = 1"));
+        assert!(check("select * from app.`Users`"));
+        assert!(!check("SELECT * FROM users_default"));
+        assert!(!check("SELECT 'users' FROM t"));
+        assert!(!check("SELECT * FROM t -- users"));
+        assert_eq!(kind("HSCALE SHOW_TABLES"), Kind::Admin);
     }
 }

@@ -1,13 +1,25 @@
-//! Statement analysis for hscale: from SQL text and session to what execution
-//! needs. Pure logic, no I/O. For now the lexer that classifies statements and
-//! finds what ties a client to one backend connection.
+//! Statement analysis for hscale: from SQL text, session and dictionary
+//! snapshot to a `Plan`. Pure logic, no I/O; sqlparser's types never leave it.
 
+pub mod admin;
 pub mod connection_id;
+pub mod dictionary;
+pub mod hashing;
 pub mod kill;
 pub mod lexer;
+pub mod plan;
+mod rewrite;
+mod route;
 pub mod set;
 
 pub use connection_id::replace_connection_id;
+pub use dictionary::{
+    Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition, TableName,
+    Target,
+};
+pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
+pub use plan::{plan, Action, Context, Merge, Plan, Refusal, Route, SessionChange, Step};
+pub use rewrite::quote_identifier;
 pub use set::{parse_set, SetItem};

@@ -48,6 +48,18 @@ pub struct ProxyConfig {
     /// How long a statement waits for a free backend connection when a pool is full.
     #[serde(default = "default_queue_timeout_ms")]
     pub queue_timeout_ms: u64,
+    /// "single": a transaction writes on one backend only; "multi": commits
+    /// on each backend it wrote in turn, not atomically.
+    #[serde(default)]
+    pub transactions: Transactions,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Transactions {
+    #[default]
+    Single,
+    Multi,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -101,6 +113,14 @@ pub struct DictionaryConfig {
     /// How often every instance checks the dictionary for changes.
     #[serde(default = "default_refresh_ms")]
     pub refresh_ms: u64,
+    /// An instance that could not read the dictionary for this long stops
+    /// serving partitioned tables; an instance whose heartbeat is older than
+    /// this is not waited for.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// How long a statement waits for a partition move on its table to end.
+    #[serde(default = "default_lock_wait_ms")]
+    pub lock_wait_ms: u64,
 }
 
 impl Default for DictionaryConfig {
@@ -109,6 +129,8 @@ impl Default for DictionaryConfig {
             backend: default_main_backend(),
             schema: default_schema(),
             refresh_ms: default_refresh_ms(),
+            lease_ms: default_lease_ms(),
+            lock_wait_ms: default_lock_wait_ms(),
         }
     }
 }
@@ -173,6 +195,12 @@ fn default_schema() -> String {
 }
 fn default_refresh_ms() -> u64 {
     1000
+}
+fn default_lease_ms() -> u64 {
+    10_000
+}
+fn default_lock_wait_ms() -> u64 {
+    10_000
 }
 fn default_level() -> String {
     "info".into()

@@ -5,6 +5,9 @@
 use hscale_wire::packets::ErrorPacket;
 use hscale_wire::WireError;
 
+use hscale_planner::{Refusal, TableName};
+
+use crate::admin::AdminError;
 use crate::backend::BackendError;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,36 @@ pub enum ProxyError {
     /// The server refused a command hscale sent for the client (state replay).
     #[error("backend refused: {}", .0.message)]
     Refused(ErrorPacket),
+    /// A statement hscale cannot run correctly on partitioned tables.
+    #[error("{}", unroutable_message(.0))]
+    Unroutable(Refusal),
+    #[error("hscale: a write on backend {second} in a transaction that wrote on backend {first}: with transactions = \"single\" a transaction writes on one backend")]
+    SecondWriter { first: u32, second: u32 },
+    #[error("hscale: table {table} is locked by a partition move; waited {waited_ms} ms")]
+    LockWaitTimeout { table: TableName, waited_ms: u64 },
+    #[error("hscale: the partition dictionary could not be read within its lease; partitioned tables are not served until it can")]
+    DictionaryStale,
+    #[error("hscale: the dictionary names backend {backend}, which is not configured")]
+    UnknownBackend { backend: u32 },
+    #[error("hscale: the dictionary entry of {table} is damaged: {what}")]
+    DictionaryCorrupt { table: TableName, what: String },
+    #[error("Access denied for user '{user}': HSCALE commands need admin = true")]
+    AdminDenied { user: String },
+    #[error("hscale: {0}")]
+    Admin(#[from] AdminError),
+}
+
+fn unroutable_message(refusal: &Refusal) -> String {
+    match &refusal.table {
+        Some(table) => format!(
+            "This version of hscale doesn't yet support '{}' on partitioned table {table}",
+            refusal.reason
+        ),
+        None => format!(
+            "This version of hscale doesn't yet support '{}'",
+            refusal.reason
+        ),
+    }
 }
 
 /// What happens to the client connection after an error.
@@ -70,6 +103,14 @@ const ER_NOT_SUPPORTED_YET: u16 = 1235;
 const ER_CONNECTION_KILLED: u16 = 1927;
 const ER_QUERY_INTERRUPTED: u16 = 1317;
 const ER_UNKNOWN_ERROR: u16 = 1105;
+const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_NO_DB_ERROR: u16 = 1046;
+const ER_NO_SUCH_TABLE: u16 = 1146;
+const ER_TABLE_EXISTS_ERROR: u16 = 1050;
+const ER_BAD_FIELD_ERROR: u16 = 1054;
+const ER_WRONG_ARGUMENTS: u16 = 1210;
+const ER_PARSE_ERROR: u16 = 1064;
 const CR_SERVER_LOST: u16 = 2013;
 
 impl ProxyError {
@@ -137,6 +178,26 @@ impl ProxyError {
                 Reply,
             ),
             ProxyError::Refused(packet) => (Some(packet.clone()), Reply),
+            ProxyError::Unroutable(_) | ProxyError::SecondWriter { .. } => {
+                (reply(ER_NOT_SUPPORTED_YET, "42000", self.to_string()), Reply)
+            }
+            ProxyError::LockWaitTimeout { .. } => (reply(ER_LOCK_WAIT_TIMEOUT, "HY000", self.to_string()), Reply),
+            ProxyError::DictionaryStale
+            | ProxyError::UnknownBackend { .. }
+            | ProxyError::DictionaryCorrupt { .. } => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),
+            ProxyError::AdminDenied { .. } => (reply(ER_SPECIFIC_ACCESS_DENIED, "42000", self.to_string()), Reply),
+            ProxyError::Admin(e) => {
+                let (code, state) = match e {
+                    AdminError::Syntax(_) => (ER_PARSE_ERROR, "42000"),
+                    AdminError::NoDatabase => (ER_NO_DB_ERROR, "3D000"),
+                    AdminError::NotPartitioned { .. } | AdminError::NoSuchTable { .. } => (ER_NO_SUCH_TABLE, "42S02"),
+                    AdminError::AlreadyPartitioned { .. } | AdminError::TableExists { .. } => (ER_TABLE_EXISTS_ERROR, "42S01"),
+                    AdminError::NoSuchColumn { .. } => (ER_BAD_FIELD_ERROR, "42S22"),
+                    AdminError::Hash(_) | AdminError::Invalid(_) => (ER_WRONG_ARGUMENTS, "HY000"),
+                    AdminError::Busy => (ER_LOCK_WAIT_TIMEOUT, "HY000"),
+                };
+                (reply(code, state, self.to_string()), Reply)
+            }
         }
     }
 }
@@ -204,7 +265,57 @@ mod tests {
                 "HY000",
                 "Unknown system variable 'x'",
             )),
+            ProxyError::Unroutable(Refusal {
+                table: Some(table()),
+                reason: "ORDER BY over several partitions".into(),
+            }),
+            ProxyError::SecondWriter {
+                first: 1,
+                second: 2,
+            },
+            ProxyError::LockWaitTimeout {
+                table: table(),
+                waited_ms: 10,
+            },
+            ProxyError::DictionaryStale,
+            ProxyError::UnknownBackend { backend: 9 },
+            ProxyError::DictionaryCorrupt {
+                table: table(),
+                what: "column_kind".into(),
+            },
+            ProxyError::AdminDenied { user: "app".into() },
+            ProxyError::Admin(AdminError::NoDatabase),
+            ProxyError::Admin(AdminError::NotPartitioned { table: table() }),
+            ProxyError::Admin(AdminError::Busy),
         ]
+    }
+
+    fn table() -> TableName {
+        TableName {
+            db: "app".into(),
+            name: "users".into(),
+        }
+    }
+
+    #[test]
+    fn refusals_are_1235_and_name_the_table_and_the_reason() {
+        let (packet, disposition) = ProxyError::Unroutable(Refusal {
+            table: Some(table()),
+            reason: "ORDER BY over several partitions".into(),
+        })
+        .to_client();
+        let packet = packet.unwrap();
+        assert_eq!((packet.code, &packet.sqlstate), (1235, b"42000"));
+        assert!(packet.message.contains("`app`.`users`") && packet.message.contains("ORDER BY"));
+        assert_eq!(disposition, Disposition::Reply);
+        let (packet, _) = ProxyError::SecondWriter {
+            first: 1,
+            second: 2,
+        }
+        .to_client();
+        let packet = packet.unwrap();
+        assert_eq!(packet.code, 1235);
+        assert!(packet.message.contains("backend 1") && packet.message.contains("backend 2"));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! hscale, the proxy: configuration, the client-facing server, sessions, backend
 //! pools, and the statement execution between them.
 
+pub mod admin;
 pub mod backend;
 pub mod config;
+pub mod dictionary;
 pub mod error;
 pub mod exec;
 pub mod http;

@@ -28,6 +28,7 @@ pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
             threads: 0,
             connect_timeout_ms: 3000,
             queue_timeout_ms: 10_000,
+            transactions: Default::default(),
         },
         users: vec![UserConfig {
             name: "root".into(),

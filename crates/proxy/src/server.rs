@@ -78,12 +78,20 @@ pub fn bind(address: &str, max_connections: usize) -> std::io::Result<TcpListene
 }
 
 /// Serves clients on `listener` until `shutdown` completes.
+/// Serves clients on `listener` until `shutdown` completes, with the
+/// dictionary loaded first and refreshed all along.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future) {
-    let server = Server::new(listener, shared);
+    if let Err(e) = crate::dictionary::open(&shared).await {
+        tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");
+    }
+    let refresh = tokio::spawn(crate::dictionary::refresh_loop(shared.clone()));
+    let server = Server::new(listener, shared.clone());
     tokio::select! {
         _ = server.accept_loop() => {}
         _ = shutdown => tracing::info!("shutting down"),
     }
+    refresh.abort();
+    crate::dictionary::leave(&shared).await;
 }
 
 /// Like MySQL: a client over the limit gets error 1040 instead of a greeting.

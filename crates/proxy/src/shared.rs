@@ -11,7 +11,8 @@ use hscale_wire::StatusFlags;
 use tokio::sync::Notify;
 
 use crate::backend::{ConnKey, Pool};
-use crate::config::Config;
+use crate::config::{Config, Transactions};
+use crate::dictionary::DictionaryHandle;
 
 pub struct User {
     pub password: PasswordHash,
@@ -115,6 +116,10 @@ pub struct Shared {
     pub max_connections: usize,
     pub counters: Counters,
     pub sessions: Sessions,
+    pub dictionary: DictionaryHandle,
+    pub transactions: Transactions,
+    /// How long a statement waits for a partition move on its table.
+    pub lock_wait: Duration,
     next_connection_id: AtomicU32,
     pub started: Instant,
 }
@@ -122,6 +127,8 @@ pub struct Shared {
 #[derive(Default)]
 pub struct Counters {
     pub questions: ShardedCounter,
+    /// Statements on partitioned tables.
+    pub routed: ShardedCounter,
     pub connections: AtomicU64,
     pub clients: AtomicU64,
 }
@@ -201,6 +208,13 @@ impl Shared {
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
             sessions: Sessions::default(),
+            dictionary: DictionaryHandle::new(
+                config.dictionary.schema.clone(),
+                Duration::from_millis(config.dictionary.refresh_ms.max(1)),
+                Duration::from_millis(config.dictionary.lease_ms),
+            ),
+            transactions: config.proxy.transactions,
+            lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
         }
@@ -226,6 +240,16 @@ impl Shared {
 
     pub fn main_pool(&self) -> &Arc<Pool> {
         &self.pools[self.main]
+    }
+
+    /// The id of the main backend.
+    pub fn main_backend(&self) -> u32 {
+        self.pools[self.main].id()
+    }
+
+    /// The index into `pools` of a backend id.
+    pub fn pool_index(&self, backend: u32) -> Option<usize> {
+        self.pools.iter().position(|p| p.id() == backend)
     }
 
     pub fn next_connection_id(&self) -> u32 {

@@ -148,6 +148,10 @@ impl Cluster {
             .collect();
         config.proxy.listen = "127.0.0.1:0".into();
         config.log.level = "warn".into();
+        // Admin commands wait for every live instance to load a change: tests
+        // start many proxies, so they poll often.
+        config.dictionary.refresh_ms = 50;
+        config.dictionary.lease_ms = 2000;
         config
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod error;
 pub mod frame;
 pub mod packets;
+pub mod resultset;
 pub mod scan;
 pub mod stream;
 

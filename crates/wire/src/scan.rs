@@ -28,6 +28,8 @@ pub struct Completion {
     pub status: Option<u16>,
     /// The last non-zero LAST_INSERT_ID an OK packet reported.
     pub last_insert_id: u64,
+    /// Affected rows of the last OK packet.
+    pub affected_rows: u64,
     /// Warnings of the last OK or EOF.
     pub warnings: u16,
     /// The id of a statement COM_STMT_PREPARE created.
@@ -267,6 +269,7 @@ impl ResponseScanner {
         let ok = OkInfo::parse(payload).ok_or(WireError::Malformed { what: "OK" })?;
         self.completion.status = Some(ok.status);
         self.completion.warnings = ok.warnings;
+        self.completion.affected_rows = ok.affected_rows;
         if ok.last_insert_id != 0 {
             self.completion.last_insert_id = ok.last_insert_id;
         }

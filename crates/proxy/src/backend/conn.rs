@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
-use hscale_wire::frame::{FrameHeader, HEADER_LEN};
+use hscale_wire::frame::{read_lenenc, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{
     parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
 };
+use hscale_wire::resultset::{is_result_end, parse_text_row};
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
@@ -273,4 +274,62 @@ fn last_packet(buf: &[u8]) -> Option<&[u8]> {
         pos = end;
     }
     last
+}
+
+/// The rows of a query hscale runs for itself, values as the server sent
+/// them in the text protocol (`None`: NULL).
+pub type Rows = Vec<Vec<hscale_wire::resultset::TextValue>>;
+
+impl BackendConn {
+    /// Runs a query whose rows hscale reads itself (dictionary, admin
+    /// commands): small answers only. The outer error is the connection
+    /// failing; the inner one is the server refusing the query.
+    pub async fn query(&mut self, sql: &str) -> Result<Result<Rows, ErrorPacket>, BackendError> {
+        let backend = self.backend;
+        let lost = |source: WireError| BackendError::Lost { backend, source };
+        let mut command = Vec::with_capacity(sql.len() + 1);
+        command.push(0x03);
+        command.extend_from_slice(sql.as_bytes());
+        self.send_command(&command).await.map_err(lost)?;
+        let deprecate_eof = self
+            .key
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let stream = &mut self.stream;
+        let first = next_packet(stream, backend).await?;
+        match first.payload.first() {
+            Some(&ERR_HEADER) => return Ok(Err(ErrorPacket::parse(&first.payload).map_err(lost)?)),
+            Some(0x00) => return Ok(Ok(Vec::new())),
+            _ => {}
+        }
+        let malformed = || lost(WireError::Malformed { what: "result set" });
+        let (columns, _) = read_lenenc(&first.payload).ok_or_else(malformed)?;
+        for _ in 0..columns + u64::from(!deprecate_eof) {
+            next_packet(stream, backend).await?;
+        }
+        let mut rows = Vec::new();
+        loop {
+            let packet = next_packet(stream, backend).await?;
+            if packet.payload.first() == Some(&ERR_HEADER) {
+                return Ok(Err(ErrorPacket::parse(&packet.payload).map_err(lost)?));
+            }
+            if is_result_end(&packet.payload, deprecate_eof) {
+                return Ok(Ok(rows));
+            }
+            let values = parse_text_row(&packet.payload, columns as usize).ok_or_else(malformed)?;
+            rows.push(values);
+        }
+    }
+}
+
+async fn next_packet(
+    stream: &mut PacketStream<BackendStream>,
+    backend: u32,
+) -> Result<hscale_wire::stream::Packet, BackendError> {
+    let lost = |source: WireError| BackendError::Lost { backend, source };
+    stream
+        .read_packet()
+        .await
+        .map_err(lost)?
+        .ok_or(lost(WireError::Closed))
 }

@@ -4,7 +4,7 @@ mod conn;
 mod pool;
 mod stream;
 
-pub use conn::{BackendConn, ConnKey, ConnMark};
+pub use conn::{BackendConn, ConnKey, ConnMark, Rows};
 pub use pool::{Bucket, Lease, Pool};
 pub use stream::BackendStream;
 

@@ -12,6 +12,9 @@ use tokio::sync::{Notify, Semaphore};
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 
+/// At most this many connections of hscale's own per backend.
+const OWN_CONNECTIONS: usize = 8;
+
 /// A connection idle longer than this is checked for a closed socket before use.
 const STALE_CHECK_AFTER: Duration = Duration::from_millis(250);
 
@@ -27,6 +30,9 @@ pub struct Pool {
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
+    /// Connections hscale opens for itself (dictionary, admin commands, row
+    /// moves), apart from the clients' so that they never take a client's place.
+    own_slots: Arc<Semaphore>,
     returned: Notify,
     connect_timeout: Duration,
     queue_timeout: Duration,
@@ -45,6 +51,7 @@ impl Pool {
             config,
             buckets: RwLock::new(HashMap::new()),
             slots,
+            own_slots: Arc::new(Semaphore::new(OWN_CONNECTIONS)),
             returned: Notify::new(),
             connect_timeout,
             queue_timeout,
@@ -138,6 +145,21 @@ impl Pool {
         let conn = BackendConn::connect(&self.config, key, self.connect_timeout, permit).await?;
         tracing::debug!(backend = self.config.id, "opened backend connection");
         Ok(Lease { conn, fresh: true })
+    }
+
+    /// A new connection for hscale's own use, outside the clients' pool; it
+    /// is closed when dropped.
+    pub async fn open_own(&self, key: ConnKey) -> Result<Box<BackendConn>, BackendError> {
+        let wait = self.own_slots.clone().acquire_owned();
+        let permit = tokio::time::timeout(self.queue_timeout, wait)
+            .await
+            .map_err(|_| BackendError::PoolExhausted {
+                backend: self.config.id,
+                waited_ms: self.queue_timeout.as_millis() as u64,
+                max: OWN_CONNECTIONS,
+            })?
+            .expect("the pool never closes its semaphore");
+        BackendConn::connect(&self.config, key, self.connect_timeout, permit).await
     }
 
     /// Returns a healthy connection to the idle queue of its current key.

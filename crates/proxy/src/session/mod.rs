@@ -1,31 +1,31 @@
-//! One client connection: login, then a loop that reads a command, picks a
-//! backend connection for it, executes it, and keeps or returns the connection.
-//! Multiplexing rules (when a client keeps its backend connection) are in
-//! `Binding`; docs/multiplexing.md explains them to users.
+//! One client connection: login, then a loop that reads a command, plans it,
+//! executes it on the backends it needs, and keeps or returns the connections.
+//! Multiplexing rules (when a client keeps a backend connection) are in
+//! `slots::Binding`; docs/multiplexing.md explains them to users.
 
+mod admin;
 mod handshake;
 mod kill;
+mod query;
+mod scatter;
+mod slots;
 mod state;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::{
-    parse_kill, parse_set, replace_connection_id, summarize, target_database, Kill, KillScope,
-    Kind, Quoting, SetItem,
-};
+use hscale_planner::{replace_connection_id, Kill, KillScope, Quoting, SessionChange};
 use hscale_wire::packets::ChangeUser;
-use hscale_wire::scan::{Completion, Expect};
+use hscale_wire::scan::Expect;
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
 use tokio::net::TcpStream;
 
-use crate::backend::{BackendConn, Bucket, ConnKey, ConnMark, Lease};
+use crate::backend::ConnKey;
 use crate::error::{Disposition, ProxyError};
-use crate::exec::{relay, RelayError};
 use crate::shared::{SessionHandle, Shared};
-use state::{breaks_connection, SessionState, StateChange, UNKNOWN_SETTINGS};
+use slots::{Binding, Needs, Previous, Slot};
+use state::SessionState;
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
 
@@ -48,36 +48,6 @@ mod command {
     pub const RESET_CONNECTION: u8 = 0x1f;
 }
 
-/// Why a client keeps its backend connection between statements.
-#[derive(Debug, Default)]
-struct Binding {
-    /// State only that connection holds (temporary tables, user variables,
-    /// locks, ...): kept until the client leaves or resets.
-    sticky: Option<&'static str>,
-    /// A transaction is open, or autocommit is off.
-    transaction: bool,
-    /// Server-side prepared statements, by id.
-    prepared: HashSet<u32>,
-    /// The last statement left warnings that SHOW WARNINGS must find.
-    warnings: bool,
-}
-
-impl Binding {
-    fn holds(&self) -> bool {
-        self.sticky.is_some() || self.transaction || !self.prepared.is_empty() || self.warnings
-    }
-}
-
-/// What a command needs of the connection it runs on, beyond the session's state.
-#[derive(Debug, Clone, Copy, Default)]
-struct Needs {
-    /// LAST_INSERT_ID() as this session last set it.
-    last_insert_id: bool,
-    /// The connection that ran the session's previous command, untouched since
-    /// (ROW_COUNT(), FOUND_ROWS()).
-    previous_connection: bool,
-}
-
 pub struct Session {
     shared: Arc<Shared>,
     handle: Arc<SessionHandle>,
@@ -89,14 +59,16 @@ pub struct Session {
     collation: u8,
     nonce: [u8; 20],
     state: SessionState,
-    bucket: Bucket,
-    held: Option<Box<BackendConn>>,
-    binding: Binding,
+    /// One per backend, in the order of `Shared::pools`.
+    slots: Vec<Slot>,
     /// The connection that ran the session's last command, as it was after it.
-    previous: Option<ConnMark>,
+    previous: Previous,
     /// How the server reads a backslash in this session's strings, as the
     /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
     quoting: Quoting,
+    /// The BEGIN / START TRANSACTION that opened the transaction in progress,
+    /// as a command: each backend the transaction reaches later opens it too.
+    begin: Option<Bytes>,
 }
 
 impl Session {
@@ -115,17 +87,25 @@ impl Session {
             }
         };
         tracing::info!(connection_id, ?peer, user = %login.user, db = ?login.database, "client connected");
-        let pool = shared.main_pool().clone();
         let key = ConnKey::for_client(
             login.capabilities,
             login.collation,
             login.database.is_some(),
         );
         let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
+        let slots = shared
+            .pools
+            .iter()
+            .map(|pool| Slot {
+                bucket: pool.bucket(key),
+                held: None,
+                binding: Binding::default(),
+            })
+            .collect();
         let mut session = Session {
             handle: shared.sessions.register(connection_id, &login.user),
             admin,
-            bucket: pool.bucket(key),
+            slots,
             shared,
             client,
             connection_id,
@@ -134,10 +114,9 @@ impl Session {
             collation: login.collation,
             nonce: login.nonce,
             state: SessionState::default(),
-            held: None,
-            binding: Binding::default(),
-            previous: None,
+            previous: Previous::Nothing,
             quoting: Quoting::default(),
+            begin: None,
         };
         session.quoting = session.new_session_quoting();
         let result = session.start(login.database, login.next_seq).await;
@@ -157,8 +136,9 @@ impl Session {
     async fn start(&mut self, database: Option<String>, seq: u8) -> Result<(), ProxyError> {
         if let Some(db) = database {
             self.state.db = Some(db);
-            let lease = self.checkout(Needs::default()).await?;
-            self.checkin(lease.conn);
+            let main = self.shared.main;
+            let lease = self.checkout(main, Needs::default()).await?;
+            self.checkin(main, lease.conn);
         }
         self.client
             .send_packet(
@@ -205,62 +185,40 @@ impl Session {
     }
 
     async fn dispatch(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
-        match code {
-            command::QUERY => self.query(payload).await,
+        let main = self.shared.main;
+        let forward = |expect| (Some(expect), Needs::default(), SessionChange::Nothing);
+        let (expect, needs, change) = match code {
+            command::QUERY => return self.query(payload).await,
             command::INIT_DB => {
                 let db = String::from_utf8_lossy(&payload[1..]).into_owned();
-                let change = StateChange::Database(db);
-                self.execute(&payload, Some(Expect::Single), Needs::default(), change)
-                    .await
-                    .map(drop)
-            }
-            command::FIELD_LIST => self
-                .execute(
-                    &payload,
-                    Some(Expect::Rows),
+                (
+                    Some(Expect::Single),
                     Needs::default(),
-                    StateChange::Nothing,
+                    SessionChange::Database(db),
                 )
-                .await
-                .map(drop),
-            command::PING => self.send_ok().await,
+            }
+            command::FIELD_LIST => forward(Expect::Rows),
+            command::PING => return self.send_ok().await,
             command::STATISTICS => {
                 let stats = self.shared.statistics();
                 self.client.send_packet(1, stats.as_bytes()).await?;
-                Ok(())
+                return Ok(());
             }
-            command::STMT_PREPARE => {
-                let payload = self.with_own_connection_id(payload);
-                self.execute(
-                    &payload,
-                    Some(Expect::Prepare),
-                    Needs::default(),
-                    StateChange::Nothing,
-                )
-                .await
-                .map(drop)
-            }
+            command::STMT_PREPARE => return self.prepare(payload).await,
             command::STMT_EXECUTE
             | command::STMT_FETCH
             | command::STMT_RESET
             | command::STMT_SEND_LONG_DATA
-            | command::STMT_CLOSE => self.statement_command(code, payload).await,
+            | command::STMT_CLOSE => return self.statement_command(code, payload).await,
             command::SET_OPTION => {
-                self.binding.sticky = Some("COM_SET_OPTION");
-                self.execute(
-                    &payload,
-                    Some(Expect::Single),
-                    Needs::default(),
-                    StateChange::Nothing,
-                )
-                .await
-                .map(drop)
+                self.slots[main].binding.sticky = Some("COM_SET_OPTION");
+                forward(Expect::Single)
             }
             command::RESET_CONNECTION => {
                 self.reset();
-                self.send_ok().await
+                return self.send_ok().await;
             }
-            command::CHANGE_USER => self.change_user(payload).await,
+            command::CHANGE_USER => return self.change_user(payload).await,
             command::PROCESS_KILL => {
                 let id = payload
                     .get(1..5)
@@ -269,70 +227,47 @@ impl Session {
                     scope: KillScope::Connection,
                     id: u64::from(id),
                 };
-                self.kill(kill).await
+                return self.kill(kill).await;
             }
-            code => Err(ProxyError::UnknownCommand { code }),
-        }
-    }
-
-    async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        let sql = &payload[1..];
-        let summary = summarize(sql, self.quoting);
-        if summary.binds_connection() {
-            self.binding
-                .sticky
-                .get_or_insert("session state only the backend connection holds");
-        }
-        if summary.multi_statement_binds() {
-            self.binding
-                .sticky
-                .get_or_insert("several statements in one query");
-        }
-        if summary.kind == Kind::Kill {
-            // hscale answers KILL itself, so it cannot be one of several statements.
-            if summary.multi_statement {
-                return Err(ProxyError::NotSupported {
-                    what: "KILL with other statements in one query",
-                });
-            }
-            return self.kill(parse_kill(&String::from_utf8_lossy(sql))).await;
-        }
-        let change = match summary.kind {
-            Kind::Set => match parse_set(&String::from_utf8_lossy(sql), self.quoting) {
-                SetItem::Replayable(keys) => {
-                    StateChange::Setting(keys, String::from_utf8_lossy(sql).into_owned())
-                }
-                SetItem::NoSessionState => StateChange::Nothing,
-                SetItem::BindsConnection => {
-                    self.binding
-                        .sticky
-                        .get_or_insert("SET that cannot be replayed");
-                    StateChange::Nothing
-                }
-            },
-            Kind::Use => target_database(sql).map_or(StateChange::Nothing, StateChange::Database),
-            Kind::DropDatabase => {
-                target_database(sql).map_or(StateChange::Nothing, StateChange::DroppedDatabase)
-            }
-            _ => StateChange::Nothing,
+            code => return Err(ProxyError::UnknownCommand { code }),
         };
-        tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
-        let needs = Needs {
-            last_insert_id: summary.last_insert_id,
-            previous_connection: summary.reads_previous_statement,
-        };
-        let payload = match summary.connection_id {
-            true => self.with_own_connection_id(payload),
-            false => payload,
-        };
-        self.execute(&payload, Some(Expect::ResultSets), needs, change)
+        self.execute(main, &payload, expect, needs, change)
             .await
             .map(drop)
     }
 
+    /// COM_STMT_PREPARE: on the main backend, for statements on tables that
+    /// are not partitioned (hscale's own prepared statements come later).
+    async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        use hscale_planner::Action;
+        let table = match self.plan(&payload[1..]).action {
+            Action::Route(route) => Some(route.table),
+            Action::Wait(table) => Some(table),
+            Action::Refuse(refusal) => refusal.table,
+            Action::Main | Action::Admin | Action::Kill(_) => None,
+        };
+        if let Some(table) = table {
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: Some(table),
+                reason: "prepared statements (COM_STMT_PREPARE) on a partitioned table".into(),
+            }));
+        }
+        let payload = self.with_own_connection_id(payload);
+        let main = self.shared.main;
+        self.execute(
+            main,
+            &payload,
+            Some(Expect::Prepare),
+            Needs::default(),
+            SessionChange::Nothing,
+        )
+        .await
+        .map(drop)
+    }
+
     /// The command with CONNECTION_ID() replaced by the id the client was
     /// greeted with: its backend connection has another.
-    fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
+    pub(super) fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
         match replace_connection_id(&payload[1..], self.connection_id, self.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
@@ -346,7 +281,9 @@ impl Session {
             .ok_or(ProxyError::Client(WireError::Malformed {
                 what: "statement command",
             }))?;
-        if !self.binding.prepared.contains(&stmt_id) || self.held.is_none() {
+        let main = self.shared.main;
+        if !self.slots[main].binding.prepared.contains(&stmt_id) || self.slots[main].held.is_none()
+        {
             let command = match code {
                 command::STMT_EXECUTE => "mysqld_stmt_execute",
                 command::STMT_FETCH => "mysqld_stmt_fetch",
@@ -362,192 +299,42 @@ impl Session {
             _ => None,
         };
         if code == command::STMT_CLOSE {
-            self.binding.prepared.remove(&stmt_id);
+            self.slots[main].binding.prepared.remove(&stmt_id);
         }
-        self.execute(&payload, expect, Needs::default(), StateChange::Nothing)
-            .await
-            .map(drop)
-    }
-
-    /// Runs one command on a backend connection and forwards its answer.
-    async fn execute(
-        &mut self,
-        payload: &[u8],
-        expect: Option<Expect>,
-        needs: Needs,
-        change: StateChange,
-    ) -> Result<Completion, ProxyError> {
-        let mut lease = self.checkout(needs).await?;
-        let mut retried = false;
-        let completion = loop {
-            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
-                Ok(completion) => break completion,
-                Err(RelayError::Backend { source, answered }) => {
-                    let backend = lease.conn.backend;
-                    // A reused connection that died while idle (a backend restart)
-                    // fails before answering: one retry on a new connection is safe
-                    // because nothing was executed on the dead one. Not when the
-                    // statement reads what ran on the dead one.
-                    if !answered
-                        && !lease.fresh
-                        && !retried
-                        && !self.binding.holds()
-                        && !needs.previous_connection
-                    {
-                        retried = true;
-                        tracing::info!(backend, "idle backend connection was closed; reconnecting");
-                        drop(lease);
-                        lease = self.shared.main_pool().acquire_new(&self.bucket).await?;
-                        self.state
-                            .apply(&mut lease.conn, needs.last_insert_id)
-                            .await?;
-                        continue;
-                    }
-                    self.forget_connection_state();
-                    let error = crate::backend::BackendError::Lost { backend, source };
-                    return Err(if answered {
-                        ProxyError::BackendMidAnswer { source: error }
-                    } else {
-                        ProxyError::Backend(error)
-                    });
-                }
-                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
-            }
-        };
-        // MySQL keeps warnings until a statement that uses a table: a connection
-        // that had any must not show them to the next client.
-        let diagnostics_left = self.binding.warnings || completion.warnings > 0;
-        if !completion.error {
-            self.record(change, &mut lease.conn);
-        }
-        self.after(&completion);
-        if diagnostics_left && !self.binding.holds() {
-            lease.conn.settings = UNKNOWN_SETTINGS;
-        }
-        self.previous = Some(lease.conn.mark());
-        self.checkin(lease.conn);
-        Ok(completion)
-    }
-
-    /// Updates bindings from what the server said about the session.
-    fn after(&mut self, completion: &Completion) {
-        if let Some(status) = completion.status {
-            let status = StatusFlags::from_bits_truncate(status);
-            self.binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-                || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            self.quoting = quoting(status);
-        }
-        self.binding.warnings = completion.warnings > 0;
-        if completion.last_insert_id != 0 {
-            self.state.last_insert_id = completion.last_insert_id;
-        }
-        if let Some(id) = completion.statement_id.filter(|_| !completion.error) {
-            self.binding.prepared.insert(id);
-        }
-    }
-
-    /// The held connection, or one from the pool brought to the session's state.
-    async fn checkout(&mut self, needs: Needs) -> Result<Lease, ProxyError> {
-        // Nothing ran for this client yet: it must see a new connection's count.
-        let like_new = needs.previous_connection && self.held.is_none() && self.previous.is_none();
-        let mut lease = match self.held.take() {
-            Some(conn) => Lease { conn, fresh: false },
-            None => match self.previous.filter(|_| needs.previous_connection) {
-                Some(mark) => self.take_previous(mark)?,
-                None => self.shared.main_pool().acquire(&self.bucket).await?,
-            },
-        };
-        self.handle
-            .set_running(lease.conn.backend, lease.conn.thread_id);
-        let prepared = async {
-            self.state
-                .apply(&mut lease.conn, needs.last_insert_id)
-                .await?;
-            if like_new {
-                state::zero_row_count(&mut lease.conn).await?;
-            }
-            Ok(())
-        };
-        if let Err(e) = prepared.await {
-            if breaks_connection(&e) {
-                self.forget_connection_state();
-            } else {
-                self.checkin(lease.conn);
-            }
-            return Err(e);
-        }
-        Ok(lease)
-    }
-
-    /// The connection that ran the session's previous command, if no one used it
-    /// since. Only this session ran anything on it, so it holds the session's
-    /// settings even if it was marked unknown for other clients' sake.
-    fn take_previous(&mut self, mark: ConnMark) -> Result<Lease, ProxyError> {
-        let mut conn = self
-            .shared
-            .main_pool()
-            .take_marked(&self.bucket, mark)
-            .ok_or(ProxyError::PreviousStatementElsewhere)?;
-        conn.settings = self.state.fingerprint();
-        Ok(Lease { conn, fresh: false })
-    }
-
-    fn checkin(&mut self, conn: Box<BackendConn>) {
-        if self.binding.holds() {
-            self.held = Some(conn);
-        } else {
-            self.handle.set_idle();
-            self.shared.main_pool().release_to(&self.bucket, conn);
-        }
-    }
-
-    /// The connection that held the session's server-side state is gone.
-    fn forget_connection_state(&mut self) {
-        self.handle.set_idle();
-        self.held = None;
-        self.binding = Binding::default();
-    }
-
-    /// Records what a successful statement changed, on the session and on the
-    /// connection that ran it.
-    fn record(&mut self, change: StateChange, conn: &mut BackendConn) {
-        match change {
-            StateChange::Nothing => {}
-            StateChange::Database(db) => {
-                conn.key.has_db = true;
-                conn.db = Some(db.clone());
-                self.set_database(Some(db));
-            }
-            StateChange::DroppedDatabase(db) => {
-                if conn.db.as_deref() == Some(db.as_str()) {
-                    conn.key.has_db = false;
-                    conn.db = None;
-                }
-                if self.state.db.as_deref() == Some(db.as_str()) {
-                    self.set_database(None);
-                }
-            }
-            StateChange::Setting(keys, sql) => {
-                self.state.record_setting(keys, sql);
-                conn.settings = self.state.fingerprint();
-            }
-        }
+        self.execute(
+            main,
+            &payload,
+            expect,
+            Needs::default(),
+            SessionChange::Nothing,
+        )
+        .await
+        .map(drop)
     }
 
     /// The session's database, and the pool bucket that goes with having one.
     fn set_database(&mut self, db: Option<String>) {
         if self.state.db.is_some() != db.is_some() {
-            let key = ConnKey::for_client(self.capabilities, self.collation, db.is_some());
-            self.bucket = self.shared.main_pool().bucket(key);
+            self.set_buckets(db.is_some());
         }
         self.state.db = db;
     }
 
+    fn set_buckets(&mut self, has_db: bool) {
+        let key = ConnKey::for_client(self.capabilities, self.collation, has_db);
+        for (slot, pool) in self.slots.iter_mut().zip(&self.shared.pools) {
+            slot.bucket = pool.bucket(key);
+        }
+    }
+
     /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
     fn reset(&mut self) {
-        self.held = None;
-        self.previous = None;
-        self.binding = Binding::default();
+        for slot in &mut self.slots {
+            slot.held = None;
+            slot.binding = Binding::default();
+        }
+        self.previous = Previous::Nothing;
+        self.begin = None;
         self.state.clear_settings();
         self.state.last_insert_id = 0;
         self.quoting = self.new_session_quoting();
@@ -584,15 +371,12 @@ impl Session {
             self.collation = collation as u8;
         }
         self.state.db = None;
-        self.bucket = self.shared.main_pool().bucket(ConnKey::for_client(
-            self.capabilities,
-            self.collation,
-            false,
-        ));
+        self.set_buckets(false);
         if let Some(db) = request.database {
             self.set_database(Some(db));
-            let lease = self.checkout(Needs::default()).await?;
-            self.checkin(lease.conn);
+            let main = self.shared.main;
+            let lease = self.checkout(main, Needs::default()).await?;
+            self.checkin(main, lease.conn);
         }
         tracing::info!(connection_id = self.connection_id, user = %self.user, "changed user");
         self.client
@@ -604,16 +388,23 @@ impl Session {
         Ok(())
     }
 
-    async fn send_ok(&mut self) -> Result<(), ProxyError> {
+    /// The status flags of an answer hscale writes itself.
+    fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
-        if !self.binding.transaction {
-            status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        match self.in_transaction() {
+            true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,
+            false => status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT,
         }
         if self.quoting == Quoting::NoBackslashEscapes {
             status |= StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
         }
+        status.bits()
+    }
+
+    async fn send_ok(&mut self) -> Result<(), ProxyError> {
+        let status = self.status_flags();
         self.client
-            .send_packet(1, &handshake::ok_packet(status.bits()))
+            .send_packet(1, &handshake::ok_packet(status))
             .await?;
         Ok(())
     }
@@ -621,17 +412,7 @@ impl Session {
     /// Connections that hold state of this client are closed, not pooled.
     fn finish(&mut self) {
         self.shared.sessions.remove(self.connection_id);
-        if let Some(mut conn) = self.held.take() {
-            if self.binding.sticky.is_none()
-                && !self.binding.transaction
-                && self.binding.prepared.is_empty()
-            {
-                if self.binding.warnings {
-                    conn.settings = UNKNOWN_SETTINGS;
-                }
-                self.shared.main_pool().release_to(&self.bucket, conn);
-            }
-        }
+        self.release_all();
     }
 }
 

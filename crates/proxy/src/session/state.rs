@@ -11,17 +11,8 @@ use crate::backend::{BackendConn, BackendError};
 use crate::error::ProxyError;
 
 const COM_INIT_DB: u8 = 0x02;
-const COM_QUERY: u8 = 0x03;
+pub const COM_QUERY: u8 = 0x03;
 const COM_RESET_CONNECTION: u8 = 0x1f;
-
-/// What a successful statement changes in the session's server-side state.
-pub enum StateChange {
-    Nothing,
-    Database(String),
-    DroppedDatabase(String),
-    /// A replayable SET statement and the variables it sets.
-    Setting(Vec<String>, String),
-}
 
 /// A connection's settings fingerprint when its session state is not known to
 /// be clean: the next client resets it first. Real fingerprints are odd.
@@ -96,7 +87,12 @@ pub async fn zero_row_count(conn: &mut BackendConn) -> Result<(), ProxyError> {
     run(conn, &command(COM_QUERY, "DO 0"), Expect::ResultSets).await
 }
 
-fn command(code: u8, text: &str) -> Vec<u8> {
+/// Runs a command of the client's own (a deferred BEGIN) for its effect only.
+pub async fn run_command(conn: &mut BackendConn, payload: &[u8]) -> Result<(), ProxyError> {
+    run(conn, payload, Expect::ResultSets).await
+}
+
+pub fn command(code: u8, text: &str) -> Vec<u8> {
     let mut payload = Vec::with_capacity(text.len() + 1);
     payload.push(code);
     payload.extend_from_slice(text.as_bytes());

@@ -1,0 +1,294 @@
+//! The HSCALE admin commands' grammar (DESIGN.md §5):
+//! `HSCALE name [ '(' argument { ',' argument } ')' ]` with string or number
+//! arguments, and `HSCALE EXPLAIN statement`. Tokens come from sqlparser's
+//! tokenizer, so quoting and comments read as in any other statement.
+
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::hashing::{HashError, HashFunction, Value};
+use crate::rewrite::Offsets;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminCommand {
+    SetupTable {
+        table: String,
+        column: String,
+        default_table: String,
+        backend: u32,
+        function: HashFunction,
+    },
+    AddPartition {
+        table: String,
+        partition: String,
+        value: Value,
+        backend: u32,
+    },
+    DropPartition {
+        table: String,
+        partition: String,
+    },
+    MovePartition {
+        table: String,
+        partition: String,
+        backend: u32,
+    },
+    ShowPartitions {
+        table: String,
+    },
+    Lookup {
+        table: String,
+        value: Value,
+    },
+    ShowTables,
+    Status,
+    Refresh,
+    /// The statement to explain, as written.
+    Explain(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminSyntax {
+    #[error("HSCALE command syntax: {0}")]
+    Syntax(String),
+    #[error("unknown HSCALE command '{0}'; the commands are SETUP_TABLE, ADD_PARTITION, DROP_PARTITION, MOVE_PARTITION, SHOW_PARTITIONS, LOOKUP, SHOW_TABLES, STATUS, REFRESH, EXPLAIN")]
+    Unknown(String),
+    #[error("{command} takes {expected}")]
+    Arguments {
+        command: &'static str,
+        expected: &'static str,
+    },
+    #[error(transparent)]
+    Function(#[from] HashError),
+}
+
+/// An argument as written: a quoted string or a number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Argument {
+    Text(String),
+    Number(String),
+}
+
+impl Argument {
+    fn text(&self) -> &str {
+        match self {
+            Argument::Text(s) | Argument::Number(s) => s,
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Argument::Text(s) => Value::String(s.clone()),
+            Argument::Number(n) => Value::Number(n.clone()),
+        }
+    }
+}
+
+pub fn parse_admin(sql: &str) -> Result<AdminCommand, AdminSyntax> {
+    let syntax = |what: &str| AdminSyntax::Syntax(what.to_string());
+    let tokens = Tokenizer::new(&MySqlDialect {}, sql)
+        .tokenize_with_location()
+        .map_err(|e| syntax(&e.to_string()))?;
+    let mut tokens = tokens.iter().filter(|t| !is_space(&t.token)).peekable();
+    match tokens.next().map(|t| &t.token) {
+        Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("hscale") => {}
+        _ => return Err(syntax("an admin command starts with HSCALE")),
+    }
+    let name = match tokens.next().map(|t| &t.token) {
+        Some(Token::Word(w)) => w.value.to_ascii_uppercase(),
+        _ => return Err(syntax("HSCALE is followed by a command name")),
+    };
+    if name == "EXPLAIN" {
+        let first = tokens
+            .next()
+            .ok_or_else(|| syntax("EXPLAIN needs a statement"))?;
+        let offsets = Offsets::new(sql);
+        let start = offsets
+            .byte(first.span.start)
+            .ok_or_else(|| syntax("EXPLAIN needs a statement"))?;
+        let statement = sql[start..].trim().trim_end_matches(';').trim_end();
+        return Ok(AdminCommand::Explain(statement.to_string()));
+    }
+    let mut args = Vec::new();
+    if matches!(tokens.peek().map(|t| &t.token), Some(Token::LParen)) {
+        tokens.next();
+        loop {
+            match tokens.next().map(|t| &t.token) {
+                Some(Token::RParen) if args.is_empty() => break,
+                Some(Token::SingleQuotedString(s) | Token::DoubleQuotedString(s)) => {
+                    args.push(Argument::Text(s.clone()))
+                }
+                Some(Token::Number(n, _)) => args.push(Argument::Number(n.clone())),
+                Some(Token::Minus) => match tokens.next().map(|t| &t.token) {
+                    Some(Token::Number(n, _)) => args.push(Argument::Number(format!("-{n}"))),
+                    _ => return Err(syntax("'-' must be followed by a number")),
+                },
+                _ => return Err(syntax("arguments are quoted strings or numbers")),
+            }
+            match tokens.next().map(|t| &t.token) {
+                Some(Token::Comma) => continue,
+                Some(Token::RParen) => break,
+                _ => return Err(syntax("arguments are separated by ',' and end with ')'")),
+            }
+        }
+    }
+    match tokens.next().map(|t| &t.token) {
+        None | Some(Token::SemiColon) => {}
+        Some(t) => return Err(syntax(&format!("unexpected '{t}' after the command"))),
+    }
+    command(&name, &args)
+}
+
+fn is_space(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+fn command(name: &str, args: &[Argument]) -> Result<AdminCommand, AdminSyntax> {
+    let arity = |command: &'static str, expected: &'static str| AdminSyntax::Arguments {
+        command,
+        expected,
+    };
+    let text = |i: usize| args[i].text().to_string();
+    Ok(match (name, args.len()) {
+        ("SETUP_TABLE", 5) => AdminCommand::SetupTable {
+            table: text(0),
+            column: text(1),
+            default_table: text(2),
+            backend: backend(&args[3])?,
+            function: HashFunction::parse(args[4].text())?,
+        },
+        ("SETUP_TABLE", _) => {
+            return Err(arity(
+                "SETUP_TABLE",
+                "(table, column, default table, backend, function)",
+            ))
+        }
+        ("ADD_PARTITION", 4) => AdminCommand::AddPartition {
+            table: text(0),
+            partition: text(1),
+            value: args[2].value(),
+            backend: backend(&args[3])?,
+        },
+        ("ADD_PARTITION", _) => {
+            return Err(arity("ADD_PARTITION", "(table, partition, value, backend)"))
+        }
+        ("DROP_PARTITION", 2) => AdminCommand::DropPartition {
+            table: text(0),
+            partition: text(1),
+        },
+        ("DROP_PARTITION", _) => return Err(arity("DROP_PARTITION", "(table, partition)")),
+        ("MOVE_PARTITION", 3) => AdminCommand::MovePartition {
+            table: text(0),
+            partition: text(1),
+            backend: backend(&args[2])?,
+        },
+        ("MOVE_PARTITION", _) => {
+            return Err(arity("MOVE_PARTITION", "(table, partition, backend)"))
+        }
+        ("SHOW_PARTITIONS", 1) => AdminCommand::ShowPartitions { table: text(0) },
+        ("SHOW_PARTITIONS", _) => return Err(arity("SHOW_PARTITIONS", "(table)")),
+        ("LOOKUP", 2) => AdminCommand::Lookup {
+            table: text(0),
+            value: args[1].value(),
+        },
+        ("LOOKUP", _) => return Err(arity("LOOKUP", "(table, value)")),
+        ("SHOW_TABLES", 0) => AdminCommand::ShowTables,
+        ("STATUS", 0) => AdminCommand::Status,
+        ("REFRESH", 0) => AdminCommand::Refresh,
+        ("SHOW_TABLES" | "STATUS" | "REFRESH", _) => {
+            return Err(arity("SHOW_TABLES, STATUS and REFRESH", "no arguments"))
+        }
+        (other, _) => return Err(AdminSyntax::Unknown(other.to_string())),
+    })
+}
+
+fn backend(arg: &Argument) -> Result<u32, AdminSyntax> {
+    arg.text()
+        .trim()
+        .parse()
+        .map_err(|_| AdminSyntax::Syntax(format!("'{}' is not a backend id", arg.text())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_seed_commands_with_either_quote_and_free_case() {
+        assert_eq!(
+            parse_admin("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(3)')")
+                .unwrap(),
+            AdminCommand::SetupTable {
+                table: "users".into(),
+                column: "nickname".into(),
+                default_table: "users_default".into(),
+                backend: 1,
+                function: HashFunction::Prefix(3),
+            }
+        );
+        assert_eq!(
+            parse_admin("hscale  add_partition ( \"users\",'nick1', 'mar' , 2 ) ;").unwrap(),
+            AdminCommand::AddPartition {
+                table: "users".into(),
+                partition: "nick1".into(),
+                value: Value::String("mar".into()),
+                backend: 2,
+            }
+        );
+        assert_eq!(
+            parse_admin("HSCALE ADD_PARTITION('t', 'p', -1, '2')").unwrap(),
+            AdminCommand::AddPartition {
+                table: "t".into(),
+                partition: "p".into(),
+                value: Value::Number("-1".into()),
+                backend: 2,
+            }
+        );
+        assert_eq!(
+            parse_admin("HSCALE show_tables").unwrap(),
+            AdminCommand::ShowTables
+        );
+        assert_eq!(parse_admin("HSCALE STATUS;").unwrap(), AdminCommand::Status);
+        assert_eq!(
+            parse_admin("HSCALE LOOKUP('users', 'martin')").unwrap(),
+            AdminCommand::Lookup {
+                table: "users".into(),
+                value: Value::String("martin".into())
+            }
+        );
+    }
+
+    #[test]
+    fn explain_keeps_the_statement_as_written() {
+        assert_eq!(
+            parse_admin("HSCALE EXPLAIN SELECT * FROM users /* x */ WHERE nickname = 'Martin';")
+                .unwrap(),
+            AdminCommand::Explain("SELECT * FROM users /* x */ WHERE nickname = 'Martin'".into())
+        );
+    }
+
+    #[test]
+    fn bad_commands_say_what_is_wrong() {
+        for (sql, says) in [
+            ("HSCALE FROB", "unknown HSCALE command 'FROB'"),
+            ("HSCALE SETUP_TABLE('users')", "SETUP_TABLE takes"),
+            (
+                "HSCALE SETUP_TABLE('users', 'n', 'd', 1, 'SHA1(3)')",
+                "not a hashing function",
+            ),
+            (
+                "HSCALE ADD_PARTITION('users', 'n', 'mar', 'two')",
+                "not a backend id",
+            ),
+            (
+                "HSCALE ADD_PARTITION('users', nick, 'mar', 2)",
+                "quoted strings or numbers",
+            ),
+            ("HSCALE STATUS extra", "unexpected"),
+            ("HSCALE SHOW_TABLES('x')", "no arguments"),
+        ] {
+            let error = parse_admin(sql).unwrap_err().to_string();
+            assert!(error.contains(says), "{sql}: {error}");
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! The partition dictionary as the router reads it: an immutable snapshot of
+//! the partitioned tables, their partitions and the version it was loaded at.
+//! The proxy loads it from schema `hscale` on the main backend and swaps it in
+//! whole; nothing here changes after `Dictionary::new`.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::hashing::{ColumnKind, HashError, HashFunction, Value};
+
+/// Where a partition is in its life. Only `Active` partitions exist for
+/// clients alone; the others belong to a move in progress, during which the
+/// whole table is locked (statements on it wait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionState {
+    Active,
+    /// ADD_PARTITION is copying rows out of the default table; the default
+    /// table still holds them.
+    Copying,
+    /// ADD_PARTITION has copied every row: the partition holds them, the
+    /// copies left in the default table are being deleted.
+    Cleaning,
+    /// DROP_PARTITION is copying rows back; the partition still holds them.
+    Draining,
+    /// DROP_PARTITION has copied every row back: the default table holds them,
+    /// the partition table is being dropped.
+    Dropping,
+}
+
+impl PartitionState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionState::Active => "active",
+            PartitionState::Copying => "copying",
+            PartitionState::Cleaning => "cleaning",
+            PartitionState::Draining => "draining",
+            PartitionState::Dropping => "dropping",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<PartitionState> {
+        [
+            PartitionState::Active,
+            PartitionState::Copying,
+            PartitionState::Cleaning,
+            PartitionState::Draining,
+            PartitionState::Dropping,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
+    }
+
+    /// Whether the partition, rather than the default table, holds its rows.
+    pub fn holds_rows(self) -> bool {
+        matches!(
+            self,
+            PartitionState::Active | PartitionState::Cleaning | PartitionState::Draining
+        )
+    }
+}
+
+/// A logical table: its database and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    pub db: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}`.`{}`", self.db, self.name)
+    }
+}
+
+/// One partition value of one partition; several values may share a
+/// partition name (one physical table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionEntry {
+    pub name: String,
+    pub value: String,
+    pub backend: u32,
+    pub state: PartitionState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionedTable {
+    pub table: TableName,
+    pub column: String,
+    /// 1-based position of the partition column, for INSERTs without a column list.
+    pub column_position: usize,
+    pub kind: ColumnKind,
+    pub function: HashFunction,
+    pub default_table: String,
+    pub default_backend: u32,
+    pub entries: Vec<PartitionEntry>,
+    by_value: HashMap<String, usize>,
+}
+
+/// A physical table a statement goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    pub backend: u32,
+    /// The physical table name.
+    pub table: String,
+    /// The partition's name; `None` for the default partition.
+    pub partition: Option<String>,
+}
+
+/// What SETUP_TABLE records of a partitioned table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDefinition {
+    pub table: TableName,
+    pub column: String,
+    pub column_position: usize,
+    pub kind: ColumnKind,
+    pub function: HashFunction,
+    pub default_table: String,
+    pub default_backend: u32,
+}
+
+impl PartitionedTable {
+    pub fn new(definition: TableDefinition, entries: Vec<PartitionEntry>) -> PartitionedTable {
+        let by_value = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.value.clone(), i))
+            .collect();
+        let TableDefinition {
+            table,
+            column,
+            column_position,
+            kind,
+            function,
+            default_table,
+            default_backend,
+        } = definition;
+        PartitionedTable {
+            table,
+            column,
+            column_position,
+            kind,
+            function,
+            default_table,
+            default_backend,
+            entries,
+            by_value,
+        }
+    }
+
+    pub fn definition(&self) -> TableDefinition {
+        TableDefinition {
+            table: self.table.clone(),
+            column: self.column.clone(),
+            column_position: self.column_position,
+            kind: self.kind,
+            function: self.function.clone(),
+            default_table: self.default_table.clone(),
+            default_backend: self.default_backend,
+        }
+    }
+
+    /// The physical table name of a partition.
+    pub fn partition_table(&self, partition: &str) -> String {
+        format!("{}_{}", self.table.name, partition)
+    }
+
+    /// A move is in progress: statements on the table wait for it.
+    pub fn locked(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.state != PartitionState::Active)
+    }
+
+    pub fn default_target(&self) -> Target {
+        Target {
+            backend: self.default_backend,
+            table: self.default_table.clone(),
+            partition: None,
+        }
+    }
+
+    fn entry_target(&self, entry: &PartitionEntry) -> Target {
+        Target {
+            backend: entry.backend,
+            table: self.partition_table(&entry.name),
+            partition: Some(entry.name.clone()),
+        }
+    }
+
+    /// The partition entry for a partition value, if one holds its rows now.
+    pub fn entry_for(&self, partition_value: &str) -> Option<&PartitionEntry> {
+        self.by_value
+            .get(partition_value)
+            .map(|&i| &self.entries[i])
+            .filter(|e| e.state.holds_rows())
+    }
+
+    /// Where rows whose partition column is `value` live.
+    pub fn target_for(&self, value: &Value) -> Result<Target, HashError> {
+        let partition_value = match value {
+            Value::Null => return Ok(self.default_target()),
+            v => self.function.apply(self.kind, v)?,
+        };
+        Ok(match self.entry_for(&partition_value) {
+            Some(entry) => self.entry_target(entry),
+            None => self.default_target(),
+        })
+    }
+
+    /// Every physical table that holds rows: the default, then the
+    /// partitions in the order they were added, each once.
+    pub fn all_targets(&self) -> Vec<Target> {
+        let mut seen = HashSet::new();
+        let mut targets = vec![self.default_target()];
+        for entry in self.entries.iter().filter(|e| e.state.holds_rows()) {
+            if seen.insert(entry.name.as_str()) {
+                targets.push(self.entry_target(entry));
+            }
+        }
+        targets
+    }
+
+    /// Every physical table of the table, whatever the state of its partition.
+    pub fn physical_tables(&self) -> Vec<Target> {
+        let mut seen = HashSet::new();
+        let mut targets = vec![self.default_target()];
+        for entry in &self.entries {
+            if seen.insert(entry.name.as_str()) {
+                targets.push(self.entry_target(entry));
+            }
+        }
+        targets
+    }
+
+    /// The entries of one partition name.
+    pub fn partition<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a PartitionEntry> {
+        self.entries.iter().filter(move |e| e.name == name)
+    }
+}
+
+/// Names of partitioned tables, lower-cased, in any database: the lexer checks
+/// a statement's words against them before anything is parsed.
+#[derive(Debug, Clone, Default)]
+pub struct TableNames {
+    names: HashSet<Vec<u8>>,
+    longest: usize,
+}
+
+impl TableNames {
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether `word` (an identifier as written, unquoted) may name one.
+    #[inline]
+    pub fn contains(&self, word: &[u8]) -> bool {
+        if word.len() > self.longest || word.is_empty() {
+            return false;
+        }
+        let mut lower = [0u8; 256];
+        let lower = &mut lower[..word.len()];
+        for (l, w) in lower.iter_mut().zip(word) {
+            *l = w.to_ascii_lowercase();
+        }
+        self.names.contains(&lower[..])
+    }
+
+    fn insert(&mut self, name: &str) {
+        let lower = name.to_ascii_lowercase().into_bytes();
+        self.longest = self.longest.max(lower.len()).min(256);
+        self.names.insert(lower);
+    }
+}
+
+/// One immutable snapshot of the dictionary.
+#[derive(Debug, Clone, Default)]
+pub struct Dictionary {
+    pub version: u64,
+    tables: HashMap<TableName, PartitionedTable>,
+    names: TableNames,
+}
+
+impl Dictionary {
+    pub fn new(version: u64, tables: Vec<PartitionedTable>) -> Dictionary {
+        let mut names = TableNames::default();
+        for t in &tables {
+            names.insert(&t.table.name);
+        }
+        Dictionary {
+            version,
+            tables: tables.into_iter().map(|t| (t.table.clone(), t)).collect(),
+            names,
+        }
+    }
+
+    pub fn names(&self) -> &TableNames {
+        &self.names
+    }
+
+    pub fn table(&self, db: &str, name: &str) -> Option<&PartitionedTable> {
+        // Borrowed lookup without building a key would need a custom Borrow;
+        // this runs once per statement on a partitioned table.
+        self.tables.get(&TableName {
+            db: db.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Tables in name order.
+    pub fn tables(&self) -> Vec<&PartitionedTable> {
+        let mut tables: Vec<_> = self.tables.values().collect();
+        tables.sort_by(|a, b| a.table.cmp(&b.table));
+        tables
+    }
+
+    /// Whether `db.table` is a physical table of some partitioned table.
+    pub fn owns_physical(&self, db: &str, table: &str) -> Option<&PartitionedTable> {
+        self.tables.values().find(|t| {
+            t.table.db == db
+                && (t.default_table == table
+                    || t.entries
+                        .iter()
+                        .any(|e| t.partition_table(&e.name) == table))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// users by PREFIX(3) of nickname, default on backend 1, partition nick1
+    /// ('mar') on backend 2, nick2 ('pet', 'pau') on backend 1.
+    pub fn users() -> Dictionary {
+        let entry = |name: &str, value: &str, backend| PartitionEntry {
+            name: name.into(),
+            value: value.into(),
+            backend,
+            state: PartitionState::Active,
+        };
+        let users = PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: "users".into(),
+                },
+                column: "nickname".into(),
+                column_position: 2,
+                kind: ColumnKind::Text,
+                function: HashFunction::Prefix(3),
+                default_table: "users_default".into(),
+                default_backend: 1,
+            },
+            vec![
+                entry("nick1", "mar", 2),
+                entry("nick2", "pet", 1),
+                entry("nick2", "pau", 1),
+            ],
+        );
+        Dictionary::new(7, vec![users])
+    }
+
+    #[test]
+    fn values_find_their_partition_or_the_default() {
+        let dict = users();
+        let users = dict.table("app", "users").unwrap();
+        let target = |v: &str| users.target_for(&Value::String(v.into())).unwrap();
+        assert_eq!(target("Martin").table, "users_nick1");
+        assert_eq!(target("Martin").backend, 2);
+        assert_eq!(target("paula").table, "users_nick2");
+        assert_eq!(target("zoe").table, "users_default");
+        assert_eq!(
+            users.target_for(&Value::Null).unwrap().table,
+            "users_default"
+        );
+    }
+
+    #[test]
+    fn a_full_scan_visits_each_physical_table_once() {
+        let dict = users();
+        let tables: Vec<String> = dict
+            .table("app", "users")
+            .unwrap()
+            .all_targets()
+            .into_iter()
+            .map(|t| t.table)
+            .collect();
+        assert_eq!(tables, ["users_default", "users_nick1", "users_nick2"]);
+    }
+
+    #[test]
+    fn table_names_match_case_insensitively_and_only_whole_names() {
+        let dict = users();
+        assert!(dict.names().contains(b"USERS"));
+        assert!(!dict.names().contains(b"user"));
+        assert!(!dict.names().contains(b"users_default"));
+        assert!(dict.owns_physical("app", "users_nick2").is_some());
+        assert!(dict.owns_physical("other", "users_nick2").is_none());
+    }
+}

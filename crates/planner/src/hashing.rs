@@ -1,0 +1,564 @@
+//! Hashing functions: how a value of the partition column maps to the partition
+//! value that picks its partition. Values are typed by the column they belong
+//! to, and compared the way MariaDB compares them for that column, so that a
+//! row is always looked for in the partition it was stored in.
+
+use std::fmt;
+
+use unicode_normalization::char::is_combining_mark;
+use unicode_normalization::UnicodeNormalization;
+
+/// What kind of values the partition column holds; decides how a literal is
+/// read (MariaDB compares `id = '05'` as a number on an INT column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    Integer,
+    /// DECIMAL, FLOAT, DOUBLE: only NONE and HASH partition them.
+    Decimal,
+    /// CHAR, VARCHAR, TEXT and binary strings.
+    Text,
+    /// ENUM and SET: a number would name a member's index, so only strings route.
+    Enum,
+    /// DATE, DATETIME, TIMESTAMP.
+    Temporal,
+}
+
+impl ColumnKind {
+    /// From information_schema.COLUMNS.DATA_TYPE.
+    pub fn from_data_type(data_type: &str) -> Option<ColumnKind> {
+        let t = data_type.to_ascii_lowercase();
+        Some(match t.as_str() {
+            "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" | "year"
+            | "bit" => ColumnKind::Integer,
+            "decimal" | "numeric" | "float" | "double" | "real" => ColumnKind::Decimal,
+            "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "binary"
+            | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => ColumnKind::Text,
+            "enum" | "set" => ColumnKind::Enum,
+            "date" | "datetime" | "timestamp" => ColumnKind::Temporal,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnKind::Integer => "integer",
+            ColumnKind::Decimal => "decimal",
+            ColumnKind::Text => "text",
+            ColumnKind::Enum => "enum",
+            ColumnKind::Temporal => "temporal",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Option<ColumnKind> {
+        [
+            ColumnKind::Integer,
+            ColumnKind::Decimal,
+            ColumnKind::Text,
+            ColumnKind::Enum,
+            ColumnKind::Temporal,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+}
+
+/// A literal as the client wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A number literal, as written (`12`, `-3`, `1.50`, `1e3`).
+    Number(String),
+    String(String),
+    Null,
+}
+
+/// A hashing function of the dictionary (DESIGN.md §5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashFunction {
+    None,
+    Mod(u64),
+    Div(u64),
+    Prefix(usize),
+    Date(String),
+    Hash(u64),
+}
+
+/// Why a value cannot be hashed, or a function cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HashError {
+    #[error("'{0}' is not a hashing function: use NONE(), MOD(n), DIV(n), PREFIX(n), DATE('fmt') or HASH(n)")]
+    UnknownFunction(String),
+    #[error("{function} needs a positive integer argument")]
+    BadArgument { function: &'static str },
+    #[error("DATE('{0}') is not a valid format: use %Y, %m, %d, %H, %M, %S, %j")]
+    BadDateFormat(String),
+    #[error("{function} cannot partition a {kind} column")]
+    WrongColumn {
+        function: &'static str,
+        kind: &'static str,
+    },
+    #[error("'{value}' is not a value of the {kind} partition column")]
+    WrongValue { value: String, kind: &'static str },
+    #[error("NULL has no partition value")]
+    Null,
+    #[error("partition value '{value}' can never come out of {function}")]
+    Unreachable { value: String, function: String },
+}
+
+impl fmt::Display for HashFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HashFunction::None => write!(f, "NONE()"),
+            HashFunction::Mod(n) => write!(f, "MOD({n})"),
+            HashFunction::Div(n) => write!(f, "DIV({n})"),
+            HashFunction::Prefix(n) => write!(f, "PREFIX({n})"),
+            HashFunction::Date(fmt) => write!(f, "DATE('{}')", fmt.replace('\'', "''")),
+            HashFunction::Hash(n) => write!(f, "HASH({n})"),
+        }
+    }
+}
+
+const DATE_SPECIFIERS: &[char] = &['Y', 'm', 'd', 'H', 'M', 'S', 'j', '%'];
+
+impl HashFunction {
+    /// Parses `MOD(3)`, `prefix( 3 )`, `DATE('%Y-%m')`, `NONE()`, `NONE`.
+    pub fn parse(text: &str) -> Result<HashFunction, HashError> {
+        let unknown = || HashError::UnknownFunction(text.to_string());
+        let text = text.trim();
+        let (name, arg) = match text.find('(') {
+            Some(open) => {
+                let arg = text[open + 1..].strip_suffix(')').ok_or_else(unknown)?;
+                (text[..open].trim(), arg.trim())
+            }
+            None => (text, ""),
+        };
+        let count = |function: &'static str| -> Result<u64, HashError> {
+            arg.parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or(HashError::BadArgument { function })
+        };
+        match name.to_ascii_uppercase().as_str() {
+            "NONE" if arg.is_empty() => Ok(HashFunction::None),
+            "MOD" => Ok(HashFunction::Mod(count("MOD")?)),
+            "DIV" => Ok(HashFunction::Div(count("DIV")?)),
+            "HASH" => Ok(HashFunction::Hash(count("HASH")?)),
+            "PREFIX" => Ok(HashFunction::Prefix(count("PREFIX")? as usize)),
+            "DATE" => {
+                let quoted = arg
+                    .strip_prefix('\'')
+                    .and_then(|a| a.strip_suffix('\''))
+                    .or_else(|| arg.strip_prefix('"').and_then(|a| a.strip_suffix('"')))
+                    .ok_or(HashError::BadDateFormat(arg.to_string()))?;
+                let format = quoted.replace("''", "'");
+                check_date_format(&format)?;
+                Ok(HashFunction::Date(format))
+            }
+            _ => Err(unknown()),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            HashFunction::None => "NONE()",
+            HashFunction::Mod(_) => "MOD",
+            HashFunction::Div(_) => "DIV",
+            HashFunction::Prefix(_) => "PREFIX",
+            HashFunction::Date(_) => "DATE",
+            HashFunction::Hash(_) => "HASH",
+        }
+    }
+
+    /// Whether this function can partition a column of `kind`.
+    pub fn check_column(&self, kind: ColumnKind) -> Result<(), HashError> {
+        let fits = match self {
+            HashFunction::None | HashFunction::Hash(_) => true,
+            HashFunction::Mod(_) | HashFunction::Div(_) => kind == ColumnKind::Integer,
+            HashFunction::Prefix(_) => kind != ColumnKind::Decimal,
+            HashFunction::Date(_) => matches!(kind, ColumnKind::Temporal | ColumnKind::Text),
+        };
+        match fits {
+            true => Ok(()),
+            false => Err(HashError::WrongColumn {
+                function: self.name(),
+                kind: kind.name(),
+            }),
+        }
+    }
+
+    /// The partition value of a column value.
+    pub fn apply(&self, kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+        let canonical = canonical(kind, value)?;
+        Ok(match self {
+            HashFunction::None => canonical,
+            HashFunction::Mod(n) => (as_integer(&canonical) % i128::from(*n)).to_string(),
+            HashFunction::Div(n) => as_integer(&canonical)
+                .div_euclid(i128::from(*n))
+                .to_string(),
+            HashFunction::Prefix(n) => canonical.chars().take(*n).collect(),
+            HashFunction::Date(format) => format_date(format, &canonical, kind)?,
+            HashFunction::Hash(n) => {
+                (u64::from(crc32fast::hash(canonical.as_bytes())) % n).to_string()
+            }
+        })
+    }
+
+    /// A partition value an admin gave, brought to the form `apply` produces
+    /// (`'1'` and `1` are the same for MOD; 'MAR' is 'mar' for PREFIX).
+    pub fn partition_value(&self, kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+        let unreachable = |value: String| HashError::Unreachable {
+            value,
+            function: self.to_string(),
+        };
+        let text = match value {
+            Value::Null => return Err(HashError::Null),
+            Value::Number(s) | Value::String(s) => s.trim().to_string(),
+        };
+        match self {
+            HashFunction::None => canonical(kind, value),
+            HashFunction::Mod(n) | HashFunction::Hash(n) => match text.parse::<i128>() {
+                // MOD of a negative value is negative, as in MariaDB.
+                Ok(v) if matches!(self, HashFunction::Mod(_)) && v.abs() < i128::from(*n) => {
+                    Ok(v.to_string())
+                }
+                Ok(v) if (0..i128::from(*n)).contains(&v) => Ok(v.to_string()),
+                _ => Err(unreachable(text)),
+            },
+            HashFunction::Div(_) => text
+                .parse::<i128>()
+                .map(|v| v.to_string())
+                .map_err(|_| unreachable(text)),
+            HashFunction::Prefix(n) => {
+                let folded = fold(&text);
+                match folded.chars().count() <= *n && !folded.is_empty() {
+                    true => Ok(folded),
+                    false => Err(unreachable(text)),
+                }
+            }
+            HashFunction::Date(_) => Ok(text),
+        }
+    }
+}
+
+/// The value as the column holds it: integers in decimal, text folded like a
+/// `_ci` collation, dates as `YYYY-MM-DD HH:MM:SS`.
+fn canonical(kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+    let wrong = |v: &str| HashError::WrongValue {
+        value: v.to_string(),
+        kind: kind.name(),
+    };
+    match (kind, value) {
+        (_, Value::Null) => Err(HashError::Null),
+        (ColumnKind::Integer, Value::Number(n) | Value::String(n)) => parse_integer(n.trim())
+            .map(|v| v.to_string())
+            .ok_or_else(|| wrong(n)),
+        (ColumnKind::Decimal, Value::Number(n) | Value::String(n)) => {
+            canonical_decimal(n.trim()).ok_or_else(|| wrong(n))
+        }
+        (ColumnKind::Text, Value::Number(n)) => Ok(n.clone()),
+        (ColumnKind::Text | ColumnKind::Enum, Value::String(s)) => Ok(fold(s)),
+        (ColumnKind::Enum, Value::Number(n)) => Err(wrong(n)),
+        (ColumnKind::Temporal, Value::String(s)) => canonical_datetime(s).ok_or_else(|| wrong(s)),
+        (ColumnKind::Temporal, Value::Number(n)) => Err(wrong(n)),
+    }
+}
+
+/// An integer literal; `5.0` is 5 as MariaDB compares it, `5.5` is no integer.
+fn parse_integer(text: &str) -> Option<i128> {
+    if let Ok(v) = text.parse::<i128>() {
+        return Some(v);
+    }
+    let decimal = canonical_decimal(text)?;
+    decimal.parse::<i128>().ok()
+}
+
+/// A decimal literal without redundant zeros: `5.50` -> `5.5`, `5.0` -> `5`.
+fn canonical_decimal(text: &str) -> Option<String> {
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    let valid = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !valid(int) || !valid(frac) || (int.is_empty() && frac.is_empty()) {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    let frac = frac.trim_end_matches('0');
+    let int = if int.is_empty() { "0" } else { int };
+    let body = match frac.is_empty() {
+        true => int.to_string(),
+        false => format!("{int}.{frac}"),
+    };
+    Some(match (sign, body.as_str()) {
+        (_, "0") => body,
+        _ => format!("{sign}{body}"),
+    })
+}
+
+fn as_integer(canonical: &str) -> i128 {
+    canonical.parse().unwrap_or(0)
+}
+
+/// Text as a `_ci` collation compares it: trailing spaces do not count (PAD
+/// SPACE), case does not count, accents do not count (utf8mb4_general_ci
+/// compares 'é' equal to 'e'). Folding more than the column's collation is
+/// safe (equal values still meet in one partition); folding less is not.
+pub fn fold(text: &str) -> String {
+    text.trim_end_matches(' ')
+        .nfd()
+        .filter(|c| !is_combining_mark(*c))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// `2008-05-06`, `2008-05-06 12:00:01`, `2008-05-06T12:00:01.5` ->
+/// `2008-05-06 12:00:01` (fractions dropped: they never change a partition).
+fn canonical_datetime(text: &str) -> Option<String> {
+    let text = text.trim();
+    let date = text.get(..10)?;
+    let bytes = date.as_bytes();
+    let shape = bytes.iter().enumerate().all(|(i, b)| match i {
+        4 | 7 => *b == b'-',
+        _ => b.is_ascii_digit(),
+    });
+    if !shape {
+        return None;
+    }
+    let rest = text[10..].trim_start_matches([' ', 'T']);
+    let time = rest.split('.').next().unwrap_or("");
+    let mut parts = [0u32; 3];
+    if !time.is_empty() {
+        for (slot, part) in parts.iter_mut().zip(time.split(':')) {
+            *slot = part.parse().ok()?;
+        }
+    }
+    Some(format!(
+        "{date} {:02}:{:02}:{:02}",
+        parts[0], parts[1], parts[2]
+    ))
+}
+
+fn check_date_format(format: &str) -> Result<(), HashError> {
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' && !chars.next().is_some_and(|s| DATE_SPECIFIERS.contains(&s)) {
+            return Err(HashError::BadDateFormat(format.to_string()));
+        }
+    }
+    Ok(())
+}
+
+fn format_date(format: &str, canonical: &str, kind: ColumnKind) -> Result<String, HashError> {
+    let datetime = match kind {
+        ColumnKind::Temporal => canonical.to_string(),
+        _ => canonical_datetime(canonical).ok_or_else(|| HashError::WrongValue {
+            value: canonical.to_string(),
+            kind: "date",
+        })?,
+    };
+    let field = |range: std::ops::Range<usize>| &datetime[range];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(field(0..4)),
+            Some('m') => out.push_str(field(5..7)),
+            Some('d') => out.push_str(field(8..10)),
+            Some('H') => out.push_str(field(11..13)),
+            Some('M') => out.push_str(field(14..16)),
+            Some('S') => out.push_str(field(17..19)),
+            Some('j') => out.push_str(&format!("{:03}", day_of_year(&datetime))),
+            _ => out.push('%'),
+        }
+    }
+    Ok(out)
+}
+
+fn day_of_year(datetime: &str) -> u32 {
+    let year: u32 = datetime[0..4].parse().unwrap_or(0);
+    let month: usize = datetime[5..7].parse().unwrap_or(1);
+    let day: u32 = datetime[8..10].parse().unwrap_or(1);
+    let leap = (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400);
+    let days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    days.iter().take(month.saturating_sub(1)).sum::<u32>() + day
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(s: &str) -> Value {
+        Value::Number(s.into())
+    }
+    fn text(s: &str) -> Value {
+        Value::String(s.into())
+    }
+    fn apply(function: &str, kind: ColumnKind, value: Value) -> Result<String, HashError> {
+        HashFunction::parse(function).unwrap().apply(kind, &value)
+    }
+
+    #[test]
+    fn functions_map_values_as_design_md_says() {
+        use ColumnKind::*;
+        assert_eq!(apply("NONE()", Text, text("x")).unwrap(), "x");
+        for v in ["1", "4", "7"] {
+            assert_eq!(apply("MOD(3)", Integer, num(v)).unwrap(), "1");
+        }
+        assert_eq!(apply("DIV(1000)", Integer, num("1999")).unwrap(), "1");
+        assert_eq!(apply("DIV(1000)", Integer, num("-1")).unwrap(), "-1");
+        assert_eq!(apply("PREFIX(3)", Text, text("Martin")).unwrap(), "mar");
+        assert_eq!(
+            apply("DATE('%Y-%m')", Temporal, text("2008-05-06")).unwrap(),
+            "2008-05"
+        );
+        assert_eq!(
+            apply("DATE('%Y/%j')", Text, text("2008-12-31 10:00:00")).unwrap(),
+            "2008/366"
+        );
+        let bucket: u64 = apply("HASH(8)", Integer, num("42"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(bucket < 8);
+    }
+
+    #[test]
+    fn text_is_folded_like_a_ci_collation() {
+        use ColumnKind::Text;
+        for v in ["martin", "MARTIN", "Märtin", "martin   "] {
+            assert_eq!(apply("NONE()", Text, text(v)).unwrap(), "martin", "{v}");
+            assert_eq!(apply("PREFIX(3)", Text, text(v)).unwrap(), "mar", "{v}");
+        }
+    }
+
+    #[test]
+    fn literals_are_read_as_the_column_type_reads_them() {
+        use ColumnKind::*;
+        assert_eq!(apply("NONE()", Integer, text("05")).unwrap(), "5");
+        assert_eq!(apply("MOD(3)", Integer, num("4.0")).unwrap(), "1");
+        assert_eq!(apply("NONE()", Decimal, num("5.50")).unwrap(), "5.5");
+        assert_eq!(apply("NONE()", Decimal, text("-0.0")).unwrap(), "0");
+        assert!(matches!(
+            apply("MOD(3)", Integer, text("abc")),
+            Err(HashError::WrongValue { .. })
+        ));
+        assert!(apply("MOD(3)", Integer, num("4.5")).is_err());
+        assert!(apply("NONE()", Enum, num("1")).is_err());
+        assert_eq!(apply("NONE()", Enum, text("Books")).unwrap(), "books");
+        assert_eq!(
+            apply("NONE()", Temporal, text("2008-05-06")).unwrap(),
+            "2008-05-06 00:00:00"
+        );
+        assert!(apply("NONE()", Temporal, num("20080506")).is_err());
+        assert_eq!(apply("HASH(4)", Integer, Value::Null), Err(HashError::Null));
+    }
+
+    #[test]
+    fn functions_refuse_columns_they_cannot_partition() {
+        let mod3 = HashFunction::parse("MOD(3)").unwrap();
+        assert!(mod3.check_column(ColumnKind::Text).is_err());
+        assert!(mod3.check_column(ColumnKind::Integer).is_ok());
+        let date = HashFunction::parse("DATE('%Y')").unwrap();
+        assert!(date.check_column(ColumnKind::Integer).is_err());
+    }
+
+    #[test]
+    fn parses_and_prints_functions() {
+        for (text, printed) in [
+            ("none()", "NONE()"),
+            ("NONE", "NONE()"),
+            (" mod( 3 ) ", "MOD(3)"),
+            ("DIV(1000)", "DIV(1000)"),
+            ("prefix(3)", "PREFIX(3)"),
+            ("DATE('%Y-%m')", "DATE('%Y-%m')"),
+            ("DATE(\"%Y\")", "DATE('%Y')"),
+            ("HASH(16)", "HASH(16)"),
+        ] {
+            let f = HashFunction::parse(text).unwrap();
+            assert_eq!(f.to_string(), printed);
+            assert_eq!(HashFunction::parse(printed).unwrap(), f);
+        }
+        for bad in [
+            "MOD(0)",
+            "MOD(x)",
+            "MOD",
+            "SHA(3)",
+            "DATE('%Q')",
+            "DATE(%Y)",
+            "PREFIX(-1)",
+        ] {
+            assert!(HashFunction::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn admin_partition_values_take_the_form_apply_produces() {
+        use ColumnKind::*;
+        let value =
+            |f: &str, kind, v: Value| HashFunction::parse(f).unwrap().partition_value(kind, &v);
+        assert_eq!(value("MOD(3)", Integer, text("1")).unwrap(), "1");
+        assert_eq!(value("MOD(3)", Integer, num("1")).unwrap(), "1");
+        assert!(value("MOD(3)", Integer, num("3")).is_err());
+        assert!(value("HASH(3)", Integer, num("-1")).is_err());
+        assert_eq!(value("PREFIX(3)", Text, text("MAR")).unwrap(), "mar");
+        assert!(value("PREFIX(3)", Text, text("mart")).is_err());
+        assert_eq!(value("NONE()", Integer, text("007")).unwrap(), "7");
+        assert!(value("NONE()", Integer, Value::Null).is_err());
+    }
+
+    /// Property: every value maps to exactly one partition value, the same on
+    /// every call, and values MariaDB compares equal map to the same one.
+    #[test]
+    fn every_value_maps_deterministically_and_equal_values_together() {
+        use ColumnKind::*;
+        let functions = ["NONE()", "MOD(7)", "DIV(10)", "PREFIX(2)", "HASH(5)"];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let n = (next() % 100_000) as i64 - 50_000;
+            for f in functions {
+                let a = apply(f, Integer, num(&n.to_string())).unwrap();
+                let b = apply(f, Integer, text(&format!(" {n}"))).unwrap();
+                let c = apply(f, Integer, num(&format!("{n}.000"))).unwrap();
+                assert_eq!((&a, &a), (&b, &c), "{f} {n}");
+                if let Some(count) = f.strip_prefix("HASH(").or(f.strip_prefix("MOD(")) {
+                    let n: i128 = count.trim_end_matches(')').parse().unwrap();
+                    assert!(a.parse::<i128>().unwrap().abs() < n);
+                }
+            }
+            let word: String = (0..1 + next() % 6)
+                .map(|_| (b'a' + (next() % 26) as u8) as char)
+                .collect();
+            let shouted = format!("{}  ", word.to_uppercase());
+            for f in ["NONE()", "PREFIX(2)", "HASH(5)"] {
+                assert_eq!(
+                    apply(f, Text, text(&word)).unwrap(),
+                    apply(f, Text, text(&shouted)).unwrap(),
+                    "{f} {word}"
+                );
+            }
+        }
+    }
+}

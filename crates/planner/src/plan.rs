@@ -1,0 +1,145 @@
+//! The one planning call: a statement and the session's context in, a `Plan`
+//! out. The plan carries everything execution needs; nothing after it reads
+//! the SQL again.
+
+use crate::dictionary::{Dictionary, TableName, Target};
+use crate::kill::{parse_kill, Kill};
+use crate::lexer::{summarize, target_database, Kind, Quoting, Summary};
+use crate::set::{parse_set, SetItem};
+
+/// What planning needs to know of the session and the proxy.
+pub struct Context<'a> {
+    /// The session's current database.
+    pub db: Option<&'a str>,
+    pub quoting: Quoting,
+    pub dictionary: &'a Dictionary,
+    /// Where every table that is not partitioned lives.
+    pub main_backend: u32,
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    /// The lexer's verdict: the statement's kind and what it needs of its connection.
+    pub summary: Summary,
+    pub action: Action,
+    /// What the statement changes in the session when it succeeds.
+    pub change: SessionChange,
+    /// Why the session must keep its backend connection from now on.
+    pub binds: Option<&'static str>,
+}
+
+#[derive(Debug)]
+pub enum Action {
+    /// The statement names no partitioned table: it goes to the main backend as it is.
+    Main,
+    /// HSCALE ...: answered by the proxy's admin commands.
+    Admin,
+    Kill(Kill),
+    Route(Route),
+    /// A table the statement names is locked by a partition move; plan again
+    /// once the dictionary changes.
+    Wait(TableName),
+    Refuse(Refusal),
+}
+
+/// A statement on a partitioned table: the physical tables it runs on and
+/// how their answers combine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub table: TableName,
+    pub steps: Vec<Step>,
+    pub merge: Merge,
+    /// The statement changes rows (what `transactions = "single"` counts).
+    pub writes: bool,
+}
+
+impl Route {
+    /// The backends the steps run on, each once, in step order.
+    pub fn backends(&self) -> Vec<u32> {
+        let mut backends = Vec::new();
+        for step in &self.steps {
+            if !backends.contains(&step.target.backend) {
+                backends.push(step.target.backend);
+            }
+        }
+        backends
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub target: Target,
+    pub sql: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// One step: its answer is forwarded as it is.
+    Single,
+    /// The rows of every step, one result set.
+    Concat,
+    /// One OK whose affected rows are the sum of the steps'.
+    AffectedRows,
+}
+
+/// Why hscale will not run a statement (error 1235).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The partitioned table the statement names, if it got that far.
+    pub table: Option<TableName>,
+    pub reason: String,
+}
+
+/// What a successful statement changes in the session's server-side state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionChange {
+    Nothing,
+    Database(String),
+    DroppedDatabase(String),
+    /// A replayable SET statement and the variables it sets.
+    Setting(Vec<String>, String),
+}
+
+pub fn plan(sql: &[u8], ctx: &Context) -> Plan {
+    let summary = summarize(sql, ctx.quoting, ctx.dictionary.names());
+    let mut binds = if summary.binds_connection() {
+        Some("session state only the backend connection holds")
+    } else if summary.multi_statement_binds() {
+        Some("several statements in one query")
+    } else {
+        None
+    };
+    let text = || String::from_utf8_lossy(sql);
+    let change = match summary.kind {
+        Kind::Set => match parse_set(&text(), ctx.quoting) {
+            SetItem::Replayable(keys) => SessionChange::Setting(keys, text().into_owned()),
+            SetItem::NoSessionState => SessionChange::Nothing,
+            SetItem::BindsConnection => {
+                binds.get_or_insert("SET that cannot be replayed");
+                SessionChange::Nothing
+            }
+        },
+        Kind::Use => target_database(sql).map_or(SessionChange::Nothing, SessionChange::Database),
+        Kind::DropDatabase => {
+            target_database(sql).map_or(SessionChange::Nothing, SessionChange::DroppedDatabase)
+        }
+        _ => SessionChange::Nothing,
+    };
+    let action = match summary.kind {
+        Kind::Admin => Action::Admin,
+        // hscale answers KILL itself, so it cannot be one of several statements.
+        Kind::Kill if summary.multi_statement => Action::Refuse(Refusal {
+            table: None,
+            reason: "KILL with other statements in one query".into(),
+        }),
+        Kind::Kill => Action::Kill(parse_kill(&text())),
+        _ if summary.names_partitioned => crate::route::route(&text(), &summary, ctx),
+        _ => Action::Main,
+    };
+    Plan {
+        summary,
+        action,
+        change,
+        binds,
+    }
+}

@@ -1,0 +1,103 @@
+//! Rewriting by splicing at token spans: the statement keeps every byte the
+//! client wrote (comments, hints, spacing, quoting) but for the spans replaced.
+//! sqlparser reports spans as line and column in characters; `Offsets` turns
+//! them into byte offsets of the text that was parsed.
+
+use sqlparser::tokenizer::{Location, Span};
+
+/// Byte offsets of the lines of a text, to turn sqlparser locations into bytes.
+pub(crate) struct Offsets<'a> {
+    sql: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> Offsets<'a> {
+    pub fn new(sql: &'a str) -> Offsets<'a> {
+        let mut line_starts = vec![0];
+        line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
+        Offsets { sql, line_starts }
+    }
+
+    /// The byte offset of a location (1-based line and character column).
+    pub fn byte(&self, location: Location) -> Option<usize> {
+        let start = *self
+            .line_starts
+            .get(location.line.checked_sub(1)? as usize)?;
+        let column = location.column.checked_sub(1)? as usize;
+        let line = &self.sql[start..];
+        match line.char_indices().nth(column) {
+            Some((offset, _)) => Some(start + offset),
+            None if line.chars().count() == column => Some(self.sql.len()),
+            None => None,
+        }
+    }
+
+    /// The byte range of a span (its end is exclusive).
+    pub fn range(&self, span: Span) -> Option<std::ops::Range<usize>> {
+        Some(self.byte(span.start)?..self.byte(span.end)?)
+    }
+}
+
+/// Replacements of byte ranges of one text.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Splices {
+    edits: Vec<(std::ops::Range<usize>, String)>,
+}
+
+impl Splices {
+    pub fn replace(&mut self, range: std::ops::Range<usize>, with: String) {
+        self.edits.push((range, with));
+    }
+
+    /// The text with every replacement made; `None` if two overlap.
+    pub fn apply(&self, sql: &str) -> Option<String> {
+        let mut edits: Vec<_> = self.edits.iter().collect();
+        edits.sort_by_key(|(range, _)| range.start);
+        let mut out = String::with_capacity(sql.len() + 32);
+        let mut at = 0;
+        for (range, with) in edits {
+            if range.start < at {
+                return None;
+            }
+            out.push_str(sql.get(at..range.start)?);
+            out.push_str(with);
+            at = range.end;
+        }
+        out.push_str(sql.get(at..)?);
+        Some(out)
+    }
+}
+
+/// An identifier in backticks, as hscale writes names it generates.
+pub fn quote_identifier(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_count_characters_but_offsets_count_bytes() {
+        let sql = "SELECT 'é'\n, näme FROM t";
+        let offsets = Offsets::new(sql);
+        let at = |line, column| offsets.byte(Location { line, column }).unwrap();
+        assert_eq!(&sql[at(1, 8)..], "'é'\n, näme FROM t");
+        assert_eq!(&sql[at(2, 3)..at(2, 7)], "näme");
+        assert_eq!(at(2, 14), sql.len());
+    }
+
+    #[test]
+    fn splices_replace_ranges_in_any_order_and_refuse_overlaps() {
+        let mut splices = Splices::default();
+        splices.replace(20..25, "`users_1` AS `users`".into());
+        splices.replace(7..12, "users".into());
+        assert_eq!(
+            splices.apply("SELECT users.a FROM users").unwrap(),
+            "SELECT users.a FROM `users_1` AS `users`"
+        );
+        splices.replace(10..15, "x".into());
+        assert!(splices.apply("SELECT users.a FROM users").is_none());
+        assert_eq!(quote_identifier("a`b"), "`a``b`");
+    }
+}

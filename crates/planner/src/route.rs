@@ -1,0 +1,732 @@
+//! Routing a statement that names a partitioned table: which physical tables
+//! it must run on, the SQL each one gets, and how the answers combine. What
+//! cannot be answered correctly from the partitions is refused with the reason.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
+    GroupByExpr, Ident, ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr,
+    Statement, TableFactor, TableObject, TableWithJoins, UnaryOperator,
+};
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::dictionary::{PartitionedTable, TableName, Target};
+use crate::hashing::Value;
+use crate::lexer::{Quoting, Summary};
+use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
+use crate::rewrite::{quote_identifier, Offsets, Splices};
+
+/// Aggregate functions: their results over several partitions need a merge.
+const AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group_concat",
+    "std",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "json_arrayagg",
+    "json_objectagg",
+];
+
+pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
+    let refuse = |table: Option<&TableName>, reason: String| {
+        Action::Refuse(Refusal {
+            table: table.cloned(),
+            reason,
+        })
+    };
+    // sqlparser's MySQL dialect reads a backslash as an escape.
+    if ctx.quoting == Quoting::NoBackslashEscapes && sql.contains('\\') {
+        return refuse(
+            None,
+            "a backslash in a statement on a partitioned table under NO_BACKSLASH_ESCAPES".into(),
+        );
+    }
+    let statements = match Parser::parse_sql(&MySqlDialect {}, sql) {
+        Ok(s) => s,
+        Err(e) => {
+            return refuse(
+                None,
+                format!("a statement on a partitioned table that hscale cannot parse ({e})"),
+            )
+        }
+    };
+    let mut partitioned = Vec::new();
+    let mut others = 0usize;
+    let _ = visit_relations(&statements, |name: &ObjectName| {
+        match resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name)) {
+            Some(table) => partitioned.push((name.clone(), table)),
+            None => others += 1,
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    for name in statements.iter().flat_map(schema_names) {
+        if let Some(table) = resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name)) {
+            return refuse(
+                Some(&table.table),
+                "schema changes (DROP, ALTER, TRUNCATE, RENAME, CREATE INDEX, SHOW CREATE) of a partitioned table".into(),
+            );
+        }
+    }
+    let (reference, table) =
+        match partitioned.as_slice() {
+            [] => return Action::Main,
+            [(reference, table)] => (reference.clone(), *table),
+            [(_, table), ..] => return refuse(
+                Some(&table.table),
+                "it names partitioned tables more than once (a join or subquery over partitions)"
+                    .into(),
+            ),
+        };
+    let [statement] = statements.as_slice() else {
+        return refuse(Some(&table.table), "several statements in one query".into());
+    };
+    if table.locked() {
+        return Action::Wait(table.table.clone());
+    }
+    let analysis = Analysis {
+        sql,
+        statement,
+        offsets: Offsets::new(sql),
+        table,
+        reference,
+        others,
+        ctx,
+    };
+    let routed = match statement {
+        Statement::Query(query) => analysis.select(query, summary),
+        Statement::Insert(insert) => match &insert.table {
+            TableObject::TableName(name) if same_name(name, &analysis.reference) => {
+                analysis.insert(insert)
+            }
+            _ => Err("INSERT ... SELECT from a partitioned table".to_string()),
+        },
+        Statement::Update(update) => analysis.update(update),
+        Statement::Delete(delete) => analysis.delete(delete),
+        Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => analysis.describe(),
+        other => Err(format!("{} statements", statement_kind(other))),
+    };
+    let route = match routed {
+        Ok(route) => route,
+        Err(reason) => return refuse(Some(&table.table), reason),
+    };
+    if let Err(reason) = check_connection_state(&route, summary, ctx) {
+        return refuse(Some(&table.table), reason);
+    }
+    Action::Route(route)
+}
+
+/// State only the main backend's connection has must not be read elsewhere.
+fn check_connection_state(route: &Route, summary: &Summary, ctx: &Context) -> Result<(), String> {
+    let elsewhere = route
+        .steps
+        .iter()
+        .find(|s| s.target.backend != ctx.main_backend);
+    match elsewhere {
+        Some(step) if summary.user_variables || summary.user_lock || summary.found_rows => Err(format!(
+            "user variables, user locks and FOUND_ROWS() live on the main backend's connection, and partition {} is on backend {}",
+            step.target.table, step.target.backend
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Tables a schema statement names outside of relation positions.
+fn schema_names(statement: &Statement) -> Vec<&ObjectName> {
+    match statement {
+        Statement::Drop { names, .. } => names.iter().collect(),
+        Statement::AlterTable(alter) => vec![&alter.name],
+        Statement::RenameTable(renames) => renames
+            .iter()
+            .flat_map(|r| [&r.old_name, &r.new_name])
+            .collect(),
+        Statement::CreateIndex(index) => vec![&index.table_name],
+        Statement::ShowCreate { obj_name, .. } => vec![obj_name],
+        _ => Vec::new(),
+    }
+}
+
+fn statement_kind(statement: &Statement) -> String {
+    let text = statement.to_string();
+    text.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_uppercase()
+}
+
+/// The database and table an object name names, in the session's database.
+fn resolve(name: &ObjectName, ctx: &Context) -> Option<TableName> {
+    let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
+    match parts.as_slice() {
+        [table] => Some(TableName {
+            db: ctx.db?.to_string(),
+            name: table.value.clone(),
+        }),
+        [db, table] => Some(TableName {
+            db: db.value.clone(),
+            name: table.value.clone(),
+        }),
+        _ => None,
+    }
+}
+
+fn same_name(a: &ObjectName, b: &ObjectName) -> bool {
+    a == b && spans(a) == spans(b)
+}
+
+fn spans(name: &ObjectName) -> Vec<sqlparser::tokenizer::Span> {
+    name.0
+        .iter()
+        .filter_map(ObjectNamePart::as_ident)
+        .map(|i| i.span)
+        .collect()
+}
+
+struct Analysis<'a> {
+    sql: &'a str,
+    statement: &'a Statement,
+    offsets: Offsets<'a>,
+    table: &'a PartitionedTable,
+    /// The partitioned table as the statement names it.
+    reference: ObjectName,
+    /// References to tables that are not partitioned.
+    others: usize,
+    ctx: &'a Context<'a>,
+}
+
+/// How the partitioned table is written where it is replaced.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// `users` becomes `users_nick1` AS `users` (SELECT, UPDATE): qualified
+    /// columns and the result's table name stay as the client wrote them.
+    Aliased,
+    /// `users` becomes `users_nick1`, and so do qualifiers (`users.id`) that
+    /// name it (DELETE and INSERT take no alias in MariaDB).
+    Renamed,
+}
+
+impl Analysis<'_> {
+    fn select(&self, query: &Query, summary: &Summary) -> Result<Route, String> {
+        if query.with.is_some() {
+            return Err("WITH".into());
+        }
+        let SetExpr::Select(select) = query.body.as_ref() else {
+            return Err("UNION, INTERSECT or EXCEPT".into());
+        };
+        let alias = self.top_level_alias(&select.from)?;
+        let targets = self.targets(select.selection.as_ref(), alias.as_ref())?;
+        if targets.len() > 1 {
+            if let Some(what) = needs_merge(query, select, summary) {
+                return Err(format!(
+                    "{what} over several partitions needs a merge, which comes with full partition scans"
+                ));
+            }
+        }
+        let naming = match alias {
+            Some(_) => None,
+            None => Some(Naming::Aliased),
+        };
+        self.route(targets, naming, Merge::Concat, false)
+    }
+
+    fn update(&self, update: &sqlparser::ast::Update) -> Result<Route, String> {
+        if update.from.is_some() {
+            return Err("UPDATE ... FROM".into());
+        }
+        let alias = self.top_level_alias(std::slice::from_ref(&update.table))?;
+        for assignment in &update.assignments {
+            let columns = match &assignment.target {
+                AssignmentTarget::ColumnName(name) => vec![name],
+                AssignmentTarget::Tuple(names) => names.iter().collect(),
+            };
+            if columns.iter().any(|c| self.names_column(c, alias.as_ref())) {
+                return Err(format!(
+                    "an UPDATE that changes the partition column `{}`",
+                    self.table.column
+                ));
+            }
+        }
+        let targets = self.targets(update.selection.as_ref(), alias.as_ref())?;
+        if targets.len() > 1 && (update.limit.is_some() || !update.order_by.is_empty()) {
+            return Err("UPDATE with ORDER BY or LIMIT over several partitions".into());
+        }
+        let naming = alias.is_none().then_some(Naming::Aliased);
+        self.route(targets, naming, Merge::AffectedRows, true)
+    }
+
+    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<Route, String> {
+        let from = match &delete.from {
+            FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
+        };
+        if !delete.tables.is_empty() || delete.using.is_some() || from.len() != 1 {
+            return Err("multi-table DELETE".into());
+        }
+        let alias = self.top_level_alias(from)?;
+        if alias.is_some() {
+            return Err("DELETE with a table alias".into());
+        }
+        let targets = self.targets(delete.selection.as_ref(), None)?;
+        if targets.len() > 1 && (delete.limit.is_some() || !delete.order_by.is_empty()) {
+            return Err("DELETE with ORDER BY or LIMIT over several partitions".into());
+        }
+        self.route(targets, Some(Naming::Renamed), Merge::AffectedRows, true)
+    }
+
+    /// DESC / SHOW COLUMNS: the default table has the logical table's columns.
+    fn describe(&self) -> Result<Route, String> {
+        let target = self.table.default_target();
+        let mut splices = Splices::default();
+        self.rename(&mut splices, &target, None)?;
+        let sql = splices.apply(self.sql).ok_or("overlapping names")?;
+        Ok(Route {
+            table: self.table.table.clone(),
+            steps: vec![Step { target, sql }],
+            merge: Merge::Concat,
+            writes: false,
+        })
+    }
+
+    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Route, String> {
+        let column = &self.table.column;
+        let position = match insert.columns.is_empty() {
+            true => self.table.column_position.checked_sub(1),
+            false => insert
+                .columns
+                .iter()
+                .position(|c| last_ident(c).is_some_and(|i| i.value.eq_ignore_ascii_case(column))),
+        };
+        if let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on {
+            let changes_column = assignments.iter().any(|a| match &a.target {
+                AssignmentTarget::ColumnName(name) => self.names_column(name, None),
+                AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names_column(n, None)),
+            });
+            if changes_column {
+                return Err(format!(
+                    "ON DUPLICATE KEY UPDATE that changes the partition column `{column}`"
+                ));
+            }
+        }
+        let no_column = || format!("a row without the partition column `{column}`");
+        if !insert.assignments.is_empty() {
+            let value = insert
+                .assignments
+                .iter()
+                .find(|a| matches!(&a.target, AssignmentTarget::ColumnName(n) if self.names_column(n, None)))
+                .ok_or_else(no_column)?;
+            let target = self.value_target(&value.value)?;
+            return self.route(
+                vec![target],
+                Some(Naming::Renamed),
+                Merge::AffectedRows,
+                true,
+            );
+        }
+        let source = insert.source.as_ref().ok_or_else(no_column)?;
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return Err("INSERT ... SELECT into a partitioned table".into());
+        };
+        let position = position.ok_or_else(no_column)?;
+        let mut rows_by_target: Vec<(Target, Vec<std::ops::Range<usize>>)> = Vec::new();
+        for row in &values.rows {
+            let value = row.content.get(position).ok_or_else(no_column)?;
+            let target = self.value_target(value)?;
+            let span = sqlparser::tokenizer::Span::new(
+                row.opening_token.0.span.start,
+                row.closing_token.0.span.end,
+            );
+            let range = self
+                .offsets
+                .range(span)
+                .ok_or("a row hscale cannot find in the text")?;
+            match rows_by_target.iter_mut().find(|(t, _)| *t == target) {
+                Some((_, rows)) => rows.push(range),
+                None => rows_by_target.push((target, vec![range])),
+            }
+        }
+        let rows_start = rows_by_target
+            .iter()
+            .flat_map(|(_, r)| r)
+            .map(|r| r.start)
+            .min();
+        let rows_end = rows_by_target
+            .iter()
+            .flat_map(|(_, r)| r)
+            .map(|r| r.end)
+            .max();
+        let (Some(rows_start), Some(rows_end)) = (rows_start, rows_end) else {
+            return Err(no_column());
+        };
+        let merge = Merge::AffectedRows;
+        let mut steps = Vec::new();
+        for (target, rows) in rows_by_target {
+            let mut splices = Splices::default();
+            self.rename(&mut splices, &target, Some(Naming::Renamed))?;
+            let text: Vec<&str> = rows.iter().map(|r| &self.sql[r.clone()]).collect();
+            splices.replace(rows_start..rows_end, text.join(", "));
+            let sql = splices.apply(self.sql).ok_or("overlapping names")?;
+            steps.push(Step { target, sql });
+        }
+        self.check_others(&steps)?;
+        Ok(Route {
+            table: self.table.table.clone(),
+            steps,
+            merge,
+            writes: true,
+        })
+    }
+
+    /// The alias of the partitioned table, which must be a table of the
+    /// statement's own FROM (not of a subquery).
+    fn top_level_alias(&self, from: &[TableWithJoins]) -> Result<Option<Ident>, String> {
+        let factors = from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
+        for factor in factors {
+            if let TableFactor::Table { name, alias, .. } = factor {
+                if same_name(name, &self.reference) {
+                    return Ok(alias.as_ref().map(|a| a.name.clone()));
+                }
+            }
+        }
+        Err("a partitioned table inside a subquery".into())
+    }
+
+    /// The partitions the WHERE clause leaves: those of the values it fixes
+    /// the partition column to, else all of them.
+    fn targets(
+        &self,
+        selection: Option<&Expr>,
+        alias: Option<&Ident>,
+    ) -> Result<Vec<Target>, String> {
+        let Some(values) = selection.and_then(|w| self.fixed_values(w, alias)) else {
+            return Ok(self.table.all_targets());
+        };
+        let mut targets: Vec<Target> = Vec::new();
+        for value in values {
+            let target = self.table.target_for(&value).map_err(|e| {
+                format!("the value of partition column `{}`: {e}", self.table.column)
+            })?;
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        Ok(targets)
+    }
+
+    fn value_target(&self, expr: &Expr) -> Result<Target, String> {
+        let column = &self.table.column;
+        let value = literal(expr)
+            .ok_or_else(|| format!("the partition column `{column}` must be given as a literal"))?;
+        self.table
+            .target_for(&value)
+            .map_err(|e| format!("the value of partition column `{column}`: {e}"))
+    }
+
+    /// The smallest set of literals a top-level conjunct fixes the column to.
+    fn fixed_values(&self, selection: &Expr, alias: Option<&Ident>) -> Option<Vec<Value>> {
+        let mut best: Option<Vec<Value>> = None;
+        for conjunct in conjuncts(selection) {
+            let values = match conjunct {
+                Expr::BinaryOp {
+                    left,
+                    op: BinaryOperator::Eq,
+                    right,
+                } => {
+                    let value = match (self.is_column(left, alias), self.is_column(right, alias)) {
+                        (true, _) => literal(right),
+                        (_, true) => literal(left),
+                        _ => None,
+                    };
+                    value.map(|v| vec![v])
+                }
+                Expr::InList {
+                    expr,
+                    list,
+                    negated: false,
+                } if self.is_column(expr, alias) => list.iter().map(literal).collect(),
+                _ => None,
+            };
+            if let Some(values) = values {
+                if best.as_ref().is_none_or(|b| values.len() < b.len()) {
+                    best = Some(values);
+                }
+            }
+        }
+        best
+    }
+
+    fn is_column(&self, expr: &Expr, alias: Option<&Ident>) -> bool {
+        let expr = strip_nesting(expr);
+        match expr {
+            Expr::Identifier(ident) => ident.value.eq_ignore_ascii_case(&self.table.column),
+            Expr::CompoundIdentifier(idents) => {
+                let name = ObjectName(
+                    idents
+                        .iter()
+                        .cloned()
+                        .map(ObjectNamePart::Identifier)
+                        .collect(),
+                );
+                self.names_column(&name, alias)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a column reference (`col`, `t.col`, `db.t.col`) is the partition
+    /// column of the partitioned table.
+    fn names_column(&self, name: &ObjectName, alias: Option<&Ident>) -> bool {
+        let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
+        let Some((column, qualifier)) = parts.split_last() else {
+            return false;
+        };
+        column.value.eq_ignore_ascii_case(&self.table.column) && self.is_qualifier(qualifier, alias)
+    }
+
+    /// Whether a qualifier names the partitioned table.
+    fn is_qualifier(&self, qualifier: &[&Ident], alias: Option<&Ident>) -> bool {
+        let table = &self.table.table;
+        match (qualifier, alias) {
+            ([], _) => true,
+            ([q], Some(alias)) => q.value == alias.value,
+            ([q], None) => q.value == table.name,
+            ([db, q], None) => db.value == table.db && q.value == table.name,
+            _ => false,
+        }
+    }
+
+    fn route(
+        &self,
+        targets: Vec<Target>,
+        naming: Option<Naming>,
+        merge: Merge,
+        writes: bool,
+    ) -> Result<Route, String> {
+        let mut steps = Vec::with_capacity(targets.len());
+        for target in targets {
+            let mut splices = Splices::default();
+            self.rename(&mut splices, &target, naming)?;
+            let sql = splices.apply(self.sql).ok_or("overlapping names")?;
+            steps.push(Step { target, sql });
+        }
+        self.check_others(&steps)?;
+        let merge = match steps.len() {
+            1 => Merge::Single,
+            _ => merge,
+        };
+        Ok(Route {
+            table: self.table.table.clone(),
+            steps,
+            merge,
+            writes,
+        })
+    }
+
+    /// Tables that are not partitioned live on the main backend only.
+    fn check_others(&self, steps: &[Step]) -> Result<(), String> {
+        match steps.iter().find(|s| s.target.backend != self.ctx.main_backend) {
+            Some(step) if self.others > 0 => Err(format!(
+                "a statement that also names tables that are not partitioned runs only on the main backend (backend {}), and {} is on backend {}",
+                self.ctx.main_backend, step.target.table, step.target.backend
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Splices the physical table in for the partitioned table, and where no
+    /// alias can stand in for it, for the qualifiers that name it.
+    fn rename(
+        &self,
+        splices: &mut Splices,
+        target: &Target,
+        naming: Option<Naming>,
+    ) -> Result<(), String> {
+        let parts: Vec<&Ident> = self
+            .reference
+            .0
+            .iter()
+            .filter_map(ObjectNamePart::as_ident)
+            .collect();
+        let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+            return Err("an unnamed table".into());
+        };
+        let range = self
+            .offsets
+            .range(sqlparser::tokenizer::Span::new(
+                first.span.start,
+                last.span.end,
+            ))
+            .ok_or("a table name hscale cannot find in the text")?;
+        let mut name = String::new();
+        if parts.len() == 2 {
+            name.push_str(
+                &self.sql[range.start
+                    ..self
+                        .offsets
+                        .byte(last.span.start)
+                        .ok_or("a table name hscale cannot find")?],
+            );
+        }
+        name.push_str(&quote_identifier(&target.table));
+        if naming == Some(Naming::Aliased) {
+            name.push_str(" AS ");
+            name.push_str(&quote_identifier(&self.table.table.name));
+        }
+        splices.replace(range, name);
+        let mut failed = false;
+        let _ = visit_expressions(self.statement, |expr: &Expr| {
+            if let Expr::CompoundIdentifier(idents) = expr {
+                failed |= self
+                    .rename_qualifier(splices, idents, target, naming)
+                    .is_none();
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        match failed {
+            true => Err("a qualified column hscale cannot find in the text".into()),
+            false => Ok(()),
+        }
+    }
+
+    fn rename_qualifier(
+        &self,
+        splices: &mut Splices,
+        idents: &[Ident],
+        target: &Target,
+        naming: Option<Naming>,
+    ) -> Option<()> {
+        let table = &self.table.table;
+        match (idents, naming) {
+            // db.users.col: an alias cannot be qualified by a database.
+            ([db, t, _], Some(naming)) if db.value == table.db && t.value == table.name => {
+                let range = self
+                    .offsets
+                    .range(sqlparser::tokenizer::Span::new(db.span.start, t.span.end))?;
+                let name = match naming {
+                    Naming::Aliased => quote_identifier(&table.name),
+                    Naming::Renamed => format!(
+                        "{}.{}",
+                        quote_identifier(&table.db),
+                        quote_identifier(&target.table)
+                    ),
+                };
+                splices.replace(range, name);
+            }
+            ([t, _], Some(Naming::Renamed)) if t.value == table.name => {
+                let range = self.offsets.range(t.span)?;
+                splices.replace(range, quote_identifier(&target.table));
+            }
+            _ => {}
+        }
+        Some(())
+    }
+}
+
+fn last_ident(name: &ObjectName) -> Option<&Ident> {
+    name.0.last().and_then(ObjectNamePart::as_ident)
+}
+
+/// What in a SELECT needs more than concatenating the partitions' rows.
+fn needs_merge(query: &Query, select: &Select, summary: &Summary) -> Option<&'static str> {
+    if query.order_by.is_some() {
+        return Some("ORDER BY");
+    }
+    if query.limit_clause.is_some() || query.fetch.is_some() {
+        return Some("LIMIT");
+    }
+    if select.distinct.is_some() {
+        return Some("DISTINCT");
+    }
+    match &select.group_by {
+        GroupByExpr::All(_) => return Some("GROUP BY"),
+        GroupByExpr::Expressions(exprs, _) if !exprs.is_empty() => return Some("GROUP BY"),
+        GroupByExpr::Expressions(..) => {}
+    }
+    if select.having.is_some() {
+        return Some("HAVING");
+    }
+    if select.into.is_some() {
+        return Some("SELECT ... INTO");
+    }
+    if summary.found_rows {
+        return Some("SQL_CALC_FOUND_ROWS");
+    }
+    let mut aggregate = false;
+    for item in &select.projection {
+        let expr = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        let _ = visit_expressions(expr, |e: &Expr| {
+            if let Expr::Function(f) = e {
+                let name = f.name.to_string().to_ascii_lowercase();
+                aggregate |= f.over.is_some() || AGGREGATES.contains(&name.as_str());
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    aggregate.then_some("an aggregate or window function")
+}
+
+fn conjuncts(expr: &Expr) -> Vec<&Expr> {
+    match strip_nesting(expr) {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            let mut all = conjuncts(left);
+            all.extend(conjuncts(right));
+            all
+        }
+        other => vec![other],
+    }
+}
+
+fn strip_nesting(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Nested(inner) => strip_nesting(inner),
+        other => other,
+    }
+}
+
+/// A literal's value, as the client wrote it.
+fn literal(expr: &Expr) -> Option<Value> {
+    use sqlparser::ast::Value as Literal;
+    match strip_nesting(expr) {
+        Expr::Value(v) => match &v.value {
+            Literal::Number(n, _) => Some(Value::Number(n.clone())),
+            Literal::SingleQuotedString(s) | Literal::DoubleQuotedString(s) => {
+                Some(Value::String(s.clone()))
+            }
+            Literal::Boolean(b) => Some(Value::Number(u8::from(*b).to_string())),
+            Literal::Null => Some(Value::Null),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match literal(expr)? {
+            Value::Number(n) => Some(Value::Number(format!("-{n}"))),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Plus,
+            expr,
+        } => literal(expr),
+        _ => None,
+    }
+}

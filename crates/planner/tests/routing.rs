@@ -1,0 +1,320 @@
+//! Routing one-liners: SQL in, physical tables and rewritten SQL out.
+
+use hscale_planner::{
+    plan, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
+    PartitionState, PartitionedTable, Quoting, Route, TableDefinition, TableName,
+};
+
+/// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
+/// nick1 ('mar') on backend 2, nick2 ('pet', 'pau') on backend 1.
+/// `app.orders` by MOD(4) of user_id (column 1), default on 1, p1 (1) on 2.
+fn dictionary() -> Dictionary {
+    let entry = |name: &str, value: &str, backend| PartitionEntry {
+        name: name.into(),
+        value: value.into(),
+        backend,
+        state: PartitionState::Active,
+    };
+    let table = |name: &str| TableName {
+        db: "app".into(),
+        name: name.into(),
+    };
+    Dictionary::new(
+        1,
+        vec![
+            PartitionedTable::new(
+                TableDefinition {
+                    table: table("users"),
+                    column: "nickname".into(),
+                    column_position: 2,
+                    kind: ColumnKind::Text,
+                    function: HashFunction::Prefix(3),
+                    default_table: "users_default".into(),
+                    default_backend: 1,
+                },
+                vec![
+                    entry("nick1", "mar", 2),
+                    entry("nick2", "pet", 1),
+                    entry("nick2", "pau", 1),
+                ],
+            ),
+            PartitionedTable::new(
+                TableDefinition {
+                    table: table("orders"),
+                    column: "user_id".into(),
+                    column_position: 1,
+                    kind: ColumnKind::Integer,
+                    function: HashFunction::Mod(4),
+                    default_table: "orders_default".into(),
+                    default_backend: 1,
+                },
+                vec![entry("p1", "1", 2)],
+            ),
+        ],
+    )
+}
+
+fn plan_of(sql: &str) -> Action {
+    let dictionary = dictionary();
+    let ctx = Context {
+        db: Some("app"),
+        quoting: Quoting::BackslashEscapes,
+        dictionary: &dictionary,
+        main_backend: 1,
+    };
+    plan(sql.as_bytes(), &ctx).action
+}
+
+fn route(sql: &str) -> Route {
+    match plan_of(sql) {
+        Action::Route(route) => route,
+        other => panic!("{sql}: expected a route, got {other:?}"),
+    }
+}
+
+/// (backend, SQL) of each step.
+fn steps(sql: &str) -> Vec<(u32, String)> {
+    route(sql)
+        .steps
+        .into_iter()
+        .map(|s| (s.target.backend, s.sql))
+        .collect()
+}
+
+fn refusal(sql: &str) -> String {
+    match plan_of(sql) {
+        Action::Refuse(r) => r.reason,
+        other => panic!("{sql}: expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn routes_point_select_to_one_partition() {
+    assert_eq!(
+        steps("SELECT * FROM users WHERE nickname = 'Martin'"),
+        [(
+            2,
+            "SELECT * FROM `users_nick1` AS `users` WHERE nickname = 'Martin'".into()
+        )]
+    );
+    assert_eq!(
+        steps("SELECT * FROM users WHERE nickname = 'zoe'"),
+        [(
+            1,
+            "SELECT * FROM `users_default` AS `users` WHERE nickname = 'zoe'".into()
+        )]
+    );
+    assert_eq!(
+        route("SELECT * FROM users WHERE 'paula' = nickname").merge,
+        Merge::Single
+    );
+}
+
+#[test]
+fn keeps_qualifiers_aliases_backticks_databases_comments_and_hints() {
+    assert_eq!(
+        steps("SELECT users.id FROM app.`users` WHERE users.nickname='mar' /* c */"),
+        [(
+            2,
+            "SELECT users.id FROM app.`users_nick1` AS `users` WHERE users.nickname='mar' /* c */"
+                .into()
+        )]
+    );
+    assert_eq!(
+        steps("SELECT /*+ NO_ICP(u) */ u.id FROM users u WHERE u.nickname IN ('peter')"),
+        [(
+            1,
+            "SELECT /*+ NO_ICP(u) */ u.id FROM `users_nick2` u WHERE u.nickname IN ('peter')"
+                .into()
+        )]
+    );
+    assert_eq!(
+        steps("SELECT app.users.id FROM users WHERE nickname='Mar'"),
+        [(
+            2,
+            "SELECT `users`.id FROM `users_nick1` AS `users` WHERE nickname='Mar'".into()
+        )]
+    );
+}
+
+#[test]
+fn in_lists_go_to_each_partition_once_and_concatenate() {
+    let r = route("SELECT id FROM users WHERE nickname IN ('martin', 'marvin', 'paula', 'zoe')");
+    let tables: Vec<&str> = r.steps.iter().map(|s| s.target.table.as_str()).collect();
+    assert_eq!(tables, ["users_nick1", "users_nick2", "users_default"]);
+    assert_eq!(r.merge, Merge::Concat);
+}
+
+#[test]
+fn a_where_without_the_partition_column_scans_every_partition() {
+    let r = route("SELECT * FROM users WHERE id > 3 OR nickname = 'mar'");
+    let tables: Vec<&str> = r.steps.iter().map(|s| s.target.table.as_str()).collect();
+    assert_eq!(tables, ["users_default", "users_nick1", "users_nick2"]);
+    let r = route("SELECT * FROM users WHERE id = 3 AND (nickname = 'mar')");
+    assert_eq!(r.steps.len(), 1);
+}
+
+#[test]
+fn scans_that_need_a_merge_are_refused_until_full_scans() {
+    for (sql, what) in [
+        ("SELECT * FROM users ORDER BY id", "ORDER BY"),
+        ("SELECT * FROM users LIMIT 3", "LIMIT"),
+        ("SELECT COUNT(*) FROM users", "aggregate"),
+        ("SELECT DISTINCT nickname FROM users", "DISTINCT"),
+        ("SELECT id FROM users GROUP BY id", "GROUP BY"),
+        (
+            "SELECT id FROM users WHERE nickname IN ('mar', 'zoe') ORDER BY id",
+            "ORDER BY",
+        ),
+    ] {
+        assert!(refusal(sql).contains(what), "{sql}");
+    }
+    // One partition answers them all itself.
+    assert_eq!(
+        route("SELECT COUNT(*) FROM users WHERE nickname = 'mar' ORDER BY 1 LIMIT 1")
+            .steps
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn splits_a_multi_row_insert_by_partition() {
+    assert_eq!(
+        steps("INSERT INTO users (id, nickname) VALUES (1, 'martin'), (2, 'zoe'), (3,'Marvin') ON DUPLICATE KEY UPDATE id = id"),
+        [
+            (2, "INSERT INTO `users_nick1` (id, nickname) VALUES (1, 'martin'), (3,'Marvin') ON DUPLICATE KEY UPDATE id = id".into()),
+            (1, "INSERT INTO `users_default` (id, nickname) VALUES (2, 'zoe') ON DUPLICATE KEY UPDATE id = id".into()),
+        ]
+    );
+    assert_eq!(
+        steps("REPLACE INTO orders VALUES (5, 'x')"),
+        [(2, "REPLACE INTO `orders_p1` VALUES (5, 'x')".into())]
+    );
+    assert_eq!(
+        steps("INSERT INTO users SET id = 9, nickname = 'peter'"),
+        [(
+            1,
+            "INSERT INTO `users_nick2` SET id = 9, nickname = 'peter'".into()
+        )]
+    );
+}
+
+#[test]
+fn updates_and_deletes_route_by_where_and_sum_affected_rows_when_scanning() {
+    assert_eq!(
+        steps("UPDATE users SET id = id + 1 WHERE nickname = 'martin'"),
+        [(
+            2,
+            "UPDATE `users_nick1` AS `users` SET id = id + 1 WHERE nickname = 'martin'".into()
+        )]
+    );
+    assert_eq!(
+        steps("DELETE FROM users WHERE users.nickname = 'pa'"),
+        [(
+            1,
+            "DELETE FROM `users_default` WHERE `users_default`.nickname = 'pa'".into()
+        )]
+    );
+    let r = route("DELETE FROM orders WHERE id > 10");
+    assert_eq!(
+        (r.steps.len(), r.merge, r.writes),
+        (2, Merge::AffectedRows, true)
+    );
+}
+
+#[test]
+fn refuses_what_partitions_cannot_answer() {
+    for (sql, reason) in [
+        (
+            "INSERT INTO users (id) VALUES (1)",
+            "without the partition column",
+        ),
+        (
+            "INSERT INTO users (id, nickname) VALUES (1, CONCAT('a', 'b'))",
+            "literal",
+        ),
+        (
+            "UPDATE users SET nickname = 'x' WHERE id = 1",
+            "changes the partition column",
+        ),
+        (
+            "SELECT * FROM orders WHERE user_id = 'abc'",
+            "not a value of the integer",
+        ),
+        (
+            "SELECT * FROM users JOIN orders ON users.id = orders.user_id",
+            "more than once",
+        ),
+        (
+            "SELECT * FROM users WHERE id IN (SELECT user_id FROM orders)",
+            "more than once",
+        ),
+        (
+            "SELECT * FROM users WHERE nickname = 'mar' UNION SELECT * FROM t",
+            "UNION",
+        ),
+        ("INSERT INTO users SELECT * FROM t", "INSERT ... SELECT"),
+        (
+            "SELECT * FROM t WHERE id IN (SELECT id FROM users)",
+            "subquery",
+        ),
+        (
+            "SELECT * FROM users JOIN plain ON plain.id = users.id WHERE nickname = 'mar'",
+            "not partitioned",
+        ),
+        ("DROP TABLE users", "schema changes"),
+        ("ALTER TABLE users ADD COLUMN x INT", "schema changes"),
+        ("TRUNCATE TABLE users", "TRUNCATE"),
+        ("SELECT 1; SELECT * FROM users", "several statements"),
+    ] {
+        let said = refusal(sql);
+        assert!(said.contains(reason), "{sql}: {said}");
+    }
+}
+
+#[test]
+fn joins_with_plain_tables_run_where_those_live() {
+    assert_eq!(
+        steps("SELECT * FROM users JOIN plain p ON p.id = users.id WHERE nickname = 'paul'"),
+        [(1, "SELECT * FROM `users_nick2` AS `users` JOIN plain p ON p.id = users.id WHERE nickname = 'paul'".into())]
+    );
+}
+
+#[test]
+fn statements_on_other_tables_are_not_routed() {
+    for sql in [
+        "SELECT users FROM stats",
+        "SELECT * FROM other.users",
+        "SELECT 1",
+        "INSERT INTO log VALUES ('users')",
+    ] {
+        assert!(matches!(plan_of(sql), Action::Main), "{sql}");
+    }
+}
+
+#[test]
+fn a_locked_table_makes_statements_wait() {
+    let mut dict = dictionary();
+    let mut users = dict.table("app", "users").unwrap().clone();
+    users.entries[0].state = PartitionState::Copying;
+    let users = PartitionedTable::new(users.definition(), users.entries.clone());
+    dict = Dictionary::new(2, vec![users]);
+    let ctx = Context {
+        db: Some("app"),
+        quoting: Quoting::BackslashEscapes,
+        dictionary: &dict,
+        main_backend: 1,
+    };
+    let action = plan(b"SELECT * FROM users WHERE nickname = 'zoe'", &ctx).action;
+    assert!(matches!(action, Action::Wait(t) if t.name == "users"));
+}
+
+#[test]
+fn describe_answers_for_the_default_table() {
+    assert_eq!(steps("DESC users"), [(1, "DESC `users_default`".into())]);
+    assert_eq!(
+        steps("SHOW COLUMNS FROM app.users"),
+        [(1, "SHOW COLUMNS FROM app.`users_default`".into())]
+    );
+}

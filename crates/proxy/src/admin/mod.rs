@@ -1,0 +1,187 @@
+//! HSCALE admin commands (DESIGN.md §5): parsed by the planner's grammar,
+//! executed here, a file per command that changes the dictionary. Changes
+//! run under one lock on the main backend, so that instances never change
+//! the dictionary at the same time, and each change is loaded by every live
+//! instance before the command returns.
+
+mod add_partition;
+mod drop_partition;
+mod setup_table;
+mod show;
+
+use hscale_planner::admin::{parse_admin, AdminCommand, AdminSyntax};
+use hscale_planner::{Dictionary, HashError, PartitionedTable, TableName};
+use hscale_wire::resultset::ColumnType;
+
+use crate::backend::BackendConn;
+use crate::dictionary::{own_connection, store};
+use crate::error::ProxyError;
+use crate::shared::Shared;
+
+/// What the session sends back for an admin command.
+pub enum AdminAnswer {
+    Ok {
+        affected_rows: u64,
+    },
+    Rows {
+        columns: Vec<(&'static str, ColumnType)>,
+        rows: Vec<Vec<Option<String>>>,
+    },
+}
+
+/// What an admin command's caller is.
+pub struct Caller<'a> {
+    pub db: Option<&'a str>,
+    pub quoting: hscale_planner::Quoting,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0}")]
+    Syntax(#[from] AdminSyntax),
+    #[error("No database selected: name the table as 'db.table' or USE a database")]
+    NoDatabase,
+    #[error("{table} is not a partitioned table")]
+    NotPartitioned { table: TableName },
+    #[error("{table} is partitioned already")]
+    AlreadyPartitioned { table: TableName },
+    #[error("table {table} does not exist on backend {backend}")]
+    NoSuchTable { table: TableName, backend: u32 },
+    #[error("table {table} has no column `{column}`")]
+    NoSuchColumn { table: TableName, column: String },
+    #[error("table `{db}`.`{name}` exists already on backend {backend}")]
+    TableExists {
+        db: String,
+        name: String,
+        backend: u32,
+    },
+    #[error("{0}")]
+    Hash(#[from] HashError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("another admin command holds the dictionary lock")]
+    Busy,
+}
+
+/// The dictionary lock: taken on a connection of the main backend, released
+/// when that connection closes, also when this instance dies.
+pub struct AdminLock {
+    pub conn: Box<BackendConn>,
+}
+
+const LOCK_SECONDS: u32 = 30;
+
+impl AdminLock {
+    pub async fn take(shared: &Shared) -> Result<AdminLock, ProxyError> {
+        let mut conn = own_connection(shared, shared.main).await?;
+        let name = store::text_literal(&format!("{}.admin", shared.dictionary.schema));
+        let rows = store::exec(
+            &mut conn,
+            &format!("SELECT GET_LOCK({name}, {LOCK_SECONDS})"),
+        )
+        .await?;
+        match store::text(&rows, 0, 0).as_str() {
+            "1" => Ok(AdminLock { conn }),
+            _ => Err(AdminError::Busy.into()),
+        }
+    }
+}
+
+pub async fn execute(
+    shared: &Shared,
+    caller: &Caller<'_>,
+    sql: &str,
+) -> Result<AdminAnswer, ProxyError> {
+    let command = parse_admin(sql).map_err(AdminError::from)?;
+    match command {
+        AdminCommand::SetupTable {
+            table,
+            column,
+            default_table,
+            backend,
+            function,
+        } => {
+            let table = resolve(&table, caller)?;
+            setup_table::run(shared, table, column, default_table, backend, function).await
+        }
+        AdminCommand::AddPartition {
+            table,
+            partition,
+            value,
+            backend,
+        } => add_partition::run(shared, resolve(&table, caller)?, partition, value, backend).await,
+        AdminCommand::DropPartition { table, partition } => {
+            drop_partition::run(shared, resolve(&table, caller)?, partition).await
+        }
+        AdminCommand::MovePartition { .. } => Err(ProxyError::NotSupported {
+            what: "HSCALE MOVE_PARTITION (drop and add the partition)",
+        }),
+        AdminCommand::ShowPartitions { table } => {
+            show::partitions(shared, &resolve(&table, caller)?)
+        }
+        AdminCommand::Lookup { table, value } => {
+            show::lookup(shared, &resolve(&table, caller)?, &value)
+        }
+        AdminCommand::ShowTables => Ok(show::tables(shared)),
+        AdminCommand::Status => Ok(show::status(shared)),
+        AdminCommand::Refresh => {
+            crate::dictionary::reload(shared).await?;
+            Ok(AdminAnswer::Ok { affected_rows: 0 })
+        }
+        AdminCommand::Explain(statement) => show::explain(shared, caller, &statement),
+    }
+}
+
+/// `db.table`, or `table` in the caller's database.
+fn resolve(name: &str, caller: &Caller) -> Result<TableName, ProxyError> {
+    match name.split_once('.') {
+        Some((db, table)) => Ok(TableName {
+            db: db.to_string(),
+            name: table.to_string(),
+        }),
+        None => Ok(TableName {
+            db: caller.db.ok_or(AdminError::NoDatabase)?.to_string(),
+            name: name.to_string(),
+        }),
+    }
+}
+
+/// After a change: this instance loads it, then waits for the others.
+async fn publish(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError> {
+    crate::dictionary::reload(shared).await?;
+    let version = store::read_version(&mut lock.conn, &shared.dictionary.schema).await?;
+    crate::dictionary::wait_for_instances(shared, &mut lock.conn, version).await
+}
+
+/// The dictionary as the store has it now (under the lock, newer than any snapshot).
+async fn current(shared: &Shared, lock: &mut AdminLock) -> Result<Dictionary, ProxyError> {
+    store::load(&mut lock.conn, &shared.dictionary.schema).await
+}
+
+fn partitioned<'d>(
+    dictionary: &'d Dictionary,
+    table: &TableName,
+) -> Result<&'d PartitionedTable, AdminError> {
+    dictionary
+        .table(&table.db, &table.name)
+        .ok_or_else(|| AdminError::NotPartitioned {
+            table: table.clone(),
+        })
+}
+
+fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
+    shared
+        .pool_index(backend)
+        .ok_or(ProxyError::UnknownBackend { backend })
+}
+
+/// Whether a table exists on the connection's backend.
+async fn table_exists(conn: &mut BackendConn, db: &str, table: &str) -> Result<bool, ProxyError> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
+        store::text_literal(db),
+        store::text_literal(table)
+    );
+    let rows = store::exec(conn, &sql).await?;
+    Ok(store::text(&rows, 0, 0) != "0")
+}

@@ -1,0 +1,95 @@
+//! HSCALE SETUP_TABLE(table, column, default table, backend, function): the
+//! table becomes partitioned. Its rows stay where they are, in the table
+//! renamed to the default table name, until partitions are added.
+
+use hscale_planner::{ColumnKind, HashFunction, TableName};
+
+use super::{current, publish, slot, table_exists, AdminAnswer, AdminError, AdminLock};
+use crate::dictionary::{own_connection, store};
+use crate::error::ProxyError;
+use crate::shared::Shared;
+
+pub async fn run(
+    shared: &Shared,
+    table: TableName,
+    column: String,
+    default_table: String,
+    backend: u32,
+    function: HashFunction,
+) -> Result<AdminAnswer, ProxyError> {
+    let mut lock = AdminLock::take(shared).await?;
+    if current(shared, &mut lock)
+        .await?
+        .table(&table.db, &table.name)
+        .is_some()
+    {
+        return Err(AdminError::AlreadyPartitioned { table }.into());
+    }
+    let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+    let sql = format!(
+        "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
+        store::text_literal(&table.db),
+        store::text_literal(&table.name),
+        store::text_literal(&column)
+    );
+    let rows = store::exec(&mut conn, &sql).await?;
+    if rows.is_empty() {
+        return Err(
+            match table_exists(&mut conn, &table.db, &table.name).await? {
+                true => AdminError::NoSuchColumn { table, column },
+                false => AdminError::NoSuchTable { table, backend },
+            }
+            .into(),
+        );
+    }
+    let data_type = store::text(&rows, 0, 0);
+    let position = store::text(&rows, 0, 1);
+    let column = store::text(&rows, 0, 2);
+    let kind = ColumnKind::from_data_type(&data_type).ok_or_else(|| {
+        AdminError::Invalid(format!("a {data_type} column cannot be a partition column"))
+    })?;
+    function.check_column(kind).map_err(AdminError::from)?;
+    if table_exists(&mut conn, &table.db, &default_table).await? {
+        return Err(AdminError::TableExists {
+            db: table.db,
+            name: default_table,
+            backend,
+        }
+        .into());
+    }
+    let s = store::ident(&shared.dictionary.schema);
+    let insert = format!(
+        "INSERT INTO {s}.tables VALUES ({}, {}, {}, {position}, '{}', {}, {}, {backend})",
+        store::text_literal(&table.db),
+        store::text_literal(&table.name),
+        store::text_literal(&column),
+        kind.name(),
+        store::text_literal(&function.to_string()),
+        store::text_literal(&default_table),
+    );
+    // The dictionary first: if the rename then fails, the entry is taken back.
+    store::exec(&mut lock.conn, "START TRANSACTION").await?;
+    store::exec(&mut lock.conn, &insert).await?;
+    store::bump(&mut lock.conn, &shared.dictionary.schema).await?;
+    store::exec(&mut lock.conn, "COMMIT").await?;
+    let rename = format!(
+        "RENAME TABLE {db}.{} TO {db}.{}",
+        store::ident(&table.name),
+        store::ident(&default_table),
+        db = store::ident(&table.db)
+    );
+    if let Err(e) = store::exec(&mut conn, &rename).await {
+        let undo = format!(
+            "DELETE FROM {s}.tables WHERE db = {} AND name = {}",
+            store::text_literal(&table.db),
+            store::text_literal(&table.name)
+        );
+        store::exec(&mut lock.conn, &undo).await?;
+        store::bump(&mut lock.conn, &shared.dictionary.schema).await?;
+        publish(shared, &mut lock).await?;
+        return Err(e);
+    }
+    publish(shared, &mut lock).await?;
+    tracing::info!(table = %table, %function, "table is partitioned");
+    Ok(AdminAnswer::Ok { affected_rows: 0 })
+}

@@ -1,0 +1,204 @@
+//! The admin commands that only read: SHOW_PARTITIONS, SHOW_TABLES, LOOKUP,
+//! STATUS and EXPLAIN. They answer from this instance's memory and touch no
+//! backend.
+
+use hscale_planner::{plan, Action, Context, TableName, Value};
+use hscale_wire::resultset::ColumnType::{Integer, Text};
+
+use super::{AdminAnswer, AdminError, Caller};
+use crate::error::ProxyError;
+use crate::shared::Shared;
+
+fn some(value: impl ToString) -> Option<String> {
+    Some(value.to_string())
+}
+
+pub fn partitions(shared: &Shared, table: &TableName) -> Result<AdminAnswer, ProxyError> {
+    let dictionary = shared.dictionary.snapshot();
+    let t = super::partitioned(&dictionary, table)?;
+    let mut rows = vec![vec![
+        some("(default)"),
+        None,
+        some(t.default_backend),
+        some(&t.default_table),
+        some("active"),
+    ]];
+    for e in &t.entries {
+        rows.push(vec![
+            some(&e.name),
+            some(&e.value),
+            some(e.backend),
+            some(t.partition_table(&e.name)),
+            some(e.state.name()),
+        ]);
+    }
+    Ok(AdminAnswer::Rows {
+        columns: vec![
+            ("partition", Text),
+            ("value", Text),
+            ("backend", Integer),
+            ("table", Text),
+            ("state", Text),
+        ],
+        rows,
+    })
+}
+
+pub fn tables(shared: &Shared) -> AdminAnswer {
+    let dictionary = shared.dictionary.snapshot();
+    let rows = dictionary
+        .tables()
+        .into_iter()
+        .map(|t| {
+            vec![
+                some(&t.table.db),
+                some(&t.table.name),
+                some(&t.column),
+                some(&t.function),
+                some(&t.default_table),
+                some(t.default_backend),
+                some(t.entries.len()),
+            ]
+        })
+        .collect();
+    AdminAnswer::Rows {
+        columns: vec![
+            ("database", Text),
+            ("table", Text),
+            ("column", Text),
+            ("function", Text),
+            ("default_table", Text),
+            ("default_backend", Integer),
+            ("partition_values", Integer),
+        ],
+        rows,
+    }
+}
+
+pub fn lookup(
+    shared: &Shared,
+    table: &TableName,
+    value: &Value,
+) -> Result<AdminAnswer, ProxyError> {
+    let dictionary = shared.dictionary.snapshot();
+    let t = super::partitioned(&dictionary, table)?;
+    let partition_value = t.function.apply(t.kind, value).map_err(AdminError::from)?;
+    let target = t.target_for(value).map_err(AdminError::from)?;
+    Ok(AdminAnswer::Rows {
+        columns: vec![
+            ("partition_value", Text),
+            ("partition", Text),
+            ("backend", Integer),
+            ("table", Text),
+        ],
+        rows: vec![vec![
+            some(partition_value),
+            some(target.partition.as_deref().unwrap_or("(default)")),
+            some(target.backend),
+            some(target.table),
+        ]],
+    })
+}
+
+pub fn status(shared: &Shared) -> AdminAnswer {
+    let dictionary = shared.dictionary.snapshot();
+    let counters = &shared.counters;
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    let mut rows = vec![
+        (
+            "uptime_seconds",
+            shared.started.elapsed().as_secs().to_string(),
+        ),
+        ("questions", counters.questions.total().to_string()),
+        ("routed_statements", counters.routed.total().to_string()),
+        (
+            "client_connections",
+            counters.clients.load(relaxed).to_string(),
+        ),
+        ("dictionary_version", dictionary.version.to_string()),
+        (
+            "dictionary_fresh",
+            u8::from(shared.dictionary.fresh()).to_string(),
+        ),
+        ("partitioned_tables", dictionary.tables().len().to_string()),
+        ("instance", shared.dictionary.instance.clone()),
+    ];
+    let pools: Vec<(String, String)> = shared
+        .pools
+        .iter()
+        .map(|p| {
+            (
+                format!("backend_{}_connections", p.id()),
+                p.open_connections().to_string(),
+            )
+        })
+        .collect();
+    let mut all: Vec<Vec<Option<String>>> = rows
+        .drain(..)
+        .map(|(name, value)| vec![some(name), some(value)])
+        .collect();
+    all.extend(
+        pools
+            .into_iter()
+            .map(|(name, value)| vec![some(name), some(value)]),
+    );
+    AdminAnswer::Rows {
+        columns: vec![("name", Text), ("value", Text)],
+        rows: all,
+    }
+}
+
+/// Where a statement would go and the SQL each backend would get.
+pub fn explain(
+    shared: &Shared,
+    caller: &Caller,
+    statement: &str,
+) -> Result<AdminAnswer, ProxyError> {
+    let dictionary = shared.dictionary.snapshot();
+    let ctx = Context {
+        db: caller.db,
+        quoting: caller.quoting,
+        dictionary: &dictionary,
+        main_backend: shared.main_backend(),
+    };
+    let row = |partition: &str, backend: u32, table: Option<&str>, sql: &str| {
+        vec![
+            some(partition),
+            some(backend),
+            table.map(str::to_string),
+            some(sql),
+        ]
+    };
+    let rows = match plan(statement.as_bytes(), &ctx).action {
+        Action::Route(route) => route
+            .steps
+            .iter()
+            .map(|s| {
+                let partition = s.target.partition.as_deref().unwrap_or("(default)");
+                row(partition, s.target.backend, Some(&s.target.table), &s.sql)
+            })
+            .collect(),
+        Action::Main => vec![row(
+            "(not partitioned)",
+            shared.main_backend(),
+            None,
+            statement,
+        )],
+        Action::Wait(table) => {
+            return Err(
+                AdminError::Invalid(format!("{table} is locked by a partition move")).into(),
+            )
+        }
+        Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
+        Action::Admin | Action::Kill(_) => vec![row("(hscale)", 0, None, statement)],
+    };
+    Ok(AdminAnswer::Rows {
+        columns: vec![
+            ("partition", Text),
+            ("backend", Integer),
+            ("table", Text),
+            ("sql", Text),
+        ],
+        rows,
+    })
+}

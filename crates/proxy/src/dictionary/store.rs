@@ -1,0 +1,173 @@
+//! The dictionary's tables in schema `hscale` on the main backend: created on
+//! first start, read whole into a snapshot, changed by admin commands. Every
+//! change bumps the version that instances poll.
+
+use hscale_planner::{
+    ColumnKind, Dictionary, HashFunction, PartitionEntry, PartitionState, PartitionedTable,
+    TableDefinition, TableName,
+};
+
+use crate::backend::{BackendConn, Rows};
+use crate::error::ProxyError;
+
+/// A string literal that reads the same under every sql_mode and character
+/// set: the bytes in hex, taken as utf8mb4.
+pub fn text_literal(value: &str) -> String {
+    format!("CONVERT(X'{}' USING utf8mb4)", hex(value.as_bytes()))
+}
+
+/// Bytes as a binary string literal: stored into any column as they are.
+pub fn bytes_literal(value: &[u8]) -> String {
+    format!("CAST(X'{}' AS BINARY)", hex(value))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn ident(name: &str) -> String {
+    hscale_planner::quote_identifier(name)
+}
+
+/// Runs a statement hscale needs to succeed.
+pub async fn exec(conn: &mut BackendConn, sql: &str) -> Result<Rows, ProxyError> {
+    match conn.query(sql).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
+        Err(e) => Err(ProxyError::Backend(e)),
+    }
+}
+
+/// A value of a row hscale read, as text.
+pub fn text(rows: &Rows, row: usize, column: usize) -> String {
+    rows.get(row)
+        .and_then(|r| r.get(column))
+        .and_then(|v| v.as_ref())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default()
+}
+
+pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
+    let s = ident(schema);
+    let options = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+    for sql in [
+        format!("CREATE DATABASE IF NOT EXISTS {s}"),
+        format!("CREATE TABLE IF NOT EXISTS {s}.version (id TINYINT UNSIGNED PRIMARY KEY, version BIGINT UNSIGNED NOT NULL) {options}"),
+        format!("INSERT IGNORE INTO {s}.version VALUES (1, 1)"),
+        format!("CREATE TABLE IF NOT EXISTS {s}.tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, column_name VARCHAR(64) NOT NULL, column_position INT UNSIGNED NOT NULL, column_kind VARCHAR(16) NOT NULL, hash_function VARCHAR(255) NOT NULL, default_table VARCHAR(64) NOT NULL, default_backend INT UNSIGNED NOT NULL, PRIMARY KEY (db, name)) {options}"),
+        format!("CREATE TABLE IF NOT EXISTS {s}.partitions (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, partition_value VARCHAR(255) NOT NULL, partition_name VARCHAR(64) NOT NULL, backend INT UNSIGNED NOT NULL, state VARCHAR(16) NOT NULL, added BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE, PRIMARY KEY (db, table_name, partition_value)) {options}"),
+        format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
+    ] {
+        exec(conn, &sql).await?;
+    }
+    Ok(())
+}
+
+pub async fn read_version(conn: &mut BackendConn, schema: &str) -> Result<u64, ProxyError> {
+    let rows = exec(
+        conn,
+        &format!("SELECT version FROM {}.version WHERE id = 1", ident(schema)),
+    )
+    .await?;
+    Ok(text(&rows, 0, 0).parse().unwrap_or(0))
+}
+
+/// The whole dictionary, read in one transaction so that tables and
+/// partitions agree with the version.
+pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, ProxyError> {
+    let s = ident(schema);
+    exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
+    let read = async {
+        let version = read_version(conn, schema).await?;
+        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend FROM {s}.tables")).await?;
+        let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
+        Ok::<_, ProxyError>((version, tables, partitions))
+    };
+    let read = read.await;
+    exec(conn, "COMMIT").await?;
+    let (version, tables, partitions) = read?;
+    let mut result = Vec::with_capacity(tables.len());
+    for i in 0..tables.len() {
+        let t = |c| text(&tables, i, c);
+        let table = TableName {
+            db: t(0),
+            name: t(1),
+        };
+        let entries = (0..partitions.len())
+            .filter(|&p| {
+                text(&partitions, p, 0) == table.db && text(&partitions, p, 1) == table.name
+            })
+            .map(|p| PartitionEntry {
+                name: text(&partitions, p, 2),
+                value: text(&partitions, p, 3),
+                backend: text(&partitions, p, 4).parse().unwrap_or(0),
+                state: PartitionState::parse(&text(&partitions, p, 5))
+                    .unwrap_or(PartitionState::Copying),
+            })
+            .collect();
+        let corrupt = |what: &str| ProxyError::DictionaryCorrupt {
+            table: table.clone(),
+            what: what.to_string(),
+        };
+        let kind = ColumnKind::parse_name(&t(4)).ok_or_else(|| corrupt("column_kind"))?;
+        let function = HashFunction::parse(&t(5)).map_err(|_| corrupt("hash_function"))?;
+        let definition = TableDefinition {
+            table: table.clone(),
+            column: t(2),
+            column_position: t(3).parse().unwrap_or(0),
+            kind,
+            function,
+            default_table: t(6),
+            default_backend: t(7).parse().unwrap_or(0),
+        };
+        result.push(PartitionedTable::new(definition, entries));
+    }
+    Ok(Dictionary::new(version, result))
+}
+
+/// Bumps the version; run inside the transaction that made the change.
+pub async fn bump(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
+    exec(
+        conn,
+        &format!(
+            "UPDATE {}.version SET version = version + 1 WHERE id = 1",
+            ident(schema)
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records that this instance routes by `version` now.
+pub async fn heartbeat(
+    conn: &mut BackendConn,
+    schema: &str,
+    instance: &str,
+    version: u64,
+) -> Result<(), ProxyError> {
+    let sql = format!(
+        "INSERT INTO {}.instances (id, version, seen) VALUES ({}, {version}, NOW(6)) ON DUPLICATE KEY UPDATE version = VALUES(version), seen = VALUES(seen)",
+        ident(schema),
+        text_literal(instance)
+    );
+    exec(conn, &sql).await.map(drop)
+}
+
+/// Live instances (heartbeat within `lease_ms`) other than `me` that have not
+/// loaded `version` yet.
+pub async fn instances_behind(
+    conn: &mut BackendConn,
+    schema: &str,
+    me: &str,
+    version: u64,
+    lease_ms: u64,
+) -> Result<Vec<String>, ProxyError> {
+    let sql = format!(
+        "SELECT id FROM {}.instances WHERE version < {version} AND id <> {} AND seen > NOW(6) - INTERVAL {} MICROSECOND",
+        ident(schema),
+        text_literal(me),
+        lease_ms * 1000
+    );
+    let rows = exec(conn, &sql).await?;
+    Ok((0..rows.len()).map(|i| text(&rows, i, 0)).collect())
+}

@@ -1,0 +1,48 @@
+//! An HSCALE admin command from a client: only for users with `admin = true`,
+//! answered with an OK or a result set that hscale writes itself.
+
+use hscale_wire::resultset::text_result;
+use hscale_wire::CapabilityFlags;
+
+use super::Session;
+use crate::admin::{execute, AdminAnswer, Caller};
+use crate::error::ProxyError;
+
+impl Session {
+    pub(super) async fn admin(&mut self, sql: &str) -> Result<(), ProxyError> {
+        if !self.admin {
+            return Err(ProxyError::AdminDenied {
+                user: self.user.clone(),
+            });
+        }
+        let caller = Caller {
+            db: self.state.db.as_deref(),
+            quoting: self.quoting,
+        };
+        let answer = execute(&self.shared, &caller, sql).await?;
+        let status = self.status_flags();
+        match answer {
+            AdminAnswer::Ok { affected_rows } => {
+                let mut ok = Vec::with_capacity(16);
+                hscale_wire::packets::OkInfo {
+                    affected_rows,
+                    status,
+                    ..Default::default()
+                }
+                .write(hscale_wire::packets::OK_HEADER, &mut ok);
+                self.client.send_packet(1, &ok).await?;
+            }
+            AdminAnswer::Rows { columns, rows } => {
+                let deprecate_eof = self
+                    .capabilities
+                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+                let mut seq = 1;
+                for packet in text_result(&columns, &rows, deprecate_eof, status) {
+                    seq = self.client.queue_packet(seq, &packet);
+                }
+                self.client.flush().await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,241 @@
+//! COM_QUERY: plan the statement once, then do what the plan says — pass it
+//! to the main backend, route it to partitions, answer an admin command or a
+//! KILL, wait for a partition move, or refuse.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hscale_planner::{plan, Action, Context, Kind, Plan, Route, SessionChange};
+use hscale_wire::scan::Expect;
+
+use super::slots::Needs;
+use super::state::{command, COM_QUERY};
+use super::Session;
+use crate::config::Transactions;
+use crate::error::ProxyError;
+
+/// How often a statement waiting for a partition move looks again.
+const WAIT_STEP: Duration = Duration::from_millis(20);
+
+impl Session {
+    /// Plans a statement against the current dictionary snapshot.
+    pub(super) fn plan(&self, sql: &[u8]) -> Plan {
+        let dictionary = self.shared.dictionary.snapshot();
+        let ctx = Context {
+            db: self.state.db.as_deref(),
+            quoting: self.quoting,
+            dictionary: &dictionary,
+            main_backend: self.shared.main_backend(),
+        };
+        plan(sql, &ctx)
+    }
+
+    pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        let sql = &payload[1..];
+        tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
+        let mut plan = self.plan(sql);
+        let waited_since = Instant::now();
+        while let Action::Wait(table) = &plan.action {
+            let lock_wait = self.shared.lock_wait;
+            if waited_since.elapsed() >= lock_wait {
+                return Err(ProxyError::LockWaitTimeout {
+                    table: table.clone(),
+                    waited_ms: lock_wait.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(WAIT_STEP).await;
+            plan = self.plan(sql);
+        }
+        let needs = Needs {
+            last_insert_id: plan.summary.last_insert_id,
+            previous_connection: plan.summary.reads_previous_statement,
+        };
+        let main = self.shared.main;
+        match plan.action {
+            Action::Main => {
+                if let Some(reason) = plan.binds {
+                    self.slots[main].binding.sticky.get_or_insert(reason);
+                }
+                let kind = plan.summary.kind;
+                if matches!(kind, Kind::Commit | Kind::Rollback) && !plan.summary.multi_statement {
+                    return self.end_transaction(payload, needs).await;
+                }
+                let slot = self.slot_for_previous(needs).unwrap_or(main);
+                if kind.writes() {
+                    self.check_writers(&[slot])?;
+                }
+                let payload = match plan.summary.connection_id {
+                    true => self.with_own_connection_id(payload),
+                    false => payload,
+                };
+                let opens = kind == Kind::Begin && !plan.summary.multi_statement;
+                self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
+                    .await?;
+                if opens && self.in_transaction() {
+                    self.begin = Some(payload);
+                }
+                if kind.writes() && self.slots[slot].binding.transaction {
+                    self.slots[slot].binding.wrote = true;
+                }
+                Ok(())
+            }
+            Action::Admin => self.admin(&String::from_utf8_lossy(sql)).await,
+            Action::Kill(kill) => self.kill(kill).await,
+            Action::Route(route) => {
+                if !self.shared.dictionary.fresh() {
+                    return Err(ProxyError::DictionaryStale);
+                }
+                if let Some(reason) = plan.binds {
+                    let slot = self.slot_of(route.steps[0].target.backend)?;
+                    self.slots[slot].binding.sticky.get_or_insert(reason);
+                }
+                self.run_route(route, needs, plan.summary.connection_id)
+                    .await
+            }
+            Action::Wait(_) => unreachable!("waited for above"),
+            Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
+        }
+    }
+
+    /// ROW_COUNT() and FOUND_ROWS() run where the previous statement ran.
+    fn slot_for_previous(&self, needs: Needs) -> Option<usize> {
+        match self.previous {
+            super::slots::Previous::On { slot, .. } if needs.previous_connection => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// The slot of a backend the dictionary names.
+    pub(super) fn slot_of(&self, backend: u32) -> Result<usize, ProxyError> {
+        self.shared
+            .pool_index(backend)
+            .ok_or(ProxyError::UnknownBackend { backend })
+    }
+
+    /// `transactions = "single"`: the backends a transaction writes on,
+    /// with these, must be one.
+    pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
+        if self.shared.transactions == Transactions::Multi {
+            return Ok(());
+        }
+        let mut writers: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.binding.wrote && s.binding.transaction)
+            .map(|(i, _)| i)
+            .collect();
+        for slot in slots {
+            if !writers.contains(slot) {
+                writers.push(*slot);
+            }
+        }
+        match writers.as_slice() {
+            [first, second, ..] => Err(ProxyError::SecondWriter {
+                first: self.shared.pools[*first].id(),
+                second: self.shared.pools[*second].id(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// COMMIT / ROLLBACK go to every backend the transaction reached; the
+    /// client sees the last one's answer. Each commits in turn: not atomic
+    /// across backends.
+    async fn end_transaction(&mut self, payload: Bytes, needs: Needs) -> Result<(), ProxyError> {
+        let mut open: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].binding.transaction)
+            .collect();
+        // ROLLBACK TO SAVEPOINT names a savepoint of one backend: the main one.
+        let to_savepoint = String::from_utf8_lossy(&payload[1..])
+            .to_ascii_lowercase()
+            .split_whitespace()
+            .nth(1)
+            == Some("to");
+        let last = match open.pop() {
+            Some(last) if !to_savepoint => last,
+            _ => {
+                open.clear();
+                self.shared.main
+            }
+        };
+        for slot in open {
+            let mut lease = self.checkout(slot, Needs::default()).await?;
+            let answer = lease.conn.run(&payload, Expect::ResultSets).await;
+            match answer {
+                Ok(Ok(completion)) => self.finish_command(slot, lease, &completion),
+                Ok(Err(refused)) => {
+                    let completion = hscale_wire::scan::Completion {
+                        error: true,
+                        ..Default::default()
+                    };
+                    self.finish_command(slot, lease, &completion);
+                    return Err(ProxyError::Refused(refused));
+                }
+                Err(e) => {
+                    self.forget_connection_state(slot);
+                    return Err(ProxyError::Backend(e));
+                }
+            }
+        }
+        self.execute(
+            last,
+            &payload,
+            Some(Expect::ResultSets),
+            needs,
+            SessionChange::Nothing,
+        )
+        .await?;
+        self.begin = None;
+        Ok(())
+    }
+
+    /// A routed statement: one step is forwarded as it is, several are merged.
+    async fn run_route(
+        &mut self,
+        route: Route,
+        needs: Needs,
+        connection_id: bool,
+    ) -> Result<(), ProxyError> {
+        let mut slots = Vec::with_capacity(route.steps.len());
+        for step in &route.steps {
+            slots.push(self.slot_of(step.target.backend)?);
+        }
+        if route.writes {
+            self.check_writers(&slots)?;
+        }
+        let payloads: Vec<Bytes> = route
+            .steps
+            .iter()
+            .map(|step| {
+                let payload = Bytes::from(command(COM_QUERY, &step.sql));
+                match connection_id {
+                    true => self.with_own_connection_id(payload),
+                    false => payload,
+                }
+            })
+            .collect();
+        self.shared.counters.routed.add(1);
+        match route.merge {
+            hscale_planner::Merge::Single => {
+                let slot = slots[0];
+                self.execute(
+                    slot,
+                    &payloads[0],
+                    Some(Expect::ResultSets),
+                    needs,
+                    SessionChange::Nothing,
+                )
+                .await?;
+                if route.writes && self.slots[slot].binding.transaction {
+                    self.slots[slot].binding.wrote = true;
+                }
+                Ok(())
+            }
+            hscale_planner::Merge::Concat => self.concat_rows(&slots, &payloads, needs).await,
+            hscale_planner::Merge::AffectedRows => {
+                self.sum_affected(&slots, &payloads, needs).await
+            }
+        }
+    }
+}

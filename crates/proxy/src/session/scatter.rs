@@ -1,0 +1,183 @@
+//! Statements that run on several partitions, one after the other: rows
+//! concatenated into one result set, or affected rows summed into one OK.
+//! Parallel fan-out and real merges come with full partition scans.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use hscale_wire::packets::{write_result_end, OkInfo, OK_HEADER};
+use hscale_wire::scan::{Completion, Expect};
+use hscale_wire::CapabilityFlags;
+
+use super::slots::{Needs, Previous};
+use super::state::{breaks_connection, command, COM_QUERY};
+use super::Session;
+use crate::backend::{BackendError, Lease};
+use crate::error::ProxyError;
+use crate::exec::{relay_rows, RelayError, RowsEnd};
+
+impl Session {
+    /// One result set: the first partition's columns, every partition's rows.
+    pub(super) async fn concat_rows(
+        &mut self,
+        slots: &[usize],
+        payloads: &[Bytes],
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        let mut seq = 1u8;
+        let mut last = Completion::default();
+        let mut warnings = 0u16;
+        for (i, (&slot, payload)) in slots.iter().zip(payloads).enumerate() {
+            let mut lease = self.checkout(slot, needs).await?;
+            let relayed =
+                relay_rows(&mut self.client, &mut lease.conn, payload, i == 0, &mut seq).await;
+            match relayed {
+                Ok(RowsEnd::Done(completion)) => {
+                    warnings = warnings.saturating_add(completion.warnings);
+                    last = completion;
+                    self.finish_command(slot, lease, &completion);
+                }
+                Ok(RowsEnd::Error(packet)) => {
+                    let failed = Completion {
+                        error: true,
+                        ..Completion::default()
+                    };
+                    self.finish_command(slot, lease, &failed);
+                    self.previous = Previous::Scattered;
+                    // Mid-result, the ERR takes the end packet's place, as when
+                    // the server itself fails a statement after sending rows.
+                    self.client.send_packet(seq, &packet).await?;
+                    return Ok(());
+                }
+                Err(RelayError::Backend { source, answered }) => {
+                    let backend = lease.conn.backend;
+                    self.forget_connection_state(slot);
+                    let error = BackendError::Lost { backend, source };
+                    return Err(match answered {
+                        true => ProxyError::BackendMidAnswer { source: error },
+                        false => ProxyError::Backend(error),
+                    });
+                }
+                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
+            }
+        }
+        let deprecate_eof = self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let mut end = Vec::with_capacity(16);
+        write_result_end(deprecate_eof, last.status.unwrap_or(0), &mut end);
+        if !deprecate_eof {
+            end[1..3].copy_from_slice(&warnings.to_le_bytes());
+        }
+        self.client.send_packet(seq, &end).await?;
+        if slots.len() > 1 {
+            self.previous = Previous::Scattered;
+        }
+        Ok(())
+    }
+
+    /// One OK with the affected rows of every partition. Outside a
+    /// transaction the partitions' statements run in one transaction per
+    /// backend, committed in turn once every one succeeded.
+    pub(super) async fn sum_affected(
+        &mut self,
+        slots: &[usize],
+        payloads: &[Bytes],
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        let implicit = !self.in_transaction();
+        let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
+        let outcome = self
+            .run_each(slots, payloads, needs, implicit, &mut leases)
+            .await;
+        let outcome = match (outcome, implicit) {
+            (Ok(total), true) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
+            (Ok(total), false) => Ok(total),
+            (Err(e), true) => {
+                let _ = self.finish_each(&mut leases, "ROLLBACK").await;
+                Err(e)
+            }
+            (Err(e), false) => Err(e),
+        };
+        let broken = matches!(&outcome, Err(e) if breaks_connection(e));
+        for (slot, (lease, completion)) in std::mem::take(&mut leases) {
+            if broken {
+                // Which connection failed is not known here: none is reused.
+                drop(lease);
+                self.forget_connection_state(slot);
+                continue;
+            }
+            self.finish_command(slot, lease, &completion);
+            if self.slots[slot].binding.transaction {
+                self.slots[slot].binding.wrote = true;
+            }
+        }
+        let total = outcome?;
+        self.previous = Previous::Scattered;
+        let mut ok = Vec::with_capacity(16);
+        OkInfo {
+            status: self.status_flags(),
+            ..total
+        }
+        .write(OK_HEADER, &mut ok);
+        self.client.send_packet(1, &ok).await?;
+        Ok(())
+    }
+
+    async fn run_each(
+        &mut self,
+        slots: &[usize],
+        payloads: &[Bytes],
+        needs: Needs,
+        implicit: bool,
+        leases: &mut BTreeMap<usize, (Lease, Completion)>,
+    ) -> Result<OkInfo, ProxyError> {
+        let mut total = OkInfo::default();
+        for (&slot, payload) in slots.iter().zip(payloads) {
+            if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
+                let mut lease = self.checkout(slot, needs).await?;
+                let begun = match implicit {
+                    true => run(&mut lease, &command(COM_QUERY, "BEGIN")).await,
+                    false => Ok(Completion::default()),
+                };
+                vacant.insert((lease, Completion::default()));
+                begun?;
+            }
+            let (lease, last) = leases.get_mut(&slot).expect("checked out above");
+            let completion = run(lease, payload).await?;
+            total.affected_rows += completion.affected_rows;
+            total.warnings = total.warnings.saturating_add(completion.warnings);
+            if total.last_insert_id == 0 {
+                total.last_insert_id = completion.last_insert_id;
+            }
+            *last = completion;
+        }
+        Ok(total)
+    }
+
+    /// COMMIT or ROLLBACK on every connection of an implicit transaction.
+    async fn finish_each(
+        &mut self,
+        leases: &mut BTreeMap<usize, (Lease, Completion)>,
+        what: &str,
+    ) -> Result<(), ProxyError> {
+        let mut first_error = None;
+        for (lease, last) in leases.values_mut() {
+            match run(lease, &command(COM_QUERY, what)).await {
+                Ok(completion) => *last = completion,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+async fn run(lease: &mut Lease, payload: &[u8]) -> Result<Completion, ProxyError> {
+    match lease.conn.run(payload, Expect::ResultSets).await {
+        Ok(Ok(completion)) => Ok(completion),
+        Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
+        Err(e) => Err(ProxyError::Backend(e)),
+    }
+}

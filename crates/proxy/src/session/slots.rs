@@ -1,0 +1,327 @@
+//! A session's backend connections: one slot per backend, each holding at
+//! most one connection and the reasons it is held (`Binding`). Running one
+//! command on a slot — checkout, state replay, relay, checkin — lives here.
+
+use std::collections::HashSet;
+
+use hscale_planner::SessionChange;
+use hscale_wire::scan::{Completion, Expect};
+use hscale_wire::StatusFlags;
+
+use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
+use super::{quoting, Session};
+use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
+use crate::error::ProxyError;
+use crate::exec::{relay, RelayError};
+
+/// Why a client keeps its connection to one backend between statements.
+#[derive(Debug, Default)]
+pub(super) struct Binding {
+    /// State only that connection holds (temporary tables, user variables,
+    /// locks, ...): kept until the client leaves or resets.
+    pub sticky: Option<&'static str>,
+    /// A transaction is open, or autocommit is off.
+    pub transaction: bool,
+    /// The open transaction changed rows on this backend.
+    pub wrote: bool,
+    /// Server-side prepared statements, by id.
+    pub prepared: HashSet<u32>,
+    /// The last statement left warnings that SHOW WARNINGS must find.
+    pub warnings: bool,
+}
+
+impl Binding {
+    pub fn holds(&self) -> bool {
+        self.sticky.is_some() || self.transaction || !self.prepared.is_empty() || self.warnings
+    }
+
+    /// Whether the connection may serve another client once this one leaves.
+    fn reusable(&self) -> bool {
+        self.sticky.is_none() && !self.transaction && self.prepared.is_empty()
+    }
+}
+
+/// One backend as a session sees it.
+pub(super) struct Slot {
+    pub bucket: Bucket,
+    pub held: Option<Box<BackendConn>>,
+    pub binding: Binding,
+}
+
+/// The connection that ran the session's previous command, which ROW_COUNT()
+/// and FOUND_ROWS() read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Previous {
+    /// Nothing ran for this client yet.
+    Nothing,
+    On {
+        slot: usize,
+        mark: ConnMark,
+    },
+    /// The previous statement ran on several connections: no one count.
+    Scattered,
+}
+
+/// What a command needs of the connection it runs on, beyond the session's state.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Needs {
+    /// LAST_INSERT_ID() as this session last set it.
+    pub last_insert_id: bool,
+    /// The connection that ran the session's previous command, untouched since
+    /// (ROW_COUNT(), FOUND_ROWS()).
+    pub previous_connection: bool,
+}
+
+impl Session {
+    /// Runs one command on a backend connection and forwards its answer.
+    pub(super) async fn execute(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+        expect: Option<Expect>,
+        needs: Needs,
+        change: SessionChange,
+    ) -> Result<Completion, ProxyError> {
+        let mut lease = self.checkout(slot, needs).await?;
+        let mut retried = false;
+        let completion = loop {
+            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
+                Ok(completion) => break completion,
+                Err(RelayError::Backend { source, answered }) => {
+                    let backend = lease.conn.backend;
+                    // A reused connection that died while idle (a backend restart)
+                    // fails before answering: one retry on a new connection is safe
+                    // because nothing was executed on the dead one. Not when the
+                    // statement reads what ran on the dead one.
+                    if !answered
+                        && !lease.fresh
+                        && !retried
+                        && !self.slots[slot].binding.holds()
+                        && !needs.previous_connection
+                    {
+                        retried = true;
+                        tracing::info!(backend, "idle backend connection was closed; reconnecting");
+                        drop(lease);
+                        let bucket = self.slots[slot].bucket.clone();
+                        lease = self.shared.pools[slot].acquire_new(&bucket).await?;
+                        self.state
+                            .apply(&mut lease.conn, needs.last_insert_id)
+                            .await?;
+                        continue;
+                    }
+                    self.forget_connection_state(slot);
+                    let error = crate::backend::BackendError::Lost { backend, source };
+                    return Err(if answered {
+                        ProxyError::BackendMidAnswer { source: error }
+                    } else {
+                        ProxyError::Backend(error)
+                    });
+                }
+                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
+            }
+        };
+        if !completion.error {
+            self.record(change, &mut lease.conn);
+        }
+        self.finish_command(slot, lease, &completion);
+        Ok(completion)
+    }
+
+    /// After a command: bindings from what the server said, the previous
+    /// connection's mark, and the connection kept or returned.
+    pub(super) fn finish_command(
+        &mut self,
+        slot: usize,
+        mut lease: Lease,
+        completion: &Completion,
+    ) {
+        // MySQL keeps warnings until a statement that uses a table: a connection
+        // that had any must not show them to the next client.
+        let diagnostics_left = self.slots[slot].binding.warnings || completion.warnings > 0;
+        self.after(slot, completion);
+        if diagnostics_left && !self.slots[slot].binding.holds() {
+            lease.conn.settings = UNKNOWN_SETTINGS;
+        }
+        self.previous = Previous::On {
+            slot,
+            mark: lease.conn.mark(),
+        };
+        self.checkin(slot, lease.conn);
+    }
+
+    /// Updates bindings from what the server said about the session.
+    pub(super) fn after(&mut self, slot: usize, completion: &Completion) {
+        let binding = &mut self.slots[slot].binding;
+        if let Some(status) = completion.status {
+            let status = StatusFlags::from_bits_truncate(status);
+            binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+                || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            if !binding.transaction {
+                binding.wrote = false;
+            }
+            self.quoting = quoting(status);
+        }
+        binding.warnings = completion.warnings > 0;
+        if completion.last_insert_id != 0 {
+            self.state.last_insert_id = completion.last_insert_id;
+        }
+        if let Some(id) = completion.statement_id.filter(|_| !completion.error) {
+            binding.prepared.insert(id);
+        }
+        if !self.in_transaction() {
+            self.begin = None;
+        }
+    }
+
+    pub(super) fn in_transaction(&self) -> bool {
+        self.slots.iter().any(|s| s.binding.transaction)
+    }
+
+    /// The held connection, or one from the pool brought to the session's
+    /// state; inside a transaction that other backends already joined, the
+    /// transaction is opened here too.
+    pub(super) async fn checkout(
+        &mut self,
+        slot: usize,
+        needs: Needs,
+    ) -> Result<Lease, ProxyError> {
+        // Nothing ran for this client yet: it must see a new connection's count.
+        let like_new = needs.previous_connection
+            && self.slots[slot].held.is_none()
+            && self.previous == Previous::Nothing;
+        let joins_transaction = !self.slots[slot].binding.transaction && self.in_transaction();
+        let mut lease = match self.slots[slot].held.take() {
+            Some(conn) => Lease { conn, fresh: false },
+            None => match self.previous {
+                Previous::On { slot: s, mark } if needs.previous_connection && s == slot => {
+                    self.take_previous(slot, mark)?
+                }
+                Previous::Scattered if needs.previous_connection => {
+                    return Err(ProxyError::PreviousStatementElsewhere)
+                }
+                _ => {
+                    let bucket = &self.slots[slot].bucket;
+                    self.shared.pools[slot].acquire(bucket).await?
+                }
+            },
+        };
+        self.handle
+            .set_running(lease.conn.backend, lease.conn.thread_id);
+        let begin = self.begin.clone().filter(|_| joins_transaction);
+        let prepared = async {
+            self.state
+                .apply(&mut lease.conn, needs.last_insert_id)
+                .await?;
+            if like_new {
+                zero_row_count(&mut lease.conn).await?;
+            }
+            if let Some(begin) = begin {
+                super::state::run_command(&mut lease.conn, &begin).await?;
+                self.slots[slot].binding.transaction = true;
+            }
+            Ok(())
+        };
+        if let Err(e) = prepared.await {
+            if breaks_connection(&e) {
+                self.forget_connection_state(slot);
+            } else {
+                self.checkin(slot, lease.conn);
+            }
+            return Err(e);
+        }
+        Ok(lease)
+    }
+
+    /// The connection that ran the session's previous command, if no one used it
+    /// since. Only this session ran anything on it, so it holds the session's
+    /// settings even if it was marked unknown for other clients' sake.
+    fn take_previous(&mut self, slot: usize, mark: ConnMark) -> Result<Lease, ProxyError> {
+        let mut conn = self.shared.pools[slot]
+            .take_marked(&self.slots[slot].bucket, mark)
+            .ok_or(ProxyError::PreviousStatementElsewhere)?;
+        conn.settings = self.state.fingerprint();
+        Ok(Lease { conn, fresh: false })
+    }
+
+    pub(super) fn checkin(&mut self, slot: usize, conn: Box<BackendConn>) {
+        let s = &mut self.slots[slot];
+        if s.binding.holds() {
+            s.held = Some(conn);
+        } else {
+            if self.slots.iter().all(|s| s.held.is_none()) {
+                self.handle.set_idle();
+            }
+            self.shared.pools[slot].release_to(&self.slots[slot].bucket, conn);
+        }
+    }
+
+    /// The connection that held the session's server-side state is gone.
+    pub(super) fn forget_connection_state(&mut self, slot: usize) {
+        self.handle.set_idle();
+        self.slots[slot].held = None;
+        self.slots[slot].binding = Binding::default();
+    }
+
+    /// Records what a successful statement changed, on the session and on the
+    /// connection that ran it.
+    fn record(&mut self, change: SessionChange, conn: &mut BackendConn) {
+        match change {
+            SessionChange::Nothing => {}
+            SessionChange::Database(db) => {
+                conn.key.has_db = true;
+                conn.db = Some(db.clone());
+                self.set_database(Some(db));
+            }
+            SessionChange::DroppedDatabase(db) => {
+                if conn.db.as_deref() == Some(db.as_str()) {
+                    conn.key.has_db = false;
+                    conn.db = None;
+                }
+                if self.state.db.as_deref() == Some(db.as_str()) {
+                    self.set_database(None);
+                }
+            }
+            SessionChange::Setting(keys, sql) => {
+                self.state.record_setting(keys, sql);
+                conn.settings = self.state.fingerprint();
+            }
+        }
+    }
+
+    /// Connections that hold state of this client are closed, not pooled.
+    pub(super) fn release_all(&mut self) {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(mut conn) = slot.held.take() {
+                if slot.binding.reusable() {
+                    if slot.binding.warnings {
+                        conn.settings = UNKNOWN_SETTINGS;
+                    }
+                    self.shared.pools[i].release_to(&slot.bucket, conn);
+                }
+            }
+            slot.binding = Binding::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_is_held_for_any_reason_and_reused_only_without_server_state() {
+        let mut b = Binding::default();
+        assert!(!b.holds() && b.reusable());
+        b.warnings = true;
+        assert!(b.holds() && b.reusable());
+        b.warnings = false;
+        b.transaction = true;
+        assert!(b.holds() && !b.reusable());
+        b.transaction = false;
+        b.prepared.insert(1);
+        assert!(b.holds() && !b.reusable());
+        b.prepared.clear();
+        b.sticky = Some("user variables");
+        assert!(b.holds() && !b.reusable());
+    }
+}

@@ -1,0 +1,146 @@
+//! Text-protocol result sets that hscale reads or writes itself: the rows of
+//! its own queries (dictionary, admin commands) and the answers of admin
+//! commands. Forwarded results never come through here.
+
+use crate::frame::{read_lenenc, write_lenenc};
+use crate::packets::{write_result_end, EOF_HEADER};
+
+/// utf8mb3_general_ci: admin answers are plain text.
+const UTF8_GENERAL_CI: u16 = 33;
+const MYSQL_TYPE_VAR_STRING: u8 = 0xfd;
+const MYSQL_TYPE_LONGLONG: u8 = 0x08;
+const NOT_NULL_FLAG: u16 = 1;
+const BINARY_COLLATION: u16 = 63;
+
+/// A column of a result set hscale writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Text,
+    Integer,
+}
+
+/// One value of a text-protocol row: `None` is NULL.
+pub type TextValue = Option<Vec<u8>>;
+
+/// The values of a text-protocol row packet, `columns` of them.
+pub fn parse_text_row(payload: &[u8], columns: usize) -> Option<Vec<TextValue>> {
+    let mut values = Vec::with_capacity(columns);
+    let mut at = 0;
+    for _ in 0..columns {
+        if payload.get(at) == Some(&0xfb) {
+            values.push(None);
+            at += 1;
+            continue;
+        }
+        let (len, n) = read_lenenc(payload.get(at..)?)?;
+        let start = at + n;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        values.push(Some(payload.get(start..end)?.to_vec()));
+        at = end;
+    }
+    Some(values)
+}
+
+/// Whether a packet inside a result set ends it (EOF, or OK with header 0xfe
+/// under CLIENT_DEPRECATE_EOF). A row starting with 0xfe is longer.
+pub fn is_result_end(payload: &[u8], deprecate_eof: bool) -> bool {
+    payload.first() == Some(&EOF_HEADER)
+        && match deprecate_eof {
+            true => payload.len() < 0xff_ffff,
+            false => payload.len() < 9,
+        }
+}
+
+fn write_lenenc_bytes(bytes: &[u8], dst: &mut Vec<u8>) {
+    write_lenenc(bytes.len() as u64, dst);
+    dst.extend_from_slice(bytes);
+}
+
+/// A column definition (Protocol::ColumnDefinition41).
+pub fn write_column(name: &str, column_type: ColumnType, dst: &mut Vec<u8>) {
+    for part in ["def", "", "", "", name, name] {
+        write_lenenc_bytes(part.as_bytes(), dst);
+    }
+    dst.push(0x0c);
+    let (charset, kind, length, flags) = match column_type {
+        ColumnType::Text => (UTF8_GENERAL_CI, MYSQL_TYPE_VAR_STRING, 3 * 1024u32, 0),
+        ColumnType::Integer => (BINARY_COLLATION, MYSQL_TYPE_LONGLONG, 20, NOT_NULL_FLAG),
+    };
+    dst.extend_from_slice(&charset.to_le_bytes());
+    dst.extend_from_slice(&length.to_le_bytes());
+    dst.push(kind);
+    dst.extend_from_slice(&flags.to_le_bytes());
+    dst.push(0);
+    dst.extend_from_slice(&[0, 0]);
+}
+
+pub fn write_text_row(values: &[Option<String>], dst: &mut Vec<u8>) {
+    for value in values {
+        match value {
+            Some(v) => write_lenenc_bytes(v.as_bytes(), dst),
+            None => dst.push(0xfb),
+        }
+    }
+}
+
+/// The payloads of a whole result set, in order: column count, columns, the
+/// EOF after them (unless `deprecate_eof`), rows, and the end with `status`.
+pub fn text_result(
+    columns: &[(&str, ColumnType)],
+    rows: &[Vec<Option<String>>],
+    deprecate_eof: bool,
+    status: u16,
+) -> Vec<Vec<u8>> {
+    let mut packets = Vec::with_capacity(rows.len() + columns.len() + 3);
+    let mut count = Vec::new();
+    write_lenenc(columns.len() as u64, &mut count);
+    packets.push(count);
+    for (name, column_type) in columns {
+        let mut column = Vec::new();
+        write_column(name, *column_type, &mut column);
+        packets.push(column);
+    }
+    if !deprecate_eof {
+        let mut eof = Vec::new();
+        crate::packets::write_eof(status, 0, &mut eof);
+        packets.push(eof);
+    }
+    for row in rows {
+        let mut packet = Vec::new();
+        write_text_row(row, &mut packet);
+        packets.push(packet);
+    }
+    let mut end = Vec::new();
+    write_result_end(deprecate_eof, status, &mut end);
+    packets.push(end);
+    packets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_written_read_back_with_nulls() {
+        let mut packet = Vec::new();
+        write_text_row(&[Some("a".into()), None, Some(String::new())], &mut packet);
+        assert_eq!(
+            parse_text_row(&packet, 3).unwrap(),
+            [Some(b"a".to_vec()), None, Some(Vec::new())]
+        );
+        assert!(parse_text_row(&packet, 4).is_none());
+    }
+
+    #[test]
+    fn a_result_set_ends_by_the_clients_eof_convention() {
+        let cols = [("n", ColumnType::Integer)];
+        let rows = vec![vec![Some("1".to_string())]];
+        let classic = text_result(&cols, &rows, false, 2);
+        assert_eq!(classic.len(), 5);
+        assert!(is_result_end(&classic[2], false) && is_result_end(&classic[4], false));
+        let modern = text_result(&cols, &rows, true, 2);
+        assert_eq!(modern.len(), 4);
+        assert!(is_result_end(&modern[3], true));
+        assert!(!is_result_end(&modern[2], true));
+    }
+}
