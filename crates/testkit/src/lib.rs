@@ -199,6 +199,9 @@ impl Proxy {
                 .expect("bind");
             let mut shared = Shared::new(&config);
             shared.learn_main_backend().await;
+            // Recovery of interrupted moves done before the test goes on
+            // (run() opens the dictionary again, which is cheap).
+            let _ = hscale::dictionary::open(&shared).await;
             (listener, Arc::new(shared))
         });
         let port = listener.local_addr().expect("addr").port();

@@ -1,0 +1,178 @@
+//! A partition move cut short: the next instance that starts finishes or
+//! undoes it, and no row is lost or left twice. First each state a dead
+//! instance can leave, made by hand; then a real proxy stopped in the middle
+//! of ADD_PARTITION.
+
+use hscale_testkit::{cluster, Proxy};
+use mysql::prelude::Queryable;
+use mysql::Conn;
+
+const USERS: &str =
+    "CREATE TABLE users (id INT UNSIGNED PRIMARY KEY, nickname VARCHAR(64) NOT NULL)";
+
+fn count(conn: &mut Conn, table: &str) -> u64 {
+    conn.query_first(format!("SELECT COUNT(*) FROM {table}"))
+        .unwrap()
+        .unwrap()
+}
+
+/// Rows of `users` through hscale (COUNT(*) over partitions needs a merge).
+fn rows_through(proxy: &Proxy, db: &str) -> usize {
+    let ids: Vec<u32> = proxy
+        .connect(Some(db))
+        .query("SELECT id FROM users")
+        .unwrap();
+    ids.len()
+}
+
+fn states(db: &str) -> Vec<String> {
+    cluster()
+        .direct(1, None)
+        .exec(
+            "SELECT state FROM hscale.partitions WHERE db = ? ORDER BY partition_value",
+            (db,),
+        )
+        .unwrap()
+}
+
+/// Sets the state of the partition entries of `db` and bumps the version, as
+/// a dying instance would have left them.
+fn leave_state(db: &str, state: &str) {
+    let mut main = cluster().direct(1, None);
+    main.exec_drop(
+        "UPDATE hscale.partitions SET state = ? WHERE db = ?",
+        (state, db),
+    )
+    .unwrap();
+    main.query_drop("UPDATE hscale.version SET version = version + 1")
+        .unwrap();
+}
+
+/// users by MOD(2) of id, 10 rows, partition `odd` on backend 1 beside the
+/// default table, all active.
+fn partitioned(db: &str) -> (String, Conn) {
+    let db = cluster().database(db);
+    let mut direct = cluster().direct(1, Some(&db));
+    direct.query_drop(USERS).unwrap();
+    for id in 1..=10 {
+        direct
+            .exec_drop("INSERT INTO users VALUES (?, ?)", (id, format!("n{id}")))
+            .unwrap();
+    }
+    let proxy = Proxy::for_cluster();
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 1)")
+        .unwrap();
+    (db, direct)
+}
+
+#[test]
+fn each_interrupted_state_is_finished_or_undone_at_the_next_start() {
+    // copying: the default table holds the odd rows, the partition has copies.
+    let (db, mut d) = partitioned("recover_copying");
+    d.query_drop("INSERT INTO users_default SELECT * FROM users_odd")
+        .unwrap();
+    leave_state(&db, "copying");
+    let proxy = Proxy::for_cluster();
+    assert_eq!(
+        (count(&mut d, "users_default"), count(&mut d, "users_odd")),
+        (10, 0),
+        "copying is undone"
+    );
+    assert!(states(&db).is_empty());
+    assert_eq!(rows_through(&proxy, &db), 10);
+    drop(proxy);
+
+    // cleaning: the partition holds the odd rows, the default table has copies.
+    let (db, mut d) = partitioned("recover_cleaning");
+    d.query_drop("INSERT INTO users_default SELECT * FROM users_odd")
+        .unwrap();
+    leave_state(&db, "cleaning");
+    let proxy = Proxy::for_cluster();
+    assert_eq!(
+        (count(&mut d, "users_default"), count(&mut d, "users_odd")),
+        (5, 5),
+        "cleaning is finished"
+    );
+    assert_eq!(states(&db), ["active"]);
+    assert_eq!(rows_through(&proxy, &db), 10);
+    drop(proxy);
+
+    // draining: DROP_PARTITION had copied rows back; undone.
+    let (db, mut d) = partitioned("recover_draining");
+    d.query_drop("INSERT INTO users_default SELECT * FROM users_odd")
+        .unwrap();
+    leave_state(&db, "draining");
+    let proxy = Proxy::for_cluster();
+    assert_eq!(
+        (count(&mut d, "users_default"), count(&mut d, "users_odd")),
+        (5, 5),
+        "draining is undone"
+    );
+    assert_eq!(states(&db), ["active"]);
+    drop(proxy);
+
+    // dropping: the default table holds every row again; the partition goes.
+    let (db, mut d) = partitioned("recover_dropping");
+    d.query_drop("INSERT INTO users_default SELECT * FROM users_odd")
+        .unwrap();
+    leave_state(&db, "dropping");
+    let proxy = Proxy::for_cluster();
+    assert_eq!(count(&mut d, "users_default"), 10);
+    let left: Vec<String> = d.query("SHOW TABLES LIKE 'users_odd'").unwrap();
+    assert!(left.is_empty(), "dropping is finished");
+    assert!(states(&db).is_empty());
+    assert_eq!(rows_through(&proxy, &db), 10);
+}
+
+#[test]
+fn a_proxy_stopped_during_add_partition_loses_and_duplicates_nothing() {
+    let db = cluster().database("recover_killed");
+    let mut d = cluster().direct(1, Some(&db));
+    d.query_drop(USERS).unwrap();
+    d.query_drop("INSERT INTO users SELECT seq, CONCAT('n', seq) FROM seq_1_to_20000")
+        .unwrap();
+    let first = Proxy::for_cluster();
+    let mut c = first.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
+        .unwrap();
+    let port = first.port;
+    let name = db.clone();
+    let admin = std::thread::spawn(move || {
+        let mut c = hscale_testkit::connect(port, "root", "", Some(&name));
+        c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Stops the proxy where it is: its tasks end at their next await.
+    drop(first);
+    let _ = admin.join();
+    let interrupted = states(&db);
+    let second = Proxy::for_cluster();
+    let mut d2 = cluster().direct(2, Some(&db));
+    let in_default = count(&mut d, "users_default");
+    let odd: Vec<String> = d2.query("SHOW TABLES LIKE 'users_odd'").unwrap();
+    let in_partition = if odd.is_empty() {
+        0
+    } else {
+        count(&mut d2, "users_odd")
+    };
+    assert_eq!(
+        in_default + in_partition,
+        20000,
+        "every row once, after {interrupted:?}"
+    );
+    assert!(
+        states(&db).iter().all(|s| s == "active"),
+        "{:?}",
+        states(&db)
+    );
+    let mut c = second.connect(Some(&db));
+    let odd_rows: u64 = c
+        .query_first("SELECT COUNT(*) FROM users WHERE id IN (1, 3, 19999)")
+        .unwrap()
+        .unwrap();
+    assert_eq!(odd_rows, 3);
+    assert_eq!(rows_through(&second, &db), 20000);
+}
