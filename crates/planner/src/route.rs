@@ -57,10 +57,13 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
     let statements = match Parser::parse_sql(&MySqlDialect {}, sql) {
         Ok(s) => s,
         Err(e) => {
-            return refuse(
-                None,
-                format!("a statement on a partitioned table that hscale cannot parse ({e})"),
-            )
+            return match may_name_partitioned(sql, ctx) {
+                Some(table) => refuse(
+                    Some(&table),
+                    format!("a statement hscale cannot parse ({e})"),
+                ),
+                None => Action::Main,
+            };
         }
     };
     let mut partitioned = Vec::new();
@@ -126,6 +129,22 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
         return refuse(Some(&table.table), reason);
     }
     Action::Route(route)
+}
+
+/// For a statement sqlparser cannot read: a partitioned table whose name is
+/// one of its words and whose database is the session's or named too. Only
+/// such a statement could reach a partitioned table; any other passes through.
+fn may_name_partitioned(sql: &str, ctx: &Context) -> Option<TableName> {
+    let words: Vec<&str> = sql
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |name: &str| words.iter().any(|w| w.eq_ignore_ascii_case(name));
+    ctx.dictionary
+        .tables()
+        .into_iter()
+        .find(|t| has(&t.table.name) && (ctx.db == Some(t.table.db.as_str()) || has(&t.table.db)))
+        .map(|t| t.table.clone())
 }
 
 /// State only the main backend's connection has must not be read elsewhere.
@@ -231,7 +250,7 @@ impl Analysis<'_> {
         if targets.len() > 1 {
             if let Some(what) = needs_merge(query, select, summary) {
                 return Err(format!(
-                    "{what} over several partitions needs a merge, which comes with full partition scans"
+                    "{what} over several partitions (a merge, which comes with full partition scans)"
                 ));
             }
         }

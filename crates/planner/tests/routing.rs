@@ -267,6 +267,7 @@ fn refuses_what_partitions_cannot_answer() {
         ("ALTER TABLE users ADD COLUMN x INT", "schema changes"),
         ("TRUNCATE TABLE users", "TRUNCATE"),
         ("SELECT 1; SELECT * FROM users", "several statements"),
+        ("SELECT * FROM users PROCEDURE ANALYSE()", "cannot parse"),
     ] {
         let said = refusal(sql);
         assert!(said.contains(reason), "{sql}: {said}");
@@ -317,4 +318,18 @@ fn describe_answers_for_the_default_table() {
         steps("SHOW COLUMNS FROM app.users"),
         [(1, "SHOW COLUMNS FROM app.`users_default`".into())]
     );
+}
+
+#[test]
+fn an_unparsable_statement_passes_through_where_no_partitioned_table_could_be_meant() {
+    let dictionary = dictionary();
+    let in_db = |db| Context {
+        db: Some(db),
+        quoting: Quoting::BackslashEscapes,
+        dictionary: &dictionary,
+        main_backend: 1,
+    };
+    let sql = b"SELECT users FROM stats PROCEDURE ANALYSE()";
+    assert!(matches!(plan(sql, &in_db("shop")).action, Action::Main));
+    assert!(matches!(plan(sql, &in_db("app")).action, Action::Refuse(_)));
 }

@@ -67,7 +67,35 @@ pub fn start_servers(dir: &Path, count: usize) -> Result<Vec<LocalServer>, Launc
 
 const DEMO_SQL: &str = "CREATE DATABASE IF NOT EXISTS demo; USE demo;
 CREATE TABLE users (id INT UNSIGNED PRIMARY KEY, nickname VARCHAR(64) NOT NULL, created DATE NOT NULL);
-INSERT INTO users VALUES (1,'martin','2008-05-06'),(2,'marvin','2008-06-01'),(3,'peter','2009-01-02'),(4,'paula','2010-03-04');";
+INSERT INTO users VALUES (1,'martin','2008-05-06'),(2,'marvin','2008-06-01'),(3,'peter','2009-01-02'),(4,'paula','2010-03-04'),
+(5,'Marlene','2010-07-08'),(6,'pete','2011-02-03'),(7,'zoe','2012-04-05'),(8,'anna','2013-06-07');";
+
+/// The seeds' example: `users` partitioned by the first three letters of the
+/// nickname, 'mar' on the second backend, 'pet' and 'pau' on the first.
+fn demo_partitions(backends: usize) -> Vec<String> {
+    let far = backends.min(2);
+    vec![
+        "HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(3)')".into(),
+        format!("HSCALE ADD_PARTITION('users', 'nick1', 'mar', {far})"),
+        "HSCALE ADD_PARTITION('users', 'nick2', 'pet', 1)".into(),
+        "HSCALE ADD_PARTITION('users', 'nick2', 'pau', 1)".into(),
+    ]
+}
+
+async fn partition_demo(shared: &Shared, backends: usize) -> Result<(), PlaygroundError> {
+    let failed = |e: crate::error::ProxyError| PlaygroundError::Demo(e.to_string());
+    crate::dictionary::open(shared).await.map_err(failed)?;
+    let caller = crate::admin::Caller {
+        db: Some("demo"),
+        quoting: Default::default(),
+    };
+    for command in demo_partitions(backends) {
+        crate::admin::execute(shared, &caller, &command)
+            .await
+            .map_err(failed)?;
+    }
+    Ok(())
+}
 
 fn create_demo(main: &LocalServer) -> Result<(), PlaygroundError> {
     let output = Command::new("mariadb")
@@ -106,6 +134,7 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     let port = listener.local_addr().map_or(port, |address| address.port());
     let mut shared = Shared::new(&config);
     shared.learn_main_backend().await;
+    partition_demo(&shared, backends).await?;
     let mut ready = String::new();
     for (i, s) in servers.iter().enumerate() {
         let (n, backend_port, pid) = (i + 1, s.port, s.pid());
@@ -115,7 +144,11 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     }
     ready.push_str(&format!(
         "hscale playground is ready. Connect with:\n\n    mariadb -h127.0.0.1 -P{port} -uroot demo\n\n\
-         and try: SELECT * FROM users;\nPress Ctrl-C to stop and remove everything.\n"
+         `users` is partitioned by the first three letters of the nickname. Try:\n\n    \
+         HSCALE SHOW_PARTITIONS('users');\n    \
+         HSCALE EXPLAIN SELECT * FROM users WHERE nickname = 'Martin';\n    \
+         SELECT * FROM users WHERE nickname = 'Martin';\n\n\
+         Press Ctrl-C to stop and remove everything.\n"
     ));
     say(&ready);
     crate::server::run(listener, Arc::new(shared), shutdown_signal()).await;

@@ -165,10 +165,14 @@ fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let mut pids = Vec::new();
+    let mut ports = Vec::new();
     for line in stdout.lines() {
         let line = line.unwrap();
         if let Some(pid) = line.split("(pid ").nth(1) {
             pids.push(pid.trim_end_matches(')').to_string());
+        }
+        if let Some(port) = line.split("127.0.0.1:").nth(1) {
+            ports.push(port.split(' ').next().unwrap_or_default().to_string());
         }
         if line.contains("is ready") {
             break;
@@ -180,19 +184,36 @@ fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
         panic!("two MariaDB servers by default, started {pids:?}:\n{err}");
     }
-    let out = run_program(
-        "mariadb",
-        &[
-            "-h127.0.0.1",
-            &format!("-P{port}"),
-            "-uroot",
-            "demo",
-            "--batch",
-            "-e",
-            "SELECT nickname FROM users ORDER BY id",
-        ],
+    let query = |port: &str, sql: &str| {
+        run_program(
+            "mariadb",
+            &[
+                "-h127.0.0.1",
+                &format!("-P{port}"),
+                "-uroot",
+                "demo",
+                "--batch",
+                "-e",
+                sql,
+            ],
+        )
+    };
+    // The seeds' example: users by PREFIX(3) of nickname, 'mar' on backend 2.
+    let proxy = port.to_string();
+    let martin = query(
+        &proxy,
+        "SELECT id, nickname FROM users WHERE nickname = 'Martin'",
     );
-    assert_eq!(out, "nickname\nmartin\nmarvin\npeter\npaula\n");
+    assert_eq!(martin, "id\tnickname\n1\tmartin\n");
+    let lookup = query(&proxy, "HSCALE LOOKUP('users', 'Marvin')");
+    assert_eq!(
+        lookup,
+        "partition_value\tpartition\tbackend\ttable\nmar\tnick1\t2\tusers_nick1\n"
+    );
+    let on_backend_2 = query(&ports[1], "SELECT nickname FROM users_nick1 ORDER BY id");
+    assert_eq!(on_backend_2, "nickname\nmartin\nmarvin\nMarlene\n");
+    let everyone = query(&proxy, "SELECT nickname FROM users");
+    assert_eq!(everyone.lines().count(), 1 + 8, "{everyone}");
     let stderr = child.stderr.take().unwrap();
     interrupt(child.id());
     assert!(child.wait().unwrap().success());

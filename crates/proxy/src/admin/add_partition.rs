@@ -87,7 +87,7 @@ pub async fn run(
 }
 
 /// The partition table, from the default table's SHOW CREATE TABLE, so that
-/// it works across servers.
+/// it works across servers; its database is created where it is missing.
 async fn create_like_default(
     shared: &Shared,
     t: &hscale_planner::PartitionedTable,
@@ -116,6 +116,8 @@ async fn create_like_default(
         }
         .into());
     }
+    // Database names pass through: the partition's backend needs the database.
+    store::exec(&mut target, &format!("CREATE DATABASE IF NOT EXISTS {db}")).await?;
     let create = format!("CREATE TABLE {db}.{}{body}", store::ident(&place.table));
     store::exec(&mut target, &create).await?;
     Ok(())
