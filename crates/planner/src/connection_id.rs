@@ -216,8 +216,8 @@ impl SelectList {
         // operator: the server will refuse the statement) the alias could
         // change how the text reads (`--` and a space begin a comment).
         let complete = match last.kind {
-            TokenKind::Word | TokenKind::Quoted(_) => true,
-            TokenKind::Symbol(c) => c == b')' || c.is_ascii_digit(),
+            TokenKind::Word | TokenKind::Quoted(_) | TokenKind::Number => true,
+            TokenKind::Symbol(c) => c == b')',
             _ => false,
         };
         if !self.item_has_call || !complete || has_alias(sql, item) {

@@ -5,6 +5,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::hashing::{ColumnKind, HashError, HashFunction, Value};
 
 /// Where a partition is in its life. Only `Active` partitions exist for
@@ -92,7 +94,7 @@ pub struct PartitionedTable {
     pub default_table: String,
     pub default_backend: u32,
     pub entries: Vec<PartitionEntry>,
-    by_value: HashMap<String, usize>,
+    by_value: FxHashMap<String, usize>,
 }
 
 /// A physical table a statement goes to.
@@ -241,7 +243,9 @@ impl PartitionedTable {
 /// a statement's words against them before anything is parsed.
 #[derive(Debug, Clone, Default)]
 pub struct TableNames {
-    names: HashSet<Vec<u8>>,
+    names: FxHashSet<Vec<u8>>,
+    /// Bit n: some name is n bytes long (names of 64 bytes and more: bit 63).
+    lengths: u64,
     longest: usize,
 }
 
@@ -253,7 +257,7 @@ impl TableNames {
     /// Whether `word` (an identifier as written, unquoted) may name one.
     #[inline]
     pub fn contains(&self, word: &[u8]) -> bool {
-        if word.len() > self.longest || word.is_empty() {
+        if word.len() > self.longest || self.lengths & length_bit(word.len()) == 0 {
             return false;
         }
         let mut lower = [0u8; 256];
@@ -267,8 +271,13 @@ impl TableNames {
     fn insert(&mut self, name: &str) {
         let lower = name.to_ascii_lowercase().into_bytes();
         self.longest = self.longest.max(lower.len()).min(256);
+        self.lengths |= length_bit(lower.len());
         self.names.insert(lower);
     }
+}
+
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 /// One immutable snapshot of the dictionary.

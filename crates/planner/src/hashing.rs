@@ -304,8 +304,11 @@ fn as_integer(canonical: &str) -> i128 {
 /// compares 'é' equal to 'e'). Folding more than the column's collation is
 /// safe (equal values still meet in one partition); folding less is not.
 pub fn fold(text: &str) -> String {
-    text.trim_end_matches(' ')
-        .nfd()
+    let text = text.trim_end_matches(' ');
+    if text.is_ascii() {
+        return text.to_ascii_lowercase();
+    }
+    text.nfd()
         .filter(|c| !is_combining_mark(*c))
         .flat_map(char::to_lowercase)
         .collect()

@@ -134,6 +134,8 @@ pub(crate) enum TokenKind {
     UserVariable,
     /// `@@name` or `@@scope.name`, up to the first dot.
     SystemVariable,
+    /// A number literal: digits, a fraction, an exponent (`12`, `1.5`, `2e-3`).
+    Number,
     /// Any other byte: punctuation, operators, digits.
     Symbol(u8),
 }
@@ -180,6 +182,11 @@ impl Iterator for Tokens<'_> {
                 c if c.is_ascii_alphabetic() || c == b'_' => {
                     (TokenKind::Word, skip_word(sql, start))
                 }
+                c if c.is_ascii_digit() => match skip_number(sql, start) {
+                    Some(end) => (TokenKind::Number, end),
+                    // `1abc` is an identifier, `0x1f` a hex literal: words.
+                    None => (TokenKind::Word, skip_word(sql, start)),
+                },
                 b'#' => {
                     start = skip_line(sql, start);
                     continue;
@@ -286,7 +293,7 @@ pub fn summarize(sql: &[u8], quoting: Quoting, partitioned: &TableNames) -> Summ
                 let name = quoted.strip_suffix(b"`").unwrap_or(quoted);
                 s.names_partitioned |= partitioned.contains(name);
             }
-            TokenKind::Quoted(_) | TokenKind::Symbol(_) => {}
+            TokenKind::Quoted(_) | TokenKind::Symbol(_) | TokenKind::Number => {}
         }
         if statement_words == 0 {
             let plain = token.kind == TokenKind::Word
@@ -394,6 +401,24 @@ fn skip_word(sql: &[u8], i: usize) -> usize {
         .iter()
         .position(|&c| !WORD_BYTE[usize::from(c)])
         .map_or(sql.len(), |p| i + p)
+}
+
+/// The end of the number at `i`, or `None` if the digits run into a word.
+fn skip_number(sql: &[u8], i: usize) -> Option<usize> {
+    let mut end = skip_digits(sql, i);
+    if sql.get(end) == Some(&b'.') {
+        end = skip_digits(sql, end + 1);
+    }
+    if matches!(sql.get(end), Some(b'e' | b'E')) {
+        let sign = usize::from(matches!(sql.get(end + 1), Some(b'+' | b'-')));
+        if sql.get(end + 1 + sign).is_some_and(u8::is_ascii_digit) {
+            end = skip_digits(sql, end + 1 + sign);
+        }
+    }
+    match sql.get(end) {
+        Some(&c) if WORD_BYTE[usize::from(c)] => None,
+        _ => Some(end),
+    }
 }
 
 fn skip_digits(sql: &[u8], mut i: usize) -> usize {

@@ -2,6 +2,7 @@
 //! snapshot to a `Plan`. Pure logic, no I/O; sqlparser's types never leave it.
 
 pub mod admin;
+mod cache;
 pub mod connection_id;
 pub mod dictionary;
 pub mod hashing;
@@ -11,7 +12,9 @@ pub mod plan;
 mod rewrite;
 mod route;
 pub mod set;
+mod shape;
 
+pub use cache::PlanCache;
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
     Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition, TableName,

@@ -2,6 +2,7 @@
 //! out. The plan carries everything execution needs; nothing after it reads
 //! the SQL again.
 
+use crate::cache::PlanCache;
 use crate::dictionary::{Dictionary, TableName, Target};
 use crate::kill::{parse_kill, Kill};
 use crate::lexer::{summarize, target_database, Kind, Quoting, Summary};
@@ -100,7 +101,9 @@ pub enum SessionChange {
     Setting(Vec<String>, String),
 }
 
-pub fn plan(sql: &[u8], ctx: &Context) -> Plan {
+/// Plans one statement. `cache` keeps the shapes of statements on
+/// partitioned tables for the next statement of the same shape.
+pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
     let summary = summarize(sql, ctx.quoting, ctx.dictionary.names());
     let mut binds = if summary.binds_connection() {
         Some("session state only the backend connection holds")
@@ -109,7 +112,11 @@ pub fn plan(sql: &[u8], ctx: &Context) -> Plan {
     } else {
         None
     };
-    let text = || String::from_utf8_lossy(sql);
+    // from_utf8 validates faster than from_utf8_lossy walks.
+    let text = || match std::str::from_utf8(sql) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(sql),
+    };
     let change = match summary.kind {
         Kind::Set => match parse_set(&text(), ctx.quoting) {
             SetItem::Replayable(keys) => SessionChange::Setting(keys, text().into_owned()),
@@ -133,7 +140,7 @@ pub fn plan(sql: &[u8], ctx: &Context) -> Plan {
             reason: "KILL with other statements in one query".into(),
         }),
         Kind::Kill => Action::Kill(parse_kill(&text())),
-        _ if summary.names_partitioned => crate::route::route(&text(), &summary, ctx),
+        _ if summary.names_partitioned => plan_partitioned(&text(), &summary, ctx, cache),
         _ => Action::Main,
     };
     Plan {
@@ -142,4 +149,26 @@ pub fn plan(sql: &[u8], ctx: &Context) -> Plan {
         change,
         binds,
     }
+}
+
+/// A statement that may name a partitioned table: from the cache when its
+/// shape is known, else analysed (and its shape kept).
+fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut PlanCache) -> Action {
+    cache.prepare(sql.as_bytes(), ctx);
+    let hit = cache.lookup(sql, ctx, |shape, values, locate| {
+        let Some(table) = ctx.dictionary.table(&shape.table.db, &shape.table.name) else {
+            return Action::Main;
+        };
+        if table.locked() {
+            return Action::Wait(table.table.clone());
+        }
+        let routed = shape.render(sql, table, ctx.main_backend, values, locate);
+        crate::route::finish(routed, summary, ctx, &table.table)
+    });
+    if let Some(action) = hit {
+        return action;
+    }
+    let routed = crate::route::route(sql, summary, ctx);
+    cache.store(ctx, &routed.action, routed.shape.as_ref());
+    routed.action
 }

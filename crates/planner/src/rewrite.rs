@@ -52,7 +52,9 @@ impl Splices {
     /// The text with every replacement made; `None` if two overlap.
     pub fn apply(&self, sql: &str) -> Option<String> {
         let mut edits: Vec<_> = self.edits.iter().collect();
-        edits.sort_by_key(|(range, _)| range.start);
+        if edits.len() > 1 {
+            edits.sort_by_key(|(range, _)| range.start);
+        }
         let mut out = String::with_capacity(sql.len() + 32);
         let mut at = 0;
         for (range, with) in edits {

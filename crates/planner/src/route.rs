@@ -2,7 +2,7 @@
 //! it must run on, the SQL each one gets, and how the answers combine. What
 //! cannot be answered correctly from the partitions is refused with the reason.
 
-use std::ops::ControlFlow;
+use std::ops::{ControlFlow, Range};
 
 use sqlparser::ast::{
     visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
@@ -11,12 +11,14 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
+use sqlparser::tokenizer::Span;
 
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::lexer::{Quoting, Summary};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
+use crate::shape::{apply_edits, bytes, ByteShape, Edit, EditText, Key, Shape};
 
 /// Aggregate functions: their results over several partitions need a merge.
 const AGGREGATES: &[&str] = &[
@@ -40,12 +42,28 @@ const AGGREGATES: &[&str] = &[
     "json_objectagg",
 ];
 
-pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
+/// The plan of a statement that may name a partitioned table, and the shape
+/// the plan cache may keep for statements like it.
+pub(crate) struct Routed {
+    pub action: Action,
+    pub shape: Option<ByteShape>,
+}
+
+impl From<Action> for Routed {
+    fn from(action: Action) -> Routed {
+        Routed {
+            action,
+            shape: None,
+        }
+    }
+}
+
+pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
     let refuse = |table: Option<&TableName>, reason: String| {
-        Action::Refuse(Refusal {
+        Routed::from(Action::Refuse(Refusal {
             table: table.cloned(),
             reason,
-        })
+        }))
     };
     // sqlparser's MySQL dialect reads a backslash as an escape.
     if ctx.quoting == Quoting::NoBackslashEscapes && sql.contains('\\') {
@@ -62,7 +80,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
                     Some(&table),
                     format!("a statement hscale cannot parse ({e})"),
                 ),
-                None => Action::Main,
+                None => Action::Main.into(),
             };
         }
     };
@@ -85,7 +103,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
     }
     let (reference, table) =
         match partitioned.as_slice() {
-            [] => return Action::Main,
+            [] => return Action::Main.into(),
             [(reference, table)] => (reference.clone(), *table),
             [(_, table), ..] => return refuse(
                 Some(&table.table),
@@ -97,7 +115,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
         return refuse(Some(&table.table), "several statements in one query".into());
     };
     if table.locked() {
-        return Action::Wait(table.table.clone());
+        return Action::Wait(table.table.clone()).into();
     }
     let analysis = Analysis {
         sql,
@@ -108,27 +126,58 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Action {
         others,
         ctx,
     };
-    let routed = match statement {
+    let shaped = match statement {
         Statement::Query(query) => analysis.select(query, summary),
-        Statement::Insert(insert) => match &insert.table {
-            TableObject::TableName(name) if same_name(name, &analysis.reference) => {
-                analysis.insert(insert)
-            }
-            _ => Err("INSERT ... SELECT from a partitioned table".to_string()),
-        },
         Statement::Update(update) => analysis.update(update),
         Statement::Delete(delete) => analysis.delete(delete),
-        Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => analysis.describe(),
-        other => Err(format!("{} statements", statement_kind(other))),
+        _ => Err(String::new()),
     };
-    let route = match routed {
-        Ok(route) => route,
-        Err(reason) => return refuse(Some(&table.table), reason),
+    let (routed, shape) = match shaped {
+        Ok((shape, values)) => (
+            shape.render(sql, table, ctx.main_backend, &values, bytes),
+            Some(shape),
+        ),
+        Err(reason) if !reason.is_empty() => (Err(reason), None),
+        Err(_) => {
+            let routed = match statement {
+                Statement::Insert(insert) => match &insert.table {
+                    TableObject::TableName(name) if same_name(name, &analysis.reference) => {
+                        analysis.insert(insert)
+                    }
+                    _ => Err("INSERT ... SELECT from a partitioned table".to_string()),
+                },
+                Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
+                    analysis.describe()
+                }
+                other => Err(format!("{} statements", statement_kind(other))),
+            };
+            (routed, None)
+        }
     };
-    if let Err(reason) = check_connection_state(&route, summary, ctx) {
-        return refuse(Some(&table.table), reason);
+    let action = finish(routed, summary, ctx, &table.table);
+    Routed { action, shape }
+}
+
+/// A rendered route, or the refusal that names the table.
+pub(crate) fn finish(
+    routed: Result<Route, String>,
+    summary: &Summary,
+    ctx: &Context,
+    table: &TableName,
+) -> Action {
+    let refusal = |reason| {
+        Action::Refuse(Refusal {
+            table: Some(table.clone()),
+            reason,
+        })
+    };
+    match routed {
+        Ok(route) => match check_connection_state(&route, summary, ctx) {
+            Ok(()) => Action::Route(route),
+            Err(reason) => refusal(reason),
+        },
+        Err(reason) => refusal(reason),
     }
-    Action::Route(route)
 }
 
 /// For a statement sqlparser cannot read: a partitioned table whose name is
@@ -238,7 +287,7 @@ enum Naming {
 }
 
 impl Analysis<'_> {
-    fn select(&self, query: &Query, summary: &Summary) -> Result<Route, String> {
+    fn select(&self, query: &Query, summary: &Summary) -> Result<(ByteShape, Vec<Value>), String> {
         if query.with.is_some() {
             return Err("WITH".into());
         }
@@ -246,22 +295,45 @@ impl Analysis<'_> {
             return Err("UNION, INTERSECT or EXCEPT".into());
         };
         let alias = self.top_level_alias(&select.from)?;
-        let targets = self.targets(select.selection.as_ref(), alias.as_ref())?;
-        if targets.len() > 1 {
-            if let Some(what) = needs_merge(query, select, summary) {
-                return Err(format!(
-                    "{what} over several partitions (a merge, which comes with full partition scans)"
-                ));
-            }
-        }
-        let naming = match alias {
-            Some(_) => None,
-            None => Some(Naming::Aliased),
+        let many = match needs_merge(query, select, summary) {
+            Some(what) => Err(format!(
+                "{what} over several partitions (a merge, which comes with full partition scans)"
+            )),
+            None => Ok(Merge::Concat),
         };
-        self.route(targets, naming, Merge::Concat, false)
+        let naming = alias.is_none().then_some(Naming::Aliased);
+        self.shape(
+            select.selection.as_ref(),
+            alias.as_ref(),
+            naming,
+            many,
+            false,
+        )
     }
 
-    fn update(&self, update: &sqlparser::ast::Update) -> Result<Route, String> {
+    /// The shape of a SELECT, UPDATE or DELETE, and the values of its keys.
+    fn shape(
+        &self,
+        selection: Option<&Expr>,
+        alias: Option<&Ident>,
+        naming: Option<Naming>,
+        many: Result<Merge, String>,
+        writes: bool,
+    ) -> Result<(ByteShape, Vec<Value>), String> {
+        let keys = selection.and_then(|w| self.fixed_keys(w, alias));
+        let values = keys.iter().flatten().map(|(v, _)| v.clone()).collect();
+        let shape = Shape {
+            table: self.table.table.clone(),
+            keys: keys.map(|keys| keys.into_iter().map(|(_, k)| k).collect()),
+            edits: self.edits(naming)?,
+            many,
+            writes,
+            others: self.others > 0,
+        };
+        Ok((shape, values))
+    }
+
+    fn update(&self, update: &sqlparser::ast::Update) -> Result<(ByteShape, Vec<Value>), String> {
         if update.from.is_some() {
             return Err("UPDATE ... FROM".into());
         }
@@ -278,15 +350,21 @@ impl Analysis<'_> {
                 ));
             }
         }
-        let targets = self.targets(update.selection.as_ref(), alias.as_ref())?;
-        if targets.len() > 1 && (update.limit.is_some() || !update.order_by.is_empty()) {
-            return Err("UPDATE with ORDER BY or LIMIT over several partitions".into());
-        }
+        let many = match update.limit.is_some() || !update.order_by.is_empty() {
+            true => Err("UPDATE with ORDER BY or LIMIT over several partitions".into()),
+            false => Ok(Merge::AffectedRows),
+        };
         let naming = alias.is_none().then_some(Naming::Aliased);
-        self.route(targets, naming, Merge::AffectedRows, true)
+        self.shape(
+            update.selection.as_ref(),
+            alias.as_ref(),
+            naming,
+            many,
+            true,
+        )
     }
 
-    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<Route, String> {
+    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<(ByteShape, Vec<Value>), String> {
         let from = match &delete.from {
             FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
         };
@@ -297,19 +375,24 @@ impl Analysis<'_> {
         if alias.is_some() {
             return Err("DELETE with a table alias".into());
         }
-        let targets = self.targets(delete.selection.as_ref(), None)?;
-        if targets.len() > 1 && (delete.limit.is_some() || !delete.order_by.is_empty()) {
-            return Err("DELETE with ORDER BY or LIMIT over several partitions".into());
-        }
-        self.route(targets, Some(Naming::Renamed), Merge::AffectedRows, true)
+        let many = match delete.limit.is_some() || !delete.order_by.is_empty() {
+            true => Err("DELETE with ORDER BY or LIMIT over several partitions".into()),
+            false => Ok(Merge::AffectedRows),
+        };
+        self.shape(
+            delete.selection.as_ref(),
+            None,
+            Some(Naming::Renamed),
+            many,
+            true,
+        )
     }
 
     /// DESC / SHOW COLUMNS: the default table has the logical table's columns.
     fn describe(&self) -> Result<Route, String> {
         let target = self.table.default_target();
-        let mut splices = Splices::default();
-        self.rename(&mut splices, &target, None)?;
-        let sql = splices.apply(self.sql).ok_or("overlapping names")?;
+        let edits = self.edits(None)?;
+        let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
         Ok(Route {
             table: self.table.table.clone(),
             steps: vec![Step { target, sql }],
@@ -346,12 +429,16 @@ impl Analysis<'_> {
                 .find(|a| matches!(&a.target, AssignmentTarget::ColumnName(n) if self.names_column(n, None)))
                 .ok_or_else(no_column)?;
             let target = self.value_target(&value.value)?;
-            return self.route(
-                vec![target],
-                Some(Naming::Renamed),
-                Merge::AffectedRows,
-                true,
-            );
+            let edits = self.edits(Some(Naming::Renamed))?;
+            let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
+            let steps = vec![Step { target, sql }];
+            self.check_others(&steps)?;
+            return Ok(Route {
+                table: self.table.table.clone(),
+                steps,
+                merge: Merge::Single,
+                writes: true,
+            });
         }
         let source = insert.source.as_ref().ok_or_else(no_column)?;
         let SetExpr::Values(values) = source.body.as_ref() else {
@@ -388,17 +475,20 @@ impl Analysis<'_> {
         let (Some(rows_start), Some(rows_end)) = (rows_start, rows_end) else {
             return Err(no_column());
         };
-        let merge = Merge::AffectedRows;
+        let edits = self.edits(Some(Naming::Renamed))?;
         let mut steps = Vec::new();
         for (target, rows) in rows_by_target {
             let mut splices = Splices::default();
-            self.rename(&mut splices, &target, Some(Naming::Renamed))?;
             let text: Vec<&str> = rows.iter().map(|r| &self.sql[r.clone()]).collect();
             splices.replace(rows_start..rows_end, text.join(", "));
-            let sql = splices.apply(self.sql).ok_or("overlapping names")?;
+            let sql = apply_edits(self.sql, &edits, &target, &mut splices, bytes)?;
             steps.push(Step { target, sql });
         }
         self.check_others(&steps)?;
+        let merge = match steps.len() {
+            1 => Merge::Single,
+            _ => Merge::AffectedRows,
+        };
         Ok(Route {
             table: self.table.table.clone(),
             steps,
@@ -423,28 +513,6 @@ impl Analysis<'_> {
         Err("a partitioned table inside a subquery".into())
     }
 
-    /// The partitions the WHERE clause leaves: those of the values it fixes
-    /// the partition column to, else all of them.
-    fn targets(
-        &self,
-        selection: Option<&Expr>,
-        alias: Option<&Ident>,
-    ) -> Result<Vec<Target>, String> {
-        let Some(values) = selection.and_then(|w| self.fixed_values(w, alias)) else {
-            return Ok(self.table.all_targets());
-        };
-        let mut targets: Vec<Target> = Vec::new();
-        for value in values {
-            let target = self.table.target_for(&value).map_err(|e| {
-                format!("the value of partition column `{}`: {e}", self.table.column)
-            })?;
-            if !targets.contains(&target) {
-                targets.push(target);
-            }
-        }
-        Ok(targets)
-    }
-
     fn value_target(&self, expr: &Expr) -> Result<Target, String> {
         let column = &self.table.column;
         let value = literal(expr)
@@ -455,8 +523,12 @@ impl Analysis<'_> {
     }
 
     /// The smallest set of literals a top-level conjunct fixes the column to.
-    fn fixed_values(&self, selection: &Expr, alias: Option<&Ident>) -> Option<Vec<Value>> {
-        let mut best: Option<Vec<Value>> = None;
+    fn fixed_keys(
+        &self,
+        selection: &Expr,
+        alias: Option<&Ident>,
+    ) -> Option<Vec<(Value, Key<Range<usize>>)>> {
+        let mut best: Option<Vec<(Value, Key<Range<usize>>)>> = None;
         for conjunct in conjuncts(selection) {
             let values = match conjunct {
                 Expr::BinaryOp {
@@ -465,8 +537,8 @@ impl Analysis<'_> {
                     right,
                 } => {
                     let value = match (self.is_column(left, alias), self.is_column(right, alias)) {
-                        (true, _) => literal(right),
-                        (_, true) => literal(left),
+                        (true, _) => self.literal_key(right),
+                        (_, true) => self.literal_key(left),
                         _ => None,
                     };
                     value.map(|v| vec![v])
@@ -475,7 +547,9 @@ impl Analysis<'_> {
                     expr,
                     list,
                     negated: false,
-                } if self.is_column(expr, alias) => list.iter().map(literal).collect(),
+                } if self.is_column(expr, alias) => {
+                    list.iter().map(|e| self.literal_key(e)).collect()
+                }
                 _ => None,
             };
             if let Some(values) = values {
@@ -527,33 +601,6 @@ impl Analysis<'_> {
         }
     }
 
-    fn route(
-        &self,
-        targets: Vec<Target>,
-        naming: Option<Naming>,
-        merge: Merge,
-        writes: bool,
-    ) -> Result<Route, String> {
-        let mut steps = Vec::with_capacity(targets.len());
-        for target in targets {
-            let mut splices = Splices::default();
-            self.rename(&mut splices, &target, naming)?;
-            let sql = splices.apply(self.sql).ok_or("overlapping names")?;
-            steps.push(Step { target, sql });
-        }
-        self.check_others(&steps)?;
-        let merge = match steps.len() {
-            1 => Merge::Single,
-            _ => merge,
-        };
-        Ok(Route {
-            table: self.table.table.clone(),
-            steps,
-            merge,
-            writes,
-        })
-    }
-
     /// Tables that are not partitioned live on the main backend only.
     fn check_others(&self, steps: &[Step]) -> Result<(), String> {
         match steps.iter().find(|s| s.target.backend != self.ctx.main_backend) {
@@ -565,14 +612,10 @@ impl Analysis<'_> {
         }
     }
 
-    /// Splices the physical table in for the partitioned table, and where no
-    /// alias can stand in for it, for the qualifiers that name it.
-    fn rename(
-        &self,
-        splices: &mut Splices,
-        target: &Target,
-        naming: Option<Naming>,
-    ) -> Result<(), String> {
+    /// Where the physical table goes in for the partitioned table, and where
+    /// no alias can stand in for it, for the qualifiers that name it.
+    fn edits(&self, naming: Option<Naming>) -> Result<Vec<Edit<Range<usize>>>, String> {
+        let lost = || "a table name hscale cannot find in the text".to_string();
         let parts: Vec<&Ident> = self
             .reference
             .0
@@ -584,73 +627,87 @@ impl Analysis<'_> {
         };
         let range = self
             .offsets
-            .range(sqlparser::tokenizer::Span::new(
-                first.span.start,
-                last.span.end,
-            ))
-            .ok_or("a table name hscale cannot find in the text")?;
-        let mut name = String::new();
-        if parts.len() == 2 {
-            name.push_str(
-                &self.sql[range.start
-                    ..self
-                        .offsets
-                        .byte(last.span.start)
-                        .ok_or("a table name hscale cannot find")?],
-            );
-        }
-        name.push_str(&quote_identifier(&target.table));
-        if naming == Some(Naming::Aliased) {
-            name.push_str(" AS ");
-            name.push_str(&quote_identifier(&self.table.table.name));
-        }
-        splices.replace(range, name);
+            .range(Span::new(first.span.start, last.span.end))
+            .ok_or_else(lost)?;
+        let before = match parts.len() {
+            2 => self.sql[range.start..self.offsets.byte(last.span.start).ok_or_else(lost)?]
+                .to_string(),
+            _ => String::new(),
+        };
+        let after = match naming {
+            Some(Naming::Aliased) => format!(" AS {}", quote_identifier(&self.table.table.name)),
+            _ => String::new(),
+        };
+        let mut edits = vec![Edit {
+            at: range,
+            text: EditText::Physical { before, after },
+        }];
         let mut failed = false;
         let _ = visit_expressions(self.statement, |expr: &Expr| {
             if let Expr::CompoundIdentifier(idents) = expr {
-                failed |= self
-                    .rename_qualifier(splices, idents, target, naming)
-                    .is_none();
+                match self.qualifier_edit(idents, naming) {
+                    Ok(Some(edit)) => edits.push(edit),
+                    Ok(None) => {}
+                    Err(()) => failed = true,
+                }
             }
             ControlFlow::<()>::Continue(())
         });
         match failed {
             true => Err("a qualified column hscale cannot find in the text".into()),
-            false => Ok(()),
+            false => Ok(edits),
         }
     }
 
-    fn rename_qualifier(
+    fn qualifier_edit(
         &self,
-        splices: &mut Splices,
         idents: &[Ident],
-        target: &Target,
         naming: Option<Naming>,
-    ) -> Option<()> {
+    ) -> Result<Option<Edit<Range<usize>>>, ()> {
         let table = &self.table.table;
-        match (idents, naming) {
+        let edit = match (idents, naming) {
             // db.users.col: an alias cannot be qualified by a database.
-            ([db, t, _], Some(naming)) if db.value == table.db && t.value == table.name => {
-                let range = self
+            ([db, t, _], Some(naming)) if db.value == table.db && t.value == table.name => Edit {
+                at: self
                     .offsets
-                    .range(sqlparser::tokenizer::Span::new(db.span.start, t.span.end))?;
-                let name = match naming {
-                    Naming::Aliased => quote_identifier(&table.name),
-                    Naming::Renamed => format!(
-                        "{}.{}",
-                        quote_identifier(&table.db),
-                        quote_identifier(&target.table)
-                    ),
-                };
-                splices.replace(range, name);
-            }
-            ([t, _], Some(Naming::Renamed)) if t.value == table.name => {
-                let range = self.offsets.range(t.span)?;
-                splices.replace(range, quote_identifier(&target.table));
-            }
-            _ => {}
-        }
-        Some(())
+                    .range(Span::new(db.span.start, t.span.end))
+                    .ok_or(())?,
+                text: match naming {
+                    Naming::Aliased => EditText::Fixed(quote_identifier(&table.name)),
+                    Naming::Renamed => EditText::Physical {
+                        before: format!("{}.", quote_identifier(&table.db)),
+                        after: String::new(),
+                    },
+                },
+            },
+            ([t, _], Some(Naming::Renamed)) if t.value == table.name => Edit {
+                at: self.offsets.range(t.span).ok_or(())?,
+                text: EditText::Physical {
+                    before: String::new(),
+                    after: String::new(),
+                },
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(edit))
+    }
+
+    /// A literal and where it stands (a range no token starts at when its
+    /// place is unknown: the shape is then not cached).
+    fn literal_key(&self, expr: &Expr) -> Option<(Value, Key<Range<usize>>)> {
+        let value = literal(expr)?;
+        let (inner, negative) = match strip_nesting(expr) {
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr,
+            } => (strip_nesting(expr), true),
+            other => (other, false),
+        };
+        let at = match inner {
+            Expr::Value(v) => self.offsets.range(v.span).unwrap_or(0..0),
+            _ => 0..0,
+        };
+        Some((value, Key { at, negative }))
     }
 }
 

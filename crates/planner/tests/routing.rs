@@ -2,7 +2,7 @@
 
 use hscale_planner::{
     plan, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
-    PartitionState, PartitionedTable, Quoting, Route, TableDefinition, TableName,
+    PartitionState, PartitionedTable, PlanCache, Quoting, Route, TableDefinition, TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -62,7 +62,7 @@ fn plan_of(sql: &str) -> Action {
         dictionary: &dictionary,
         main_backend: 1,
     };
-    plan(sql.as_bytes(), &ctx).action
+    plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action
 }
 
 fn route(sql: &str) -> Route {
@@ -307,7 +307,12 @@ fn a_locked_table_makes_statements_wait() {
         dictionary: &dict,
         main_backend: 1,
     };
-    let action = plan(b"SELECT * FROM users WHERE nickname = 'zoe'", &ctx).action;
+    let action = plan(
+        b"SELECT * FROM users WHERE nickname = 'zoe'",
+        &ctx,
+        &mut PlanCache::default(),
+    )
+    .action;
     assert!(matches!(action, Action::Wait(t) if t.name == "users"));
 }
 
@@ -330,6 +335,55 @@ fn an_unparsable_statement_passes_through_where_no_partitioned_table_could_be_me
         main_backend: 1,
     };
     let sql = b"SELECT users FROM stats PROCEDURE ANALYSE()";
-    assert!(matches!(plan(sql, &in_db("shop")).action, Action::Main));
-    assert!(matches!(plan(sql, &in_db("app")).action, Action::Refuse(_)));
+    let mut cache = PlanCache::default();
+    assert!(matches!(
+        plan(sql, &in_db("shop"), &mut cache).action,
+        Action::Main
+    ));
+    assert!(matches!(
+        plan(sql, &in_db("app"), &mut cache).action,
+        Action::Refuse(_)
+    ));
+}
+
+/// A warm cache answers exactly as planning from scratch, for statements of
+/// one shape with other literals, other comments and other spacing.
+#[test]
+fn a_cached_shape_plans_like_a_fresh_parse() {
+    let dictionary = dictionary();
+    let ctx = Context {
+        db: Some("app"),
+        quoting: Quoting::BackslashEscapes,
+        dictionary: &dictionary,
+        main_backend: 1,
+    };
+    let mut warm = PlanCache::default();
+    let names = ["Martin", "zoe", "pa''ul", "PETER", "ma\\'r", "x"];
+    let shapes = [
+        "SELECT id, nickname FROM users WHERE nickname = '{a}' /* {n} */",
+        "SELECT u.id FROM app.users u WHERE u.nickname IN ('{a}', '{b}')",
+        "UPDATE users SET id = {n} WHERE nickname = '{a}' AND id > -{n}",
+        "DELETE FROM users WHERE users.nickname = '{b}'",
+        "SELECT * FROM orders WHERE user_id = -{n}",
+        "SELECT * FROM orders WHERE user_id IN ({n}, {m}) AND total > 1.5",
+        "SELECT COUNT(*) FROM orders WHERE user_id = {m}",
+        "SELECT users FROM stats WHERE x = {n}",
+    ];
+    for round in 0..40usize {
+        for shape in shapes {
+            let sql = shape
+                .replace("{a}", names[round % names.len()])
+                .replace("{b}", names[(round * 7 + 3) % names.len()])
+                .replace("{n}", &(round * 13).to_string())
+                .replace("{m}", &(round * 5 + 1).to_string());
+            let fresh = plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+            let cached = plan(sql.as_bytes(), &ctx, &mut warm).action;
+            assert_eq!(format!("{cached:?}"), format!("{fresh:?}"), "{sql}");
+        }
+    }
+    assert!(
+        warm.hits() >= 39 * shapes.len() as u64,
+        "hits: {}",
+        warm.hits()
+    );
 }

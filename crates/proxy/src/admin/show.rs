@@ -169,7 +169,8 @@ pub fn explain(
             some(sql),
         ]
     };
-    let rows = match plan(statement.as_bytes(), &ctx).action {
+    let mut cache = hscale_planner::PlanCache::default();
+    let rows = match plan(statement.as_bytes(), &ctx, &mut cache).action {
         Action::Route(route) => route
             .steps
             .iter()

@@ -14,7 +14,7 @@ mod state;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::{replace_connection_id, Kill, KillScope, Quoting, SessionChange};
+use hscale_planner::{replace_connection_id, Kill, KillScope, PlanCache, Quoting, SessionChange};
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
 use hscale_wire::stream::PacketStream;
@@ -66,6 +66,8 @@ pub struct Session {
     /// How the server reads a backslash in this session's strings, as the
     /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
     quoting: Quoting,
+    /// Shapes of this client's statements on partitioned tables.
+    plans: PlanCache,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -117,6 +119,7 @@ impl Session {
             previous: Previous::Nothing,
             quoting: Quoting::default(),
             begin: None,
+            plans: PlanCache::default(),
         };
         session.quoting = session.new_session_quoting();
         let result = session.start(login.database, login.next_seq).await;

@@ -19,7 +19,7 @@ const WAIT_STEP: Duration = Duration::from_millis(20);
 
 impl Session {
     /// Plans a statement against the current dictionary snapshot.
-    pub(super) fn plan(&self, sql: &[u8]) -> Plan {
+    pub(super) fn plan(&mut self, sql: &[u8]) -> Plan {
         let dictionary = self.shared.dictionary.snapshot();
         let ctx = Context {
             db: self.state.db.as_deref(),
@@ -27,7 +27,7 @@ impl Session {
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
         };
-        plan(sql, &ctx)
+        plan(sql, &ctx, &mut self.plans)
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {

@@ -1,0 +1,76 @@
+//! What routing costs per statement: the lexer alone (every statement), a
+//! statement on a partitioned table planned from the cache (a hit), and the
+//! same statement parsed and analysed (a miss). `cargo bench -p hscale-planner`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use hscale_planner::{
+    plan, summarize, ColumnKind, Context, Dictionary, HashFunction, PartitionEntry, PartitionState,
+    PartitionedTable, PlanCache, Quoting, TableDefinition, TableName,
+};
+
+/// The 2008 seed query: a table of three rows, lots of comments.
+const SEED: &str = "SELECT id, category FROM small WHERE small.category='books' /* Added */ /* some */ \
+                    /* comments */ /* to */ /* produce */ /* a */ /* higher */ /* tokenizer */ /* load */";
+
+/// `small` partitioned by category, one partition per category.
+fn dictionary() -> Dictionary {
+    let entry = |value: &str, backend| PartitionEntry {
+        name: value.into(),
+        value: value.into(),
+        backend,
+        state: PartitionState::Active,
+    };
+    Dictionary::new(
+        1,
+        vec![PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: "small".into(),
+                },
+                column: "category".into(),
+                column_position: 2,
+                kind: ColumnKind::Enum,
+                function: HashFunction::None,
+                default_table: "small_default".into(),
+                default_backend: 1,
+            },
+            vec![
+                entry("books", 1),
+                entry("hardware", 2),
+                entry("software", 1),
+            ],
+        )],
+    )
+}
+
+fn planning(c: &mut Criterion) {
+    let partitioned = dictionary();
+    let empty = Dictionary::default();
+    let ctx = |dictionary| Context {
+        db: Some("app"),
+        quoting: Quoting::BackslashEscapes,
+        dictionary,
+        main_backend: 1,
+    };
+    c.bench_function("lexer: seed query, no partitioned table", |b| {
+        b.iter(|| summarize(SEED.as_bytes(), Quoting::BackslashEscapes, empty.names()))
+    });
+    c.bench_function("plan: seed query, no partitioned table", |b| {
+        let mut cache = PlanCache::default();
+        let ctx = ctx(&empty);
+        b.iter(|| plan(SEED.as_bytes(), &ctx, &mut cache))
+    });
+    c.bench_function("plan: seed query on partitioned small, cache hit", |b| {
+        let mut cache = PlanCache::default();
+        let ctx = ctx(&partitioned);
+        b.iter(|| plan(SEED.as_bytes(), &ctx, &mut cache))
+    });
+    c.bench_function("plan: seed query on partitioned small, cache miss", |b| {
+        let ctx = ctx(&partitioned);
+        b.iter(|| plan(SEED.as_bytes(), &ctx, &mut PlanCache::default()))
+    });
+}
+
+criterion_group!(benches, planning);
+criterion_main!(benches);

@@ -1,0 +1,190 @@
+//! A routed SELECT, UPDATE or DELETE apart from its literal values: which
+//! literals fix the partition column, where the text changes, and how several
+//! partitions combine. Rendering a shape with values gives the route; the plan
+//! cache keeps shapes so that a statement of a known shape is never parsed.
+
+use std::ops::Range;
+
+use crate::dictionary::{PartitionedTable, TableName, Target};
+use crate::hashing::Value;
+use crate::plan::{Merge, Route, Step};
+use crate::rewrite::{quote_identifier, Splices};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shape<R> {
+    pub table: TableName,
+    /// The literals that fix the partition column; `None`: every partition.
+    pub keys: Option<Vec<Key<R>>>,
+    /// Where the text changes.
+    pub edits: Vec<Edit<R>>,
+    /// With several partitions: how their answers combine, or why they cannot.
+    pub many: Result<Merge, String>,
+    pub writes: bool,
+    /// The statement names tables that are not partitioned too.
+    pub others: bool,
+}
+
+/// A literal of the partition column: where it is, and whether a minus sign
+/// stands before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key<R> {
+    pub at: R,
+    pub negative: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Edit<R> {
+    pub at: R,
+    pub text: EditText,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EditText {
+    /// The partition's physical table name, between these.
+    Physical {
+        before: String,
+        after: String,
+    },
+    Fixed(String),
+}
+
+/// Positions as byte ranges of one statement's text.
+pub(crate) type ByteShape = Shape<Range<usize>>;
+
+/// Positions as ranges of token indices: the same for every statement of the
+/// same fingerprint, whatever its literals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TokenRange(pub Range<usize>);
+
+pub(crate) type TokenShape = Shape<TokenRange>;
+
+/// The statement with the physical table of `target` spliced in; `locate`
+/// gives an edit's bytes.
+pub(crate) fn apply_edits<R>(
+    sql: &str,
+    edits: &[Edit<R>],
+    target: &Target,
+    splices: &mut Splices,
+    locate: impl Fn(&R) -> Option<Range<usize>>,
+) -> Result<String, String> {
+    for edit in edits {
+        let text = match &edit.text {
+            EditText::Physical { before, after } => {
+                format!("{before}{}{after}", quote_identifier(&target.table))
+            }
+            EditText::Fixed(text) => text.clone(),
+        };
+        let at = locate(&edit.at).ok_or("a name hscale cannot find in the text")?;
+        splices.replace(at, text);
+    }
+    splices
+        .apply(sql)
+        .ok_or_else(|| "overlapping names".to_string())
+}
+
+/// Byte ranges locate themselves.
+pub(crate) fn bytes(at: &Range<usize>) -> Option<Range<usize>> {
+    Some(at.clone())
+}
+
+impl<R> Shape<R> {
+    /// The route for these key values (in the order of `keys`); `locate`
+    /// gives the bytes of a position in `sql`.
+    pub fn render(
+        &self,
+        sql: &str,
+        table: &PartitionedTable,
+        main_backend: u32,
+        values: &[Value],
+        locate: impl Fn(&R) -> Option<Range<usize>>,
+    ) -> Result<Route, String> {
+        let targets = match &self.keys {
+            None => table.all_targets(),
+            Some(_) => {
+                let mut targets: Vec<Target> = Vec::new();
+                for value in values {
+                    let target = table.target_for(value).map_err(|e| {
+                        format!("the value of partition column `{}`: {e}", table.column)
+                    })?;
+                    if !targets.contains(&target) {
+                        targets.push(target);
+                    }
+                }
+                targets
+            }
+        };
+        let merge = match targets.len() {
+            1 => Merge::Single,
+            _ => self.many.clone()?,
+        };
+        if let Some(far) = targets.iter().find(|t| t.backend != main_backend) {
+            if self.others {
+                return Err(format!(
+                    "a statement that also names tables that are not partitioned runs only on the main backend (backend {main_backend}), and {} is on backend {}",
+                    far.table, far.backend
+                ));
+            }
+        }
+        let mut steps = Vec::with_capacity(targets.len());
+        for target in targets {
+            let sql = apply_edits(sql, &self.edits, &target, &mut Splices::default(), &locate)?;
+            steps.push(Step { target, sql });
+        }
+        Ok(Route {
+            table: self.table.clone(),
+            steps,
+            merge,
+            writes: self.writes,
+        })
+    }
+}
+
+impl ByteShape {
+    /// The same shape with positions as ranges of token indices, if every
+    /// position falls on token boundaries.
+    pub fn to_tokens(&self, starts: &[usize], ends: &[usize]) -> Option<TokenShape> {
+        let index = |at: &Range<usize>| -> Option<TokenRange> {
+            let first = starts.binary_search(&at.start).ok()?;
+            let last = ends.binary_search(&at.end).ok()?;
+            (first <= last).then_some(TokenRange(first..last + 1))
+        };
+        Some(Shape {
+            table: self.table.clone(),
+            keys: match &self.keys {
+                None => None,
+                Some(keys) => Some(
+                    keys.iter()
+                        .map(|k| {
+                            let at = index(&k.at).filter(|r| r.0.len() == 1)?;
+                            Some(Key {
+                                at,
+                                negative: k.negative,
+                            })
+                        })
+                        .collect::<Option<Vec<_>>>()?,
+                ),
+            },
+            edits: self
+                .edits
+                .iter()
+                .map(|e| {
+                    Some(Edit {
+                        at: index(&e.at)?,
+                        text: e.text.clone(),
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?,
+            many: self.many.clone(),
+            writes: self.writes,
+            others: self.others,
+        })
+    }
+}
+
+impl TokenRange {
+    /// The bytes of these tokens, for a statement whose token `i` starts at
+    /// `starts[i]` and ends at `ends[i]`.
+    pub fn locate(&self, starts: &[usize], ends: &[usize]) -> Option<Range<usize>> {
+        Some(*starts.get(self.0.start)?..*ends.get(self.0.end.checked_sub(1)?)?)
+    }
+}
