@@ -44,9 +44,10 @@ create_seed_table() {
 # CPU nanoseconds a process has used, all threads (default: hscale).
 cpu_ns() { cat /proc/"${1:-$HSCALE_PID}"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
 
-# Seconds mariadb-slap takes for $QUERIES seed queries.
+# Seconds mariadb-slap takes for $QUERIES seed queries, in database $SCHEMA
+# (default bench).
 slap_seconds() { # port concurrency
-  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$QUERY" \
+  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema="${SCHEMA:-bench}" --query="$QUERY" \
     --number-of-queries="$QUERIES" --concurrency="$2" --iterations=1 2>&1 |
     sed -n 's/.*Average number of seconds to run all queries: \([0-9.]*\) seconds/\1/p'
 }

@@ -13,6 +13,7 @@ mod rewrite;
 mod route;
 pub mod set;
 mod shape;
+mod show;
 
 pub use cache::PlanCache;
 pub use connection_id::replace_connection_id;
@@ -26,3 +27,4 @@ pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
 pub use plan::{plan, Action, Context, Merge, Plan, Refusal, Route, SessionChange, Step};
 pub use rewrite::quote_identifier;
 pub use set::{parse_set, SetItem};
+pub use show::ShowTables;

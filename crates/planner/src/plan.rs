@@ -37,6 +37,9 @@ pub enum Action {
     Admin,
     Kill(Kill),
     Route(Route),
+    /// SHOW TABLES on the main backend, its answer corrected to list
+    /// logical tables.
+    ShowTables(crate::show::ShowTables),
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
@@ -141,6 +144,9 @@ pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
         }),
         Kind::Kill => Action::Kill(parse_kill(&text())),
         _ if summary.names_partitioned => plan_partitioned(&text(), &summary, ctx, cache),
+        Kind::Other if !ctx.dictionary.names().is_empty() => {
+            crate::show::show_tables(&text(), ctx).map_or(Action::Main, Action::ShowTables)
+        }
         _ => Action::Main,
     };
     Plan {

@@ -224,3 +224,59 @@ fn end_completion(packet: &[u8], deprecate_eof: bool) -> Completion {
         ..Completion::default()
     }
 }
+
+/// A small answer read whole, for hscale to correct before the client sees
+/// it (SHOW TABLES).
+#[derive(Debug)]
+pub enum Answer {
+    /// A result set: column count and definitions (and their EOF), rows, end.
+    Rows {
+        header: Vec<Bytes>,
+        rows: Vec<Bytes>,
+        end: Bytes,
+    },
+    /// An OK or ERR packet.
+    Packet(Bytes),
+}
+
+pub async fn read_answer(conn: &mut BackendConn, payload: &[u8]) -> Result<Answer, RelayError> {
+    let failed = |source| RelayError::Backend {
+        source,
+        answered: false,
+    };
+    conn.send_command(payload).await.map_err(failed)?;
+    let deprecate_eof = conn
+        .key
+        .capabilities
+        .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+    let first = next_packet(conn, false).await?;
+    let columns = match first.first() {
+        Some(&ERR_HEADER | &OK_HEADER) => return Ok(Answer::Packet(first)),
+        _ => {
+            read_lenenc(&first)
+                .ok_or(failed(WireError::Malformed {
+                    what: "column count",
+                }))?
+                .0
+        }
+    };
+    let mut header = vec![first];
+    for _ in 0..columns + u64::from(!deprecate_eof) {
+        header.push(next_packet(conn, false).await?);
+    }
+    let mut rows = Vec::new();
+    loop {
+        let packet = next_packet(conn, false).await?;
+        if packet.first() == Some(&ERR_HEADER) {
+            return Ok(Answer::Packet(packet));
+        }
+        if is_result_end(&packet, deprecate_eof) {
+            return Ok(Answer::Rows {
+                header,
+                rows,
+                end: packet,
+            });
+        }
+        rows.push(packet);
+    }
+}

@@ -347,3 +347,24 @@ fn random_point_statements_answer_like_one_plain_table() {
     got.sort();
     assert_eq!(got, want);
 }
+
+#[test]
+fn show_tables_and_desc_answer_for_the_logical_table() {
+    let (proxy, db) = setup("part_schema");
+    let mut direct = cluster().direct(1, Some(&db));
+    direct.query_drop("CREATE TABLE notes (id INT)").unwrap();
+    let describe_before: Vec<mysql::Row> = direct.query("DESC users").unwrap();
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'nick2', 'pet', 1)")
+        .unwrap();
+    let tables: Vec<String> = c.query("SHOW TABLES").unwrap();
+    assert_eq!(tables, ["notes", "users"]);
+    let full: Vec<(String, String)> = c
+        .query(format!("SHOW FULL TABLES FROM `{db}` LIKE 'us%'"))
+        .unwrap();
+    assert_eq!(full, [("users".to_string(), "BASE TABLE".to_string())]);
+    let describe: Vec<mysql::Row> = c.query("DESC users").unwrap();
+    assert_eq!(format!("{describe:?}"), format!("{describe_before:?}"));
+}

@@ -191,7 +191,9 @@ pub fn explain(
             )
         }
         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
-        Action::Admin | Action::Kill(_) => vec![row("(hscale)", 0, None, statement)],
+        Action::Admin | Action::Kill(_) | Action::ShowTables(_) => {
+            vec![row("(hscale)", shared.main_backend(), None, statement)]
+        }
     };
     Ok(AdminAnswer::Rows {
         columns: vec![

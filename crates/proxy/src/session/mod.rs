@@ -8,6 +8,7 @@ mod handshake;
 mod kill;
 mod query;
 mod scatter;
+mod show;
 mod slots;
 mod state;
 
@@ -247,7 +248,7 @@ impl Session {
             Action::Route(route) => Some(route.table),
             Action::Wait(table) => Some(table),
             Action::Refuse(refusal) => refusal.table,
-            Action::Main | Action::Admin | Action::Kill(_) => None,
+            Action::Main | Action::Admin | Action::Kill(_) | Action::ShowTables(_) => None,
         };
         if let Some(table) = table {
             return Err(ProxyError::Unroutable(hscale_planner::Refusal {

@@ -92,6 +92,7 @@ impl Session {
                 self.run_route(route, needs, plan.summary.connection_id)
                     .await
             }
+            Action::ShowTables(show) => self.show_tables(payload, show).await,
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
