@@ -66,6 +66,17 @@ fn planning(c: &mut Criterion) {
         let ctx = ctx(&partitioned);
         b.iter(|| plan(SEED.as_bytes(), &ctx, &mut cache))
     });
+    c.bench_function(
+        "plan: seed query on a small that is partitioned elsewhere, cache hit",
+        |b| {
+            let mut cache = PlanCache::default();
+            let ctx = Context {
+                db: Some("other"),
+                ..ctx(&partitioned)
+            };
+            b.iter(|| plan(SEED.as_bytes(), &ctx, &mut cache))
+        },
+    );
     c.bench_function("plan: seed query on partitioned small, cache miss", |b| {
         let ctx = ctx(&partitioned);
         b.iter(|| plan(SEED.as_bytes(), &ctx, &mut PlanCache::default()))

@@ -7,7 +7,7 @@
 pub mod moves;
 pub mod store;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,9 @@ pub struct DictionaryHandle {
     current: ArcSwap<Dictionary>,
     /// Milliseconds after `started` of the last successful read; 0: never.
     last_read_ms: AtomicU64,
+    /// Whether the last read is within the lease, as the refresh loop last
+    /// saw: the hot path reads a flag, not the clock.
+    fresh: AtomicBool,
     started: Instant,
     pub schema: String,
     pub refresh: Duration,
@@ -37,6 +40,7 @@ impl DictionaryHandle {
         DictionaryHandle {
             current: ArcSwap::from_pointee(Dictionary::default()),
             last_read_ms: AtomicU64::new(0),
+            fresh: AtomicBool::new(false),
             started: Instant::now(),
             schema,
             refresh,
@@ -45,14 +49,28 @@ impl DictionaryHandle {
         }
     }
 
-    pub fn snapshot(&self) -> Arc<Dictionary> {
-        self.current.load_full()
+    /// The current snapshot; a guard, not a reference count, so that workers
+    /// do not pass the count's cache line between them on every statement.
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Dictionary>> {
+        self.current.load()
     }
 
-    /// Whether the snapshot was confirmed within the lease.
+    /// Whether the snapshot was confirmed within the lease (as of the last
+    /// refresh tick, at most `refresh_ms` ago).
     pub fn fresh(&self) -> bool {
+        self.fresh.load(Ordering::Relaxed)
+    }
+
+    /// Called on every refresh tick, successful or not.
+    fn check_lease(&self) {
         let last = self.last_read_ms.load(Ordering::Relaxed);
-        last != 0 && self.now_ms().saturating_sub(last) <= self.lease.as_millis() as u64
+        let fresh =
+            last != 0 && self.now_ms().saturating_sub(last) <= self.lease.as_millis() as u64;
+        if self.fresh.swap(fresh, Ordering::Relaxed) && !fresh {
+            tracing::error!(
+                "the dictionary was not read within its lease: partitioned tables are not served"
+            );
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -61,6 +79,7 @@ impl DictionaryHandle {
 
     fn confirmed(&self) {
         self.last_read_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.fresh.store(true, Ordering::Relaxed);
     }
 
     fn install(&self, dictionary: Dictionary) {
@@ -121,11 +140,13 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
         if conn.is_none() {
             conn = own_connection(&shared, shared.main).await.ok();
         }
-        let Some(c) = conn.as_mut() else { continue };
-        if let Err(e) = reload_with(&shared, c).await {
-            tracing::warn!("cannot read the dictionary: {e}");
-            conn = None;
+        if let Some(c) = conn.as_mut() {
+            if let Err(e) = reload_with(&shared, c).await {
+                tracing::warn!("cannot read the dictionary: {e}");
+                conn = None;
+            }
         }
+        shared.dictionary.check_lease();
     }
 }
 
@@ -174,5 +195,28 @@ pub async fn wait_for_instances(
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_not_confirmed_within_the_lease_is_not_served() {
+        let handle = DictionaryHandle::new(
+            "hscale".into(),
+            Duration::from_millis(1),
+            Duration::from_millis(20),
+        );
+        assert!(!handle.fresh(), "never read");
+        handle.confirmed();
+        handle.check_lease();
+        assert!(handle.fresh());
+        std::thread::sleep(Duration::from_millis(30));
+        handle.check_lease();
+        assert!(!handle.fresh(), "lease over");
+        handle.confirmed();
+        assert!(handle.fresh(), "read again");
     }
 }

@@ -34,8 +34,9 @@ impl Session {
         let sql = &payload[1..];
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
         let mut plan = self.plan(sql);
-        let waited_since = Instant::now();
+        let mut waited_since = None;
         while let Action::Wait(table) = &plan.action {
+            let waited_since = *waited_since.get_or_insert_with(Instant::now);
             let lock_wait = self.shared.lock_wait;
             if waited_since.elapsed() >= lock_wait {
                 return Err(ProxyError::LockWaitTimeout {
