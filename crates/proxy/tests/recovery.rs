@@ -176,3 +176,28 @@ fn a_proxy_stopped_during_add_partition_loses_and_duplicates_nothing() {
     assert_eq!(odd_rows, 3);
     assert_eq!(rows_through(&second, &db), 20000);
 }
+
+#[test]
+fn a_setup_table_stopped_before_its_rename_is_finished_at_the_next_start() {
+    let db = cluster().database("recover_setup");
+    let mut d = cluster().direct(1, Some(&db));
+    d.query_drop(USERS).unwrap();
+    d.query_drop("INSERT INTO users VALUES (1, 'a'), (2, 'b')")
+        .unwrap();
+    // A first proxy creates the dictionary's schema.
+    drop(Proxy::for_cluster());
+    // What SETUP_TABLE had written when it stopped: the entry, not the rename.
+    let mut main = cluster().direct(1, None);
+    main.exec_drop(
+        "INSERT INTO hscale.tables VALUES (?, 'users', 'id', 1, 'integer', 'MOD(2)', 'users_default', 1)",
+        (&db,),
+    )
+    .unwrap();
+    main.query_drop("UPDATE hscale.version SET version = version + 1")
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    assert_eq!(count(&mut d, "users_default"), 2);
+    let left: Vec<String> = d.query("SHOW TABLES LIKE 'users'").unwrap();
+    assert!(left.is_empty(), "renamed");
+    assert_eq!(rows_through(&proxy, &db), 2);
+}

@@ -108,7 +108,7 @@ async fn create_like_default(
         AdminError::Invalid(format!("unexpected definition of {}", t.default_table))
     })?;
     let mut target = own_connection(shared, place.slot).await?;
-    if super::table_exists(&mut target, &place.db, &place.table).await? {
+    if store::table_exists(&mut target, &place.db, &place.table).await? {
         return Err(AdminError::TableExists {
             db: place.db.clone(),
             name: place.table.clone(),

@@ -174,14 +174,3 @@ fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
         .pool_index(backend)
         .ok_or(ProxyError::UnknownBackend { backend })
 }
-
-/// Whether a table exists on the connection's backend.
-async fn table_exists(conn: &mut BackendConn, db: &str, table: &str) -> Result<bool, ProxyError> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
-        store::text_literal(db),
-        store::text_literal(table)
-    );
-    let rows = store::exec(conn, &sql).await?;
-    Ok(store::text(&rows, 0, 0) != "0")
-}

@@ -4,7 +4,7 @@
 
 use hscale_planner::{ColumnKind, HashFunction, TableName};
 
-use super::{current, publish, slot, table_exists, AdminAnswer, AdminError, AdminLock};
+use super::{current, publish, slot, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -35,7 +35,7 @@ pub async fn run(
     let rows = store::exec(&mut conn, &sql).await?;
     if rows.is_empty() {
         return Err(
-            match table_exists(&mut conn, &table.db, &table.name).await? {
+            match store::table_exists(&mut conn, &table.db, &table.name).await? {
                 true => AdminError::NoSuchColumn { table, column },
                 false => AdminError::NoSuchTable { table, backend },
             }
@@ -49,7 +49,7 @@ pub async fn run(
         AdminError::Invalid(format!("a {data_type} column cannot be a partition column"))
     })?;
     function.check_column(kind).map_err(AdminError::from)?;
-    if table_exists(&mut conn, &table.db, &default_table).await? {
+    if store::table_exists(&mut conn, &table.db, &default_table).await? {
         return Err(AdminError::TableExists {
             db: table.db,
             name: default_table,

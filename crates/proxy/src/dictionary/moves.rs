@@ -14,10 +14,10 @@
 //! The table is locked (statements on it wait) while any partition of it is
 //! in one of these states, so no client sees a row twice or not at all.
 
-use hscale_planner::{PartitionState, PartitionedTable, TableName, Value};
+use hscale_planner::{Dictionary, PartitionState, PartitionedTable, TableName, Value};
 
 use super::own_connection;
-use super::store::{bytes_literal, exec, ident, text_literal};
+use super::store::{bytes_literal, exec, ident, table_exists, text_literal};
 use crate::backend::BackendConn;
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -220,15 +220,49 @@ pub fn places(
     Ok((default, partition))
 }
 
+/// Partitioned tables whose default table does not exist yet while the table
+/// of their own name still does: SETUP_TABLE stopped before its rename.
+async fn unrenamed<'d>(
+    shared: &Shared,
+    dictionary: &'d Dictionary,
+) -> Result<Vec<&'d PartitionedTable>, ProxyError> {
+    let mut found = Vec::new();
+    for table in dictionary.tables() {
+        let (default, _) = places(shared, table, "", table.default_backend)?;
+        let mut c = own_connection(shared, default.slot).await?;
+        if !table_exists(&mut c, &default.db, &default.table).await?
+            && table_exists(&mut c, &default.db, &table.table.name).await?
+        {
+            found.push(table);
+        }
+    }
+    Ok(found)
+}
+
 /// Finishes or undoes every move the dictionary shows in progress, under the
 /// admin lock, so that a live instance's move is left alone.
 pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let dictionary = super::store::load(conn, &shared.dictionary.schema).await?;
-    if !dictionary.tables().iter().any(|t| t.locked()) {
+    if !dictionary.tables().iter().any(|t| t.locked())
+        && unrenamed(shared, &dictionary).await?.is_empty()
+    {
         return Ok(());
     }
     let _lock = crate::admin::AdminLock::take(shared).await?;
     let dictionary = super::store::load(conn, &shared.dictionary.schema).await?;
+    // SETUP_TABLE records the table, then renames it to its default table.
+    for table in unrenamed(shared, &dictionary).await? {
+        let (default, _) = places(shared, table, "", table.default_backend)?;
+        let mut c = own_connection(shared, default.slot).await?;
+        let rename = format!(
+            "RENAME TABLE {}.{} TO {}",
+            ident(&default.db),
+            ident(&table.table.name),
+            default.qualified()
+        );
+        tracing::warn!(table = %table.table, "finishing an interrupted SETUP_TABLE");
+        exec(&mut c, &rename).await?;
+    }
     for table in dictionary.tables() {
         for entry in table
             .entries

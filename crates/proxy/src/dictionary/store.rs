@@ -171,3 +171,18 @@ pub async fn instances_behind(
     let rows = exec(conn, &sql).await?;
     Ok((0..rows.len()).map(|i| text(&rows, i, 0)).collect())
 }
+
+/// Whether a table exists on the connection's backend.
+pub async fn table_exists(
+    conn: &mut BackendConn,
+    db: &str,
+    table: &str,
+) -> Result<bool, ProxyError> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
+        text_literal(db),
+        text_literal(table)
+    );
+    let rows = exec(conn, &sql).await?;
+    Ok(text(&rows, 0, 0) != "0")
+}
