@@ -54,14 +54,19 @@ fn dictionary() -> Dictionary {
     )
 }
 
+/// A session in `db` whose main backend is 1.
+fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
+    Context {
+        db: Some(db),
+        quoting: Quoting::BackslashEscapes,
+        dictionary,
+        main_backend: 1,
+    }
+}
+
 fn plan_of(sql: &str) -> Action {
     let dictionary = dictionary();
-    let ctx = Context {
-        db: Some("app"),
-        quoting: Quoting::BackslashEscapes,
-        dictionary: &dictionary,
-        main_backend: 1,
-    };
+    let ctx = context(&dictionary, "app");
     plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action
 }
 
@@ -301,12 +306,7 @@ fn a_locked_table_makes_statements_wait() {
     users.entries[0].state = PartitionState::Copying;
     let users = PartitionedTable::new(users.definition(), users.entries.clone());
     dict = Dictionary::new(2, vec![users]);
-    let ctx = Context {
-        db: Some("app"),
-        quoting: Quoting::BackslashEscapes,
-        dictionary: &dict,
-        main_backend: 1,
-    };
+    let ctx = context(&dict, "app");
     let action = plan(
         b"SELECT * FROM users WHERE nickname = 'zoe'",
         &ctx,
@@ -328,12 +328,7 @@ fn describe_answers_for_the_default_table() {
 #[test]
 fn an_unparsable_statement_passes_through_where_no_partitioned_table_could_be_meant() {
     let dictionary = dictionary();
-    let in_db = |db| Context {
-        db: Some(db),
-        quoting: Quoting::BackslashEscapes,
-        dictionary: &dictionary,
-        main_backend: 1,
-    };
+    let in_db = |db| context(&dictionary, db);
     let sql = b"SELECT users FROM stats PROCEDURE ANALYSE()";
     let mut cache = PlanCache::default();
     assert!(matches!(
@@ -351,12 +346,7 @@ fn an_unparsable_statement_passes_through_where_no_partitioned_table_could_be_me
 #[test]
 fn a_cached_shape_plans_like_a_fresh_parse() {
     let dictionary = dictionary();
-    let ctx = Context {
-        db: Some("app"),
-        quoting: Quoting::BackslashEscapes,
-        dictionary: &dictionary,
-        main_backend: 1,
-    };
+    let ctx = context(&dictionary, "app");
     let mut warm = PlanCache::default();
     let names = ["Martin", "zoe", "pa''ul", "PETER", "ma\\'r", "x"];
     let shapes = [

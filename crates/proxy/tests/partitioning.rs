@@ -30,6 +30,15 @@ fn error_of(conn: &mut Conn, sql: &str) -> (u16, String) {
     }
 }
 
+/// users by MOD(2) of id: even ids in the default table on backend 1, odd
+/// ids in `users_odd` on backend 2.
+fn split_by_parity(c: &mut Conn) {
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
+        .unwrap();
+}
+
 /// Rows of a physical table, straight from its backend.
 fn physical(backend: usize, db: &str, table: &str) -> Vec<(u32, String)> {
     cluster()
@@ -176,10 +185,7 @@ fn bad_admin_input_is_a_clear_error_and_changes_nothing() {
 fn refusals_are_1235_and_name_the_table() {
     let (proxy, db) = setup("part_refusals");
     let mut c = proxy.connect(Some(&db));
-    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
-        .unwrap();
-    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
-        .unwrap();
+    split_by_parity(&mut c);
     for sql in [
         "SELECT * FROM users ORDER BY id",
         "SELECT COUNT(*) FROM users",
@@ -200,10 +206,7 @@ fn refusals_are_1235_and_name_the_table() {
 fn transactions_write_on_one_backend_in_single_mode() {
     let (proxy, db) = setup("part_tx_single");
     let mut c = proxy.connect(Some(&db));
-    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
-        .unwrap();
-    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
-        .unwrap();
+    split_by_parity(&mut c);
     c.query_drop("BEGIN").unwrap();
     c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
         .unwrap();
@@ -234,10 +237,7 @@ fn transactions_write_on_one_backend_in_single_mode() {
 fn transactions_commit_and_roll_back_on_every_backend_in_multi_mode() {
     let (proxy, db) = setup_with("part_tx_multi", Transactions::Multi);
     let mut c = proxy.connect(Some(&db));
-    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
-        .unwrap();
-    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
-        .unwrap();
+    split_by_parity(&mut c);
     c.query_drop("BEGIN").unwrap();
     c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01'), (2, 'b', '2000-01-01')")
         .unwrap();
