@@ -147,7 +147,7 @@ fn value(sql: &[u8], token: &Token, negative: bool, quoting: Quoting) -> Option<
 }
 
 /// The text of a quoted string as MySQL reads it.
-fn unquote(inner: &[u8], quote: u8, quoting: Quoting) -> Option<String> {
+pub(crate) fn unquote(inner: &[u8], quote: u8, quoting: Quoting) -> Option<String> {
     let mut out = Vec::with_capacity(inner.len());
     let mut i = 0;
     while i < inner.len() {

@@ -94,6 +94,9 @@ pub struct PartitionedTable {
     pub default_table: String,
     pub default_backend: u32,
     pub entries: Vec<PartitionEntry>,
+    /// A schema statement (ALTER, RENAME, ...) is running on its physical
+    /// tables: statements on it wait.
+    pub changing: bool,
     by_value: FxHashMap<String, usize>,
 }
 
@@ -144,6 +147,7 @@ impl PartitionedTable {
             default_table,
             default_backend,
             entries,
+            changing: false,
             by_value,
         }
     }
@@ -165,11 +169,25 @@ impl PartitionedTable {
         format!("{}_{}", self.table.name, partition)
     }
 
-    /// A move is in progress: statements on the table wait for it.
+    /// A move or a schema change is in progress: statements on the table
+    /// wait for it.
     pub fn locked(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| e.state != PartitionState::Active)
+        self.changing
+            || self
+                .entries
+                .iter()
+                .any(|e| e.state != PartitionState::Active)
+    }
+
+    /// The default table's name once the table is renamed to `new`: one
+    /// named after the table (`users_default`) follows it, another keeps its
+    /// name.
+    pub fn renamed_default(&self, new: &str) -> String {
+        let prefix = format!("{}_", self.table.name);
+        match self.default_table.strip_prefix(&prefix) {
+            Some(rest) => format!("{new}_{rest}"),
+            None => self.default_table.clone(),
+        }
     }
 
     pub fn default_target(&self) -> Target {
@@ -239,8 +257,10 @@ impl PartitionedTable {
     }
 }
 
-/// Names of partitioned tables, lower-cased, in any database: the lexer checks
-/// a statement's words against them before anything is parsed.
+/// Names of partitioned tables, lower-cased, in any database, and
+/// `information_schema`: the lexer checks a statement's words against them
+/// before anything is parsed, and only statements that use one are planned
+/// further.
 #[derive(Debug, Clone, Default)]
 pub struct TableNames {
     names: FxHashSet<Vec<u8>>,
@@ -293,6 +313,10 @@ impl Dictionary {
         let mut names = TableNames::default();
         for t in &tables {
             names.insert(&t.table.name);
+        }
+        // Its tables list physical tables: such queries are planned too.
+        if !tables.is_empty() {
+            names.insert("information_schema");
         }
         Dictionary {
             version,

@@ -11,6 +11,7 @@ pub mod lexer;
 pub mod plan;
 mod rewrite;
 mod route;
+mod schema;
 pub mod set;
 mod shape;
 mod show;
@@ -24,7 +25,10 @@ pub use dictionary::{
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
-pub use plan::{plan, Action, Context, Merge, Plan, Refusal, Route, SessionChange, Step};
+pub use plan::{
+    plan, Action, Context, Merge, Plan, Refusal, Route, SchemaChange, SchemaEffect, SessionChange,
+    Step,
+};
 pub use rewrite::quote_identifier;
 pub use set::{parse_set, SetItem};
-pub use show::ShowTables;
+pub use show::{Listing, NameColumn, Physical};

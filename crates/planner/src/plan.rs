@@ -37,9 +37,19 @@ pub enum Action {
     Admin,
     Kill(Kill),
     Route(Route),
-    /// SHOW TABLES on the main backend, its answer corrected to list
-    /// logical tables.
-    ShowTables(crate::show::ShowTables),
+    /// A metadata statement (SHOW TABLES, SHOW CREATE TABLE, a query on
+    /// information_schema, ...) whose answer is corrected to name logical
+    /// tables only.
+    Listing(crate::show::Listing),
+    /// A schema statement on a partitioned table: run on every physical
+    /// table in turn, under the table lock.
+    Schema(SchemaChange),
+    /// CREATE TABLE of a name that a partitioned table has: `quiet` with IF
+    /// NOT EXISTS (an OK), else error 1050.
+    Exists {
+        table: TableName,
+        quiet: bool,
+    },
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
@@ -84,6 +94,42 @@ pub enum Merge {
     Concat,
     /// One OK whose affected rows are the sum of the steps'.
     AffectedRows,
+}
+
+/// ALTER, TRUNCATE, CREATE/DROP INDEX, DROP TABLE or RENAME TABLE of a
+/// partitioned table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub table: TableName,
+    /// The statement's name for what it does, for messages ("ALTER TABLE").
+    pub statement: String,
+    /// One statement per physical table, the default table first: a
+    /// statement the default table refuses changes nothing.
+    pub steps: Vec<Step>,
+    pub effect: SchemaEffect,
+}
+
+/// What the dictionary records once every step has run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaEffect {
+    /// The same partitions (ALTER, TRUNCATE, indexes); an ALTER may move the
+    /// partition column, whose position is read again.
+    Unchanged,
+    /// The table is no longer partitioned, nor there.
+    Dropped,
+    /// The table has a new name, and so have its physical tables.
+    Renamed(TableName),
+}
+
+impl SchemaEffect {
+    /// How the dictionary's lock records it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SchemaEffect::Unchanged => "unchanged",
+            SchemaEffect::Dropped => "dropped",
+            SchemaEffect::Renamed(_) => "renamed",
+        }
+    }
 }
 
 /// Why hscale will not run a statement (error 1235).
@@ -143,10 +189,16 @@ pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
             reason: "KILL with other statements in one query".into(),
         }),
         Kind::Kill => Action::Kill(parse_kill(&text())),
-        _ if summary.names_partitioned => plan_partitioned(&text(), &summary, ctx, cache),
         Kind::Other if !ctx.dictionary.names().is_empty() => {
-            crate::show::show_tables(&text(), ctx).map_or(Action::Main, Action::ShowTables)
+            match crate::show::listing(&text(), ctx) {
+                Some(listing) => Action::Listing(listing),
+                None if summary.names_partitioned => {
+                    plan_partitioned(&text(), &summary, ctx, cache)
+                }
+                None => Action::Main,
+            }
         }
+        _ if summary.names_partitioned => plan_partitioned(&text(), &summary, ctx, cache),
         _ => Action::Main,
     };
     Plan {

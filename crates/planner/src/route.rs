@@ -18,6 +18,7 @@ use crate::hashing::Value;
 use crate::lexer::{Quoting, Summary};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
+use crate::schema::schema_names;
 use crate::shape::{apply_edits, bytes, ByteShape, Edit, EditText, Key, Shape};
 
 /// Aggregate functions: their results over several partitions need a merge.
@@ -93,19 +94,20 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         }
         ControlFlow::<()>::Continue(())
     });
-    for name in statements.iter().flat_map(schema_names) {
-        if let Some(table) = resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name)) {
-            return refuse(
-                Some(&table.table),
-                "schema changes (DROP, ALTER, TRUNCATE, RENAME, CREATE INDEX, SHOW CREATE) of a partitioned table".into(),
-            );
-        }
-    }
-    let (reference, table) =
-        match partitioned.as_slice() {
-            [] => return Action::Main.into(),
-            [(reference, table)] => (reference.clone(), *table),
-            [(_, table), ..] => return refuse(
+    let schema_table = statements.iter().flat_map(schema_names).find_map(|name| {
+        let table = resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name))?;
+        Some((name.clone(), table))
+    });
+    let schema = schema_table.is_some();
+    let (reference, table, others) =
+        match (schema_table, partitioned.as_slice()) {
+            (Some((reference, table)), _) => (reference, table, 0),
+            (None, []) if reads_information_schema(&statements, ctx) => {
+                return Action::Listing(crate::show::information_schema(ctx)).into()
+            }
+            (None, []) => return Action::Main.into(),
+            (None, [(reference, table)]) => (reference.clone(), *table, others),
+            (None, [(_, table), ..]) => return refuse(
                 Some(&table.table),
                 "it names partitioned tables more than once (a join or subquery over partitions)"
                     .into(),
@@ -126,6 +128,12 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         others,
         ctx,
     };
+    if schema {
+        return match analysis.schema_change() {
+            Ok(action) => action.into(),
+            Err(reason) => refuse(Some(&table.table), reason),
+        };
+    }
     let shaped = match statement {
         Statement::Query(query) => analysis.select(query, summary),
         Statement::Update(update) => analysis.update(update),
@@ -180,6 +188,23 @@ pub(crate) fn finish(
     }
 }
 
+/// Whether a statement reads information_schema, whose tables list physical
+/// tables.
+fn reads_information_schema(statements: &Vec<Statement>, ctx: &Context) -> bool {
+    let is = |db: &str| db.eq_ignore_ascii_case("information_schema");
+    let mut found = false;
+    let _ = visit_relations(statements, |name: &ObjectName| {
+        let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
+        found |= match parts.as_slice() {
+            [_] => ctx.db.is_some_and(is),
+            [db, _] => is(&db.value),
+            _ => false,
+        };
+        ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
 /// For a statement sqlparser cannot read: a partitioned table whose name is
 /// one of its words and whose database is the session's or named too. Only
 /// such a statement could reach a partitioned table; any other passes through.
@@ -211,21 +236,6 @@ fn check_connection_state(route: &Route, summary: &Summary, ctx: &Context) -> Re
     }
 }
 
-/// Tables a schema statement names outside of relation positions.
-fn schema_names(statement: &Statement) -> Vec<&ObjectName> {
-    match statement {
-        Statement::Drop { names, .. } => names.iter().collect(),
-        Statement::AlterTable(alter) => vec![&alter.name],
-        Statement::RenameTable(renames) => renames
-            .iter()
-            .flat_map(|r| [&r.old_name, &r.new_name])
-            .collect(),
-        Statement::CreateIndex(index) => vec![&index.table_name],
-        Statement::ShowCreate { obj_name, .. } => vec![obj_name],
-        _ => Vec::new(),
-    }
-}
-
 fn statement_kind(statement: &Statement) -> String {
     let text = statement.to_string();
     text.split_whitespace()
@@ -236,7 +246,7 @@ fn statement_kind(statement: &Statement) -> String {
 }
 
 /// The database and table an object name names, in the session's database.
-fn resolve(name: &ObjectName, ctx: &Context) -> Option<TableName> {
+pub(crate) fn resolve(name: &ObjectName, ctx: &Context) -> Option<TableName> {
     let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
     match parts.as_slice() {
         [table] => Some(TableName {
@@ -251,7 +261,7 @@ fn resolve(name: &ObjectName, ctx: &Context) -> Option<TableName> {
     }
 }
 
-fn same_name(a: &ObjectName, b: &ObjectName) -> bool {
+pub(crate) fn same_name(a: &ObjectName, b: &ObjectName) -> bool {
     a == b && spans(a) == spans(b)
 }
 
@@ -263,21 +273,21 @@ fn spans(name: &ObjectName) -> Vec<sqlparser::tokenizer::Span> {
         .collect()
 }
 
-struct Analysis<'a> {
-    sql: &'a str,
-    statement: &'a Statement,
-    offsets: Offsets<'a>,
-    table: &'a PartitionedTable,
+pub(crate) struct Analysis<'a> {
+    pub sql: &'a str,
+    pub statement: &'a Statement,
+    pub offsets: Offsets<'a>,
+    pub table: &'a PartitionedTable,
     /// The partitioned table as the statement names it.
-    reference: ObjectName,
+    pub reference: ObjectName,
     /// References to tables that are not partitioned.
-    others: usize,
-    ctx: &'a Context<'a>,
+    pub others: usize,
+    pub ctx: &'a Context<'a>,
 }
 
 /// How the partitioned table is written where it is replaced.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Naming {
+pub(crate) enum Naming {
     /// `users` becomes `users_nick1` AS `users` (SELECT, UPDATE): qualified
     /// columns and the result's table name stay as the client wrote them.
     Aliased,
@@ -614,7 +624,7 @@ impl Analysis<'_> {
 
     /// Where the physical table goes in for the partitioned table, and where
     /// no alias can stand in for it, for the qualifiers that name it.
-    fn edits(&self, naming: Option<Naming>) -> Result<Vec<Edit<Range<usize>>>, String> {
+    pub(crate) fn edits(&self, naming: Option<Naming>) -> Result<Vec<Edit<Range<usize>>>, String> {
         let lost = || "a table name hscale cannot find in the text".to_string();
         let parts: Vec<&Ident> = self
             .reference

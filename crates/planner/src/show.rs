@@ -1,29 +1,139 @@
-//! SHOW [FULL] TABLES in a database with partitioned tables: the logical
-//! tables are listed, never their physical tables.
+//! Metadata statements whose answers name tables: SHOW [FULL] TABLES, SHOW
+//! TABLE STATUS, SHOW INDEX, SHOW CREATE TABLE and queries on
+//! information_schema. Where partitioned tables are concerned, the plan is a
+//! `Listing`: where the statement runs, and how its answer is corrected so
+//! that it names logical tables, never physical ones.
 
 use sqlparser::ast::{ShowStatementFilter, ShowStatementFilterPosition, Statement};
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
+use crate::cache::unquote;
+use crate::dictionary::PartitionedTable;
+use crate::lexer::{Token, TokenKind, Tokens};
 use crate::plan::Context;
+use crate::rewrite::quote_identifier;
 
-/// How to correct the main backend's SHOW TABLES answer.
+/// How to run a metadata statement and correct its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShowTables {
-    pub full: bool,
-    /// Physical tables of partitioned tables: left out.
-    pub hide: Vec<String>,
-    /// Partitioned tables the statement's LIKE matches: added.
-    pub add: Vec<String>,
+pub struct Listing {
+    pub backend: u32,
+    /// What that backend gets; `None`: the statement as the client wrote it.
+    pub sql: Option<String>,
+    /// The column whose values are table names.
+    pub column: NameColumn,
+    /// The column whose values are their databases, if the answer has one.
+    pub schema_column: Option<&'static str>,
+    /// Physical tables the answer may name: left out, or named for their
+    /// logical table.
+    pub physical: Vec<Physical>,
+    /// Rows for logical tables (SHOW TABLES): added, then every row sorted by
+    /// name.
+    pub add: Vec<Vec<Option<String>>>,
+    /// A LIKE pattern applied to the corrected names (the backend was asked
+    /// without it, since it would not match a physical name).
+    pub like: Option<String>,
+    /// SHOW CREATE TABLE: the CREATE TABLE statement in the second column
+    /// names the logical table.
+    pub create_statement: bool,
 }
 
-/// The correction for a SHOW TABLES, if the database it lists holds
-/// partitioned tables and the statement filters at most by LIKE.
-pub(crate) fn show_tables(sql: &str, ctx: &Context) -> Option<ShowTables> {
-    let head = sql.trim_start().get(..4)?;
-    if !head.eq_ignore_ascii_case("show") {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameColumn {
+    Position(usize),
+    /// By its column name in the source table (information_schema queries
+    /// choose and rename their columns).
+    Named(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Physical {
+    pub db: String,
+    pub table: String,
+    /// The logical table's name, where the physical table stands for it.
+    pub logical: Option<String>,
+}
+
+impl Listing {
+    /// What becomes of a row naming `table` in `db` (`None`: the database
+    /// is not in the answer): `None` leaves it out.
+    pub fn correct<'a>(&'a self, db: Option<&[u8]>, table: &'a [u8]) -> Option<&'a [u8]> {
+        let physical = self
+            .physical
+            .iter()
+            .find(|p| p.table.as_bytes() == table && db.is_none_or(|db| db == p.db.as_bytes()));
+        let name = match physical {
+            None => table,
+            Some(Physical {
+                logical: Some(logical),
+                ..
+            }) => logical.as_bytes(),
+            Some(_) => return None,
+        };
+        match &self.like {
+            Some(pattern) if !like(pattern.as_bytes(), name) => None,
+            _ => Some(name),
+        }
+    }
+}
+
+/// The listing of a SHOW statement that concerns partitioned tables.
+pub(crate) fn listing(sql: &str, ctx: &Context) -> Option<Listing> {
+    let tokens: Vec<Token> = Tokens::new(sql.as_bytes(), ctx.quoting).collect();
+    let word = |i: usize| {
+        tokens
+            .get(i)
+            .filter(|t| t.kind == TokenKind::Word)
+            .map(|t| sql[t.start..t.end].to_ascii_lowercase())
+    };
+    if word(0).as_deref() != Some("show") {
         return None;
     }
+    match (word(1).as_deref(), word(2).as_deref()) {
+        (Some("tables" | "full"), _) => show_tables(sql, ctx),
+        (Some("table"), Some("status")) => table_status(sql, &tokens, 3, ctx),
+        (Some("index" | "indexes" | "keys"), Some("from" | "in")) => {
+            of_table(sql, &tokens, 3, ctx, false)
+        }
+        (Some("create"), Some("table")) => of_table(sql, &tokens, 3, ctx, true),
+        _ => None,
+    }
+}
+
+/// A query on information_schema (that names no partitioned table): its
+/// rows that name physical tables are corrected.
+pub(crate) fn information_schema(ctx: &Context) -> Listing {
+    let tables = ctx.dictionary.tables();
+    Listing {
+        backend: ctx.main_backend,
+        sql: None,
+        column: NameColumn::Named("TABLE_NAME"),
+        schema_column: Some("TABLE_SCHEMA"),
+        physical: tables.iter().flat_map(|t| physical(t, ctx)).collect(),
+        add: Vec::new(),
+        like: None,
+        create_statement: false,
+    }
+}
+
+/// The physical tables of a partitioned table as the main backend lists
+/// them: the default table stands for the logical table.
+fn physical(table: &PartitionedTable, ctx: &Context) -> Vec<Physical> {
+    table
+        .physical_tables()
+        .into_iter()
+        .map(|target| Physical {
+            db: table.table.db.clone(),
+            logical: (target.partition.is_none() && target.backend == ctx.main_backend)
+                .then(|| table.table.name.clone()),
+            table: target.table,
+        })
+        .collect()
+}
+
+/// SHOW [FULL] TABLES [{FROM | IN} db] [LIKE 'pattern']: the physical tables
+/// left out, the logical ones added (wherever their default table lives).
+fn show_tables(sql: &str, ctx: &Context) -> Option<Listing> {
     let statements = Parser::parse_sql(&MySqlDialect {}, sql).ok()?;
     let [Statement::ShowTables {
         full, show_options, ..
@@ -47,28 +157,153 @@ pub(crate) fn show_tables(sql: &str, ctx: &Context) -> Option<ShowTables> {
         ) => Some(p.as_str()),
         Some(_) => return None,
     };
+    let tables = in_database(ctx, &db)?;
+    Some(Listing {
+        backend: ctx.main_backend,
+        sql: None,
+        column: NameColumn::Position(0),
+        schema_column: None,
+        physical: tables
+            .iter()
+            .flat_map(|t| t.physical_tables())
+            .map(|target| Physical {
+                db: db.clone(),
+                table: target.table,
+                logical: None,
+            })
+            .collect(),
+        add: tables
+            .iter()
+            .map(|t| t.table.name.clone())
+            .filter(|name| pattern.is_none_or(|p| like(p.as_bytes(), name.as_bytes())))
+            .map(|name| match full {
+                true => vec![Some(name), Some("BASE TABLE".into())],
+                false => vec![Some(name)],
+            })
+            .collect(),
+        like: None,
+        create_statement: false,
+    })
+}
+
+/// SHOW TABLE STATUS [{FROM | IN} db] [LIKE 'pattern' | WHERE ...]: asked
+/// without its LIKE, which hscale applies to the logical names.
+fn table_status(sql: &str, tokens: &[Token], from: usize, ctx: &Context) -> Option<Listing> {
+    let mut at = from;
+    let mut db = ctx.db.map(str::to_string);
+    let mut like = None;
+    let mut like_range = None;
+    while let Some(token) = tokens.get(at) {
+        let keyword = (token.kind == TokenKind::Word)
+            .then(|| sql[token.start..token.end].to_ascii_lowercase());
+        match keyword.as_deref() {
+            Some("from" | "in") => {
+                db = Some(identifier(sql, tokens.get(at + 1)?, ctx)?);
+                at += 2;
+            }
+            Some("like") => {
+                let pattern = tokens.get(at + 1)?;
+                let TokenKind::Quoted(quote @ (b'\'' | b'"')) = pattern.kind else {
+                    return None;
+                };
+                like = Some(unquote(
+                    sql.as_bytes().get(pattern.start + 1..pattern.end - 1)?,
+                    quote,
+                    ctx.quoting,
+                )?);
+                like_range = Some(token.start..pattern.end);
+                at += 2;
+            }
+            _ => break,
+        }
+    }
+    let db = db?;
+    let tables = in_database(ctx, &db)?;
+    let sql = like_range.map(|range| format!("{}{}", &sql[..range.start], &sql[range.end..]));
+    Some(Listing {
+        backend: ctx.main_backend,
+        sql,
+        column: NameColumn::Position(0),
+        schema_column: None,
+        physical: tables.iter().flat_map(|t| physical(t, ctx)).collect(),
+        add: Vec::new(),
+        like,
+        create_statement: false,
+    })
+}
+
+/// SHOW {INDEX | KEYS} FROM t [FROM db], SHOW CREATE TABLE t: asked of the
+/// default table, which has the logical table's definition.
+fn of_table(
+    sql: &str,
+    tokens: &[Token],
+    at: usize,
+    ctx: &Context,
+    create_statement: bool,
+) -> Option<Listing> {
+    let first = tokens.get(at)?;
+    let qualified = tokens.get(at + 1).map(|t| t.kind) == Some(TokenKind::Symbol(b'.'));
+    let (mut db, name_token) = match qualified {
+        true => (Some(identifier(sql, first, ctx)?), tokens.get(at + 2)?),
+        false => (ctx.db.map(str::to_string), first),
+    };
+    let next = at + if qualified { 3 } else { 1 };
+    let from_db = tokens.get(next).is_some_and(|t| {
+        t.kind == TokenKind::Word
+            && matches!(
+                sql[t.start..t.end].to_ascii_lowercase().as_str(),
+                "from" | "in"
+            )
+    });
+    if from_db && !create_statement {
+        db = Some(identifier(sql, tokens.get(next + 1)?, ctx)?);
+    }
+    let name = identifier(sql, name_token, ctx)?;
+    let table = ctx.dictionary.table(&db?, &name)?;
+    let sql = format!(
+        "{}{}{}",
+        &sql[..name_token.start],
+        quote_identifier(&table.default_table),
+        &sql[name_token.end..]
+    );
+    Some(Listing {
+        backend: table.default_backend,
+        sql: Some(sql),
+        column: NameColumn::Position(0),
+        schema_column: None,
+        physical: vec![Physical {
+            db: table.table.db.clone(),
+            table: table.default_table.clone(),
+            logical: Some(table.table.name.clone()),
+        }],
+        add: Vec::new(),
+        like: None,
+        create_statement,
+    })
+}
+
+/// The partitioned tables of a database, if it has any.
+fn in_database<'d>(ctx: &Context<'d>, db: &str) -> Option<Vec<&'d PartitionedTable>> {
     let tables: Vec<_> = ctx
         .dictionary
         .tables()
         .into_iter()
         .filter(|t| t.table.db == db)
         .collect();
-    if tables.is_empty() {
-        return None;
+    (!tables.is_empty()).then_some(tables)
+}
+
+/// An identifier token's name: a word, or a backquoted name.
+fn identifier(sql: &str, token: &Token, ctx: &Context) -> Option<String> {
+    match token.kind {
+        TokenKind::Word => Some(sql[token.start..token.end].to_string()),
+        TokenKind::Quoted(b'`') => unquote(
+            sql.as_bytes().get(token.start + 1..token.end - 1)?,
+            b'`',
+            ctx.quoting,
+        ),
+        _ => None,
     }
-    Some(ShowTables {
-        full: *full,
-        hide: tables
-            .iter()
-            .flat_map(|t| t.physical_tables())
-            .map(|t| t.table)
-            .collect(),
-        add: tables
-            .iter()
-            .map(|t| t.table.name.clone())
-            .filter(|name| pattern.is_none_or(|p| like(p.as_bytes(), name.as_bytes())))
-            .collect(),
-    })
 }
 
 /// SQL LIKE: `%` any run, `_` one character, `\` escapes.

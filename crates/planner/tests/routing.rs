@@ -2,7 +2,8 @@
 
 use hscale_planner::{
     plan, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
-    PartitionState, PartitionedTable, PlanCache, Quoting, Route, TableDefinition, TableName,
+    PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, TableDefinition,
+    TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -268,15 +269,118 @@ fn refuses_what_partitions_cannot_answer() {
             "SELECT * FROM users JOIN plain ON plain.id = users.id WHERE nickname = 'mar'",
             "not partitioned",
         ),
-        ("DROP TABLE users", "schema changes"),
-        ("ALTER TABLE users ADD COLUMN x INT", "schema changes"),
-        ("TRUNCATE TABLE users", "TRUNCATE"),
+        ("DROP TABLE users, plain", "with other tables"),
+        (
+            "ALTER TABLE users DROP COLUMN nickname",
+            "partition column `nickname`",
+        ),
+        (
+            "ALTER TABLE users CHANGE nickname nick TEXT",
+            "partition column",
+        ),
+        ("ALTER TABLE users RENAME TO people", "use RENAME TABLE"),
+        ("RENAME TABLE users TO a, plain TO b", "several tables"),
+        (
+            "RENAME TABLE plain TO orders",
+            "name of a partitioned table",
+        ),
+        ("RENAME TABLE users TO other.users", "another database"),
         ("SELECT 1; SELECT * FROM users", "several statements"),
         ("SELECT * FROM users PROCEDURE ANALYSE()", "cannot parse"),
     ] {
         let said = refusal(sql);
         assert!(said.contains(reason), "{sql}: {said}");
     }
+}
+
+/// (backend, SQL) of each step of a schema change, and its effect.
+fn schema_steps(sql: &str) -> (Vec<(u32, String)>, SchemaEffect) {
+    match plan_of(sql) {
+        Action::Schema(change) => (
+            change
+                .steps
+                .into_iter()
+                .map(|s| (s.target.backend, s.sql))
+                .collect(),
+            change.effect,
+        ),
+        other => panic!("{sql}: expected a schema change, got {other:?}"),
+    }
+}
+
+#[test]
+fn schema_statements_run_on_every_physical_table() {
+    let (steps, effect) = schema_steps("ALTER TABLE app.`users` ADD COLUMN age INT /* c */");
+    assert_eq!(
+        steps,
+        [
+            (
+                1,
+                "ALTER TABLE app.`users_default` ADD COLUMN age INT /* c */".into()
+            ),
+            (
+                2,
+                "ALTER TABLE app.`users_nick1` ADD COLUMN age INT /* c */".into()
+            ),
+            (
+                1,
+                "ALTER TABLE app.`users_nick2` ADD COLUMN age INT /* c */".into()
+            ),
+        ]
+    );
+    assert_eq!(effect, SchemaEffect::Unchanged);
+    let (steps, _) = schema_steps("TRUNCATE orders");
+    assert_eq!(
+        steps,
+        [
+            (1, "TRUNCATE `orders_default`".into()),
+            (2, "TRUNCATE `orders_p1`".into())
+        ]
+    );
+    let (steps, _) = schema_steps("DROP INDEX by_age ON users");
+    assert_eq!(steps[1], (2, "DROP INDEX by_age ON `users_nick1`".into()));
+    let (steps, effect) = schema_steps("DROP TABLE IF EXISTS orders");
+    assert_eq!(
+        steps,
+        [
+            (1, "DROP TABLE IF EXISTS `app`.`orders_default`".into()),
+            (2, "DROP TABLE IF EXISTS `app`.`orders_p1`".into())
+        ]
+    );
+    assert_eq!(effect, SchemaEffect::Dropped);
+    let (steps, effect) = schema_steps("RENAME TABLE users TO people");
+    assert_eq!(
+        steps,
+        [
+            (
+                1,
+                "RENAME TABLE `app`.`users_default` TO `app`.`people_default`".into()
+            ),
+            (
+                2,
+                "RENAME TABLE `app`.`users_nick1` TO `app`.`people_nick1`".into()
+            ),
+            (
+                1,
+                "RENAME TABLE `app`.`users_nick2` TO `app`.`people_nick2`".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        effect,
+        SchemaEffect::Renamed(TableName {
+            db: "app".into(),
+            name: "people".into()
+        })
+    );
+    assert!(matches!(
+        plan_of("CREATE TABLE IF NOT EXISTS users (id INT)"),
+        Action::Exists { quiet: true, .. }
+    ));
+    assert!(matches!(
+        plan_of("DROP TEMPORARY TABLE users"),
+        Action::Main
+    ));
 }
 
 #[test]

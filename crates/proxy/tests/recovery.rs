@@ -201,3 +201,77 @@ fn a_setup_table_stopped_before_its_rename_is_finished_at_the_next_start() {
     assert!(left.is_empty(), "renamed");
     assert_eq!(rows_through(&proxy, &db), 2);
 }
+
+/// Records a schema change of `db`.users as an instance that died after its
+/// first step would have left it.
+fn leave_schema_change(db: &str, steps: [&str; 2], effect: &str, renamed_to: Option<&str>) {
+    let mut main = cluster().direct(1, None);
+    for (step, (table, sql)) in ["users_default", "users_odd"].iter().zip(steps).enumerate() {
+        main.exec_drop(
+            "INSERT INTO hscale.schema_changes VALUES (?, 'users', ?, 1, ?, ?, ?, ?, ?, ?)",
+            (
+                db,
+                step,
+                table,
+                (step == 1).then_some("odd"),
+                sql,
+                step == 0,
+                effect,
+                renamed_to,
+            ),
+        )
+        .unwrap();
+    }
+    main.query_drop("UPDATE hscale.version SET version = version + 1")
+        .unwrap();
+}
+
+#[test]
+fn a_schema_change_stopped_after_its_first_partition_is_finished_at_the_next_start() {
+    let (db, mut d) = partitioned("recover_alter");
+    d.query_drop("ALTER TABLE users_default ADD COLUMN age INT")
+        .unwrap();
+    leave_schema_change(
+        &db,
+        [
+            "ALTER TABLE `users_default` ADD COLUMN age INT",
+            "ALTER TABLE `users_odd` ADD COLUMN age INT",
+        ],
+        "unchanged",
+        None,
+    );
+    let proxy = Proxy::for_cluster();
+    let ages: Vec<Option<u32>> = proxy
+        .connect(Some(&db))
+        .query("SELECT age FROM users WHERE id = 3")
+        .unwrap();
+    assert_eq!(ages, [None], "the column reached the partition");
+    let left: u64 = d
+        .query_first("SELECT COUNT(*) FROM hscale.schema_changes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 0);
+    drop(proxy);
+
+    let (db, mut d) = partitioned("recover_rename");
+    d.query_drop("RENAME TABLE users_default TO people_default")
+        .unwrap();
+    leave_schema_change(
+        &db,
+        [
+            "RENAME TABLE `users_default` TO `people_default`",
+            "RENAME TABLE `users_odd` TO `people_odd`",
+        ],
+        "renamed",
+        Some("people"),
+    );
+    let proxy = Proxy::for_cluster();
+    let mut tables: Vec<String> = d.query("SHOW TABLES").unwrap();
+    tables.sort();
+    assert_eq!(tables, ["people_default", "people_odd"]);
+    let ids: Vec<u32> = proxy
+        .connect(Some(&db))
+        .query("SELECT id FROM people WHERE id IN (3, 4)")
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+}

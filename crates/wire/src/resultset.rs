@@ -74,13 +74,29 @@ pub fn write_column(name: &str, column_type: ColumnType, dst: &mut Vec<u8>) {
     dst.extend_from_slice(&[0, 0]);
 }
 
-pub fn write_text_row(values: &[Option<String>], dst: &mut Vec<u8>) {
+pub fn write_text_row<V: AsRef<[u8]>>(values: &[Option<V>], dst: &mut Vec<u8>) {
     for value in values {
         match value {
-            Some(v) => write_lenenc_bytes(v.as_bytes(), dst),
+            Some(v) => write_lenenc_bytes(v.as_ref(), dst),
             None => dst.push(0xfb),
         }
     }
+}
+
+/// The name a column definition gives its column, and the name of the
+/// column it was read from (the same unless the query renamed it).
+pub fn column_names(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut at = 0;
+    let mut parts = [&payload[..0]; 6];
+    // catalog, schema, table, org_table, name, org_name
+    for part in &mut parts {
+        let (len, n) = read_lenenc(payload.get(at..)?)?;
+        let start = at + n;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        *part = payload.get(start..end)?;
+        at = end;
+    }
+    Some((parts[4], parts[5]))
 }
 
 /// The payloads of a whole result set, in order: column count, columns, the
@@ -123,12 +139,23 @@ mod tests {
     #[test]
     fn rows_written_read_back_with_nulls() {
         let mut packet = Vec::new();
-        write_text_row(&[Some("a".into()), None, Some(String::new())], &mut packet);
+        write_text_row(&[Some("a"), None, Some("")], &mut packet);
         assert_eq!(
             parse_text_row(&packet, 3).unwrap(),
             [Some(b"a".to_vec()), None, Some(Vec::new())]
         );
         assert!(parse_text_row(&packet, 4).is_none());
+    }
+
+    #[test]
+    fn column_names_are_read_from_a_definition() {
+        let mut column = Vec::new();
+        write_column("TABLE_NAME", ColumnType::Text, &mut column);
+        assert_eq!(
+            column_names(&column),
+            Some((&b"TABLE_NAME"[..], &b"TABLE_NAME"[..]))
+        );
+        assert_eq!(column_names(&column[..10]), None);
     }
 
     #[test]

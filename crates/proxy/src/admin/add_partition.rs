@@ -60,10 +60,7 @@ pub async fn run(
         store::text_literal(&partition),
         PartitionState::Copying.name()
     );
-    store::exec(&mut lock.conn, "START TRANSACTION").await?;
-    store::exec(&mut lock.conn, &insert).await?;
-    store::bump(&mut lock.conn, &shared.dictionary.schema).await?;
-    store::exec(&mut lock.conn, "COMMIT").await?;
+    store::change(&mut lock.conn, &shared.dictionary.schema, &[insert]).await?;
     publish(shared, &mut lock).await?;
     let values = [partition_value.clone()];
     let moved = copy_rows(shared, t, &values, &default, &place).await?;

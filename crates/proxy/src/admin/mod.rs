@@ -6,6 +6,7 @@
 
 mod add_partition;
 mod drop_partition;
+pub mod schema;
 mod setup_table;
 mod show;
 

@@ -68,10 +68,7 @@ pub async fn run(
         store::text_literal(&default_table),
     );
     // The dictionary first: if the rename then fails, the entry is taken back.
-    store::exec(&mut lock.conn, "START TRANSACTION").await?;
-    store::exec(&mut lock.conn, &insert).await?;
-    store::bump(&mut lock.conn, &shared.dictionary.schema).await?;
-    store::exec(&mut lock.conn, "COMMIT").await?;
+    store::change(&mut lock.conn, &shared.dictionary.schema, &[insert]).await?;
     let rename = format!(
         "RENAME TABLE {db}.{} TO {db}.{}",
         store::ident(&table.name),
@@ -84,8 +81,7 @@ pub async fn run(
             store::text_literal(&table.db),
             store::text_literal(&table.name)
         );
-        store::exec(&mut lock.conn, &undo).await?;
-        store::bump(&mut lock.conn, &shared.dictionary.schema).await?;
+        store::change(&mut lock.conn, &shared.dictionary.schema, &[undo]).await?;
         publish(shared, &mut lock).await?;
         return Err(e);
     }

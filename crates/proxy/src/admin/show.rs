@@ -170,15 +170,18 @@ pub fn explain(
         ]
     };
     let mut cache = hscale_planner::PlanCache::default();
-    let rows = match plan(statement.as_bytes(), &ctx, &mut cache).action {
-        Action::Route(route) => route
-            .steps
+    let steps = |steps: &[hscale_planner::Step]| {
+        steps
             .iter()
             .map(|s| {
                 let partition = s.target.partition.as_deref().unwrap_or("(default)");
                 row(partition, s.target.backend, Some(&s.target.table), &s.sql)
             })
-            .collect(),
+            .collect()
+    };
+    let rows = match plan(statement.as_bytes(), &ctx, &mut cache).action {
+        Action::Route(route) => steps(&route.steps),
+        Action::Schema(change) => steps(&change.steps),
         Action::Main => vec![row(
             "(not partitioned)",
             shared.main_backend(),
@@ -191,7 +194,14 @@ pub fn explain(
             )
         }
         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
-        Action::Admin | Action::Kill(_) | Action::ShowTables(_) => {
+        Action::Exists { table, .. } => return Err(AdminError::AlreadyPartitioned { table }.into()),
+        Action::Listing(listing) => vec![row(
+            "(listing)",
+            listing.backend,
+            None,
+            listing.sql.as_deref().unwrap_or(statement),
+        )],
+        Action::Admin | Action::Kill(_) => {
             vec![row("(hscale)", shared.main_backend(), None, statement)]
         }
     };

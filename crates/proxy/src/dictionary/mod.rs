@@ -107,6 +107,7 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     let mut conn = own_connection(shared, shared.main).await?;
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
     moves::recover(shared, &mut conn).await?;
+    crate::admin::schema::recover(shared, &mut conn).await?;
     reload_with(shared, &mut conn).await
 }
 

@@ -188,11 +188,7 @@ async fn set_state(
         ),
         None => format!("DELETE FROM {s}.partitions WHERE {filter}"),
     };
-    exec(conn, "START TRANSACTION").await?;
-    exec(conn, &change).await?;
-    super::store::bump(conn, &shared.dictionary.schema).await?;
-    exec(conn, "COMMIT").await?;
-    Ok(())
+    super::store::change(conn, &shared.dictionary.schema, &[change]).await
 }
 
 /// The default table and a partition of `table` as places.

@@ -56,6 +56,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         format!("INSERT IGNORE INTO {s}.version VALUES (1, 1)"),
         format!("CREATE TABLE IF NOT EXISTS {s}.tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, column_name VARCHAR(64) NOT NULL, column_position INT UNSIGNED NOT NULL, column_kind VARCHAR(16) NOT NULL, hash_function VARCHAR(255) NOT NULL, default_table VARCHAR(64) NOT NULL, default_backend INT UNSIGNED NOT NULL, PRIMARY KEY (db, name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.partitions (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, partition_value VARCHAR(255) NOT NULL, partition_name VARCHAR(64) NOT NULL, backend INT UNSIGNED NOT NULL, state VARCHAR(16) NOT NULL, added BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE, PRIMARY KEY (db, table_name, partition_value)) {options}"),
+        // A schema statement in progress on a partitioned table: its steps,
+        // one per physical table. While a table has rows here it is locked.
+        format!("CREATE TABLE IF NOT EXISTS {s}.schema_changes (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, step INT UNSIGNED NOT NULL, backend INT UNSIGNED NOT NULL, physical VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NULL, statement LONGTEXT NOT NULL, done BOOLEAN NOT NULL, effect VARCHAR(16) NOT NULL, renamed_to VARCHAR(64) NULL, PRIMARY KEY (db, table_name, step)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
     ] {
         exec(conn, &sql).await?;
@@ -81,11 +84,16 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
         let version = read_version(conn, schema).await?;
         let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend FROM {s}.tables")).await?;
         let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
-        Ok::<_, ProxyError>((version, tables, partitions))
+        let changing = exec(
+            conn,
+            &format!("SELECT DISTINCT db, table_name FROM {s}.schema_changes"),
+        )
+        .await?;
+        Ok::<_, ProxyError>((version, tables, partitions, changing))
     };
     let read = read.await;
     exec(conn, "COMMIT").await?;
-    let (version, tables, partitions) = read?;
+    let (version, tables, partitions, changing) = read?;
     let mut result = Vec::with_capacity(tables.len());
     for i in 0..tables.len() {
         let t = |c| text(&tables, i, c);
@@ -120,13 +128,32 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
             default_table: t(6),
             default_backend: t(7).parse().unwrap_or(0),
         };
-        result.push(PartitionedTable::new(definition, entries));
+        let mut table = PartitionedTable::new(definition, entries);
+        table.changing = (0..changing.len()).any(|c| {
+            text(&changing, c, 0) == table.table.db && text(&changing, c, 1) == table.table.name
+        });
+        result.push(table);
     }
     Ok(Dictionary::new(version, result))
 }
 
+/// Changes the dictionary: the statements and the version bump in one
+/// transaction.
+pub async fn change(
+    conn: &mut BackendConn,
+    schema: &str,
+    statements: &[String],
+) -> Result<(), ProxyError> {
+    exec(conn, "START TRANSACTION").await?;
+    for sql in statements {
+        exec(conn, sql).await?;
+    }
+    bump(conn, schema).await?;
+    exec(conn, "COMMIT").await.map(drop)
+}
+
 /// Bumps the version; run inside the transaction that made the change.
-pub async fn bump(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
+async fn bump(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
     exec(
         conn,
         &format!(

@@ -8,6 +8,7 @@ mod handshake;
 mod kill;
 mod query;
 mod scatter;
+mod schema;
 mod show;
 mod slots;
 mod state;
@@ -246,9 +247,10 @@ impl Session {
         use hscale_planner::Action;
         let table = match self.plan(&payload[1..]).action {
             Action::Route(route) => Some(route.table),
-            Action::Wait(table) => Some(table),
+            Action::Wait(table) | Action::Exists { table, .. } => Some(table),
+            Action::Schema(change) => Some(change.table),
             Action::Refuse(refusal) => refusal.table,
-            Action::Main | Action::Admin | Action::Kill(_) | Action::ShowTables(_) => None,
+            Action::Main | Action::Admin | Action::Kill(_) | Action::Listing(_) => None,
         };
         if let Some(table) = table {
             return Err(ProxyError::Unroutable(hscale_planner::Refusal {

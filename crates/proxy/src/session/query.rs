@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hscale_planner::{plan, Action, Context, Kind, Plan, Route, SessionChange};
+use hscale_planner::{plan, Action, Context, Dictionary, Kind, Plan, Route, SessionChange};
 use hscale_wire::scan::Expect;
 
 use super::slots::Needs;
@@ -28,6 +28,17 @@ impl Session {
             main_backend: self.shared.main_backend(),
         };
         plan(sql, &ctx, &mut self.plans)
+    }
+
+    /// The context of a statement planned against another dictionary than
+    /// the snapshot (the one the admin lock reads).
+    pub(super) fn context<'a>(&'a self, dictionary: &'a Dictionary) -> Context<'a> {
+        Context {
+            db: self.state.db.as_deref(),
+            quoting: self.quoting,
+            dictionary,
+            main_backend: self.shared.main_backend(),
+        }
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
@@ -93,7 +104,16 @@ impl Session {
                 self.run_route(route, needs, plan.summary.connection_id)
                     .await
             }
-            Action::ShowTables(show) => self.show_tables(payload, show).await,
+            Action::Listing(listing) => self.listing(payload, listing).await,
+            Action::Schema(_) => self.schema_change(sql).await,
+            Action::Exists { table, quiet } => match quiet {
+                true => self.send_ok().await,
+                false => Err(ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
+                    1050,
+                    "42S01",
+                    format!("Table '{}' already exists", table.name),
+                ))),
+            },
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
@@ -162,23 +182,7 @@ impl Session {
             }
         };
         for slot in open {
-            let mut lease = self.checkout(slot, Needs::default()).await?;
-            let answer = lease.conn.run(&payload, Expect::ResultSets).await;
-            match answer {
-                Ok(Ok(completion)) => self.finish_command(slot, lease, &completion),
-                Ok(Err(refused)) => {
-                    let completion = hscale_wire::scan::Completion {
-                        error: true,
-                        ..Default::default()
-                    };
-                    self.finish_command(slot, lease, &completion);
-                    return Err(ProxyError::Refused(refused));
-                }
-                Err(e) => {
-                    self.forget_connection_state(slot);
-                    return Err(ProxyError::Backend(e));
-                }
-            }
+            self.run_quietly(slot, &payload).await?;
         }
         self.execute(
             last,

@@ -114,6 +114,11 @@ impl Session {
         }
         let total = outcome?;
         self.previous = Previous::Scattered;
+        self.send_total(total).await
+    }
+
+    /// One OK for statements that ran on several connections.
+    pub(super) async fn send_total(&mut self, total: OkInfo) -> Result<(), ProxyError> {
         let mut ok = Vec::with_capacity(16);
         OkInfo {
             status: self.status_flags(),
@@ -171,6 +176,36 @@ impl Session {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Session {
+    /// One command on one slot whose answer the client does not see.
+    pub(super) async fn run_quietly(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+    ) -> Result<Completion, ProxyError> {
+        let mut lease = self.checkout(slot, Needs::default()).await?;
+        match run(&mut lease, payload).await {
+            Ok(completion) => {
+                self.finish_command(slot, lease, &completion);
+                Ok(completion)
+            }
+            Err(e) if breaks_connection(&e) => {
+                drop(lease);
+                self.forget_connection_state(slot);
+                Err(e)
+            }
+            Err(e) => {
+                let failed = Completion {
+                    error: true,
+                    ..Completion::default()
+                };
+                self.finish_command(slot, lease, &failed);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -1,35 +1,42 @@
-//! SHOW [FULL] TABLES where partitioned tables live: the main backend's
-//! answer without the physical tables, with the logical ones, in name order.
+//! Metadata answers that name tables (SHOW TABLES, SHOW TABLE STATUS, SHOW
+//! INDEX, SHOW CREATE TABLE, information_schema): read whole from the backend
+//! the listing names, corrected to name logical tables only, then sent.
 
 use bytes::Bytes;
-use hscale_planner::ShowTables;
-use hscale_wire::resultset::{parse_text_row, write_text_row};
+use hscale_planner::{Listing, NameColumn};
+use hscale_wire::frame::read_lenenc;
+use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::Completion;
 
 use super::slots::Needs;
+use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::backend::BackendError;
 use crate::error::ProxyError;
 use crate::exec::{read_answer, Answer, RelayError};
 
 impl Session {
-    pub(super) async fn show_tables(
+    pub(super) async fn listing(
         &mut self,
         payload: Bytes,
-        show: ShowTables,
+        listing: Listing,
     ) -> Result<(), ProxyError> {
-        let main = self.shared.main;
-        let mut lease = self.checkout(main, Needs::default()).await?;
+        let slot = self.slot_of(listing.backend)?;
+        let payload = match &listing.sql {
+            Some(sql) => Bytes::from(command(COM_QUERY, sql)),
+            None => payload,
+        };
+        let mut lease = self.checkout(slot, Needs::default()).await?;
         let answer = match read_answer(&mut lease.conn, &payload).await {
             Ok(answer) => answer,
             Err(RelayError::Backend { source, .. }) => {
                 let backend = lease.conn.backend;
-                self.forget_connection_state(main);
+                self.forget_connection_state(slot);
                 return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
             }
             Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
         };
-        self.finish_command(main, lease, &Completion::default());
+        self.finish_command(slot, lease, &Completion::default());
         let (header, rows, end) = match answer {
             Answer::Packet(packet) => {
                 self.client.send_packet(1, &packet).await?;
@@ -37,35 +44,112 @@ impl Session {
             }
             Answer::Rows { header, rows, end } => (header, rows, end),
         };
-        let columns = if show.full { 2 } else { 1 };
-        let mut named: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(rows.len() + show.add.len());
-        for row in rows {
-            let name = parse_text_row(&row, columns)
-                .and_then(|mut values| values.swap_remove(0))
-                .unwrap_or_default();
-            if !show.hide.iter().any(|h| h.as_bytes() == name.as_slice()) {
-                named.push((name, row.to_vec()));
-            }
-        }
-        for name in &show.add {
-            let mut row = Vec::new();
-            let mut values = vec![Some(name.clone())];
-            if show.full {
-                values.push(Some("BASE TABLE".into()));
-            }
-            write_text_row(&values, &mut row);
-            named.push((name.clone().into_bytes(), row));
-        }
-        named.sort();
+        let rows = correct(&listing, &header, rows);
         let mut seq = 1;
-        for packet in header
-            .iter()
-            .map(|p| &p[..])
-            .chain(named.iter().map(|(_, row)| &row[..]))
-        {
+        for packet in header.iter().chain(rows.iter()) {
             seq = self.client.queue_packet(seq, packet);
         }
         self.client.send_packet(seq, &end).await?;
         Ok(())
+    }
+}
+
+/// The rows as the listing says: physical tables left out or renamed, rows
+/// added and sorted. An answer without the name column is left as it is.
+fn correct(listing: &Listing, header: &[Bytes], rows: Vec<Bytes>) -> Vec<Bytes> {
+    // header: the column count, one definition per column, maybe an EOF.
+    let Some(columns) = header
+        .first()
+        .and_then(|count| read_lenenc(count))
+        .and_then(|(n, _)| usize::try_from(n).ok())
+        .filter(|&n| n < header.len())
+    else {
+        return rows;
+    };
+    let position = |wanted: &str| {
+        header[1..=columns].iter().position(|column| {
+            column_names(column).is_some_and(|(name, source)| {
+                source.eq_ignore_ascii_case(wanted.as_bytes())
+                    || name.eq_ignore_ascii_case(wanted.as_bytes())
+            })
+        })
+    };
+    let name_at = match listing.column {
+        NameColumn::Position(i) => Some(i),
+        NameColumn::Named(name) => position(name),
+    };
+    let Some(name_at) = name_at.filter(|&i| i < columns) else {
+        return rows;
+    };
+    let schema_at = listing.schema_column.and_then(position);
+    let mut named: Vec<(Vec<u8>, Bytes)> = Vec::with_capacity(rows.len() + listing.add.len());
+    for row in rows {
+        let Some(mut values) = parse_text_row(&row, columns) else {
+            named.push((Vec::new(), row));
+            continue;
+        };
+        let Some(Some(table)) = values.get(name_at).cloned() else {
+            named.push((Vec::new(), row));
+            continue;
+        };
+        let db = schema_at.and_then(|i| values.get(i).cloned().flatten());
+        let Some(name) = listing.correct(db.as_deref(), &table) else {
+            continue;
+        };
+        if name == table.as_slice() {
+            named.push((table, row));
+            continue;
+        }
+        let name = name.to_vec();
+        if listing.create_statement {
+            if let Some(Some(create)) = values.get_mut(1) {
+                *create = rename_created(create, &table, &name);
+            }
+        }
+        values[name_at] = Some(name.clone());
+        let mut packet = Vec::with_capacity(row.len());
+        write_text_row(&values, &mut packet);
+        named.push((name, Bytes::from(packet)));
+    }
+    if !listing.add.is_empty() {
+        for row in &listing.add {
+            let mut packet = Vec::new();
+            write_text_row(row, &mut packet);
+            let name = row.first().cloned().flatten().unwrap_or_default();
+            named.push((name.into_bytes(), Bytes::from(packet)));
+        }
+        named.sort();
+    }
+    named.into_iter().map(|(_, row)| row).collect()
+}
+
+/// `CREATE TABLE `physical` (...`: the first quoted name is the table's.
+fn rename_created(create: &[u8], physical: &[u8], logical: &[u8]) -> Vec<u8> {
+    let quoted =
+        |name: &[u8]| hscale_planner::quote_identifier(&String::from_utf8_lossy(name)).into_bytes();
+    let from = quoted(physical);
+    match create
+        .windows(from.len())
+        .position(|w| w == from.as_slice())
+    {
+        Some(at) => [&create[..at], &quoted(logical), &create[at + from.len()..]].concat(),
+        None => create.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rename_created;
+
+    #[test]
+    fn a_create_statement_names_the_logical_table() {
+        assert_eq!(
+            rename_created(
+                b"CREATE TABLE `users_default` (\n  `users_default_id` int",
+                b"users_default",
+                b"users"
+            ),
+            b"CREATE TABLE `users` (\n  `users_default_id` int"
+        );
     }
 }
