@@ -136,6 +136,15 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
     }
     let shaped = match statement {
         Statement::Query(query) => analysis.select(query, summary),
+        Statement::Insert(insert) => match (&insert.table, &insert.source) {
+            (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
+                Err(String::new())
+            }
+            (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => {
+                analysis.insert_from_partitions(source, summary)
+            }
+            _ => Err("a partitioned table in a subquery of an INSERT into another table".into()),
+        },
         Statement::Update(update) => analysis.update(update),
         Statement::Delete(delete) => analysis.delete(delete),
         _ => Err(String::new()),
@@ -148,12 +157,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         Err(reason) if !reason.is_empty() => (Err(reason), None),
         Err(_) => {
             let routed = match statement {
-                Statement::Insert(insert) => match &insert.table {
-                    TableObject::TableName(name) if same_name(name, &analysis.reference) => {
-                        analysis.insert(insert)
-                    }
-                    _ => Err("INSERT ... SELECT from a partitioned table".to_string()),
-                },
+                Statement::Insert(insert) => analysis.insert(insert),
                 Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
                     analysis.describe()
                 }
@@ -321,6 +325,20 @@ impl Analysis<'_> {
         )
     }
 
+    /// INSERT INTO plain SELECT ... FROM the partitioned table: the SELECT
+    /// routed as it would be, each partition's rows inserted where the plain
+    /// table lives (which `others` holds to the main backend).
+    fn insert_from_partitions(
+        &self,
+        source: &Query,
+        summary: &Summary,
+    ) -> Result<(ByteShape, Vec<Value>), String> {
+        let (mut shape, values) = self.select(source, summary)?;
+        shape.many = shape.many.map(|_| Merge::AffectedRows);
+        shape.writes = true;
+        Ok((shape, values))
+    }
+
     /// The shape of a SELECT, UPDATE or DELETE, and the values of its keys.
     fn shape(
         &self,
@@ -451,10 +469,12 @@ impl Analysis<'_> {
             });
         }
         let source = insert.source.as_ref().ok_or_else(no_column)?;
-        let SetExpr::Values(values) = source.body.as_ref() else {
-            return Err("INSERT ... SELECT into a partitioned table".into());
-        };
         let position = position.ok_or_else(no_column)?;
+        let values = match source.body.as_ref() {
+            SetExpr::Values(values) => values,
+            SetExpr::Select(select) => return self.insert_select(select, position),
+            _ => return Err("INSERT ... SELECT with UNION into a partitioned table".into()),
+        };
         let mut rows_by_target: Vec<(Target, Vec<std::ops::Range<usize>>)> = Vec::new();
         for row in &values.rows {
             let value = row.content.get(position).ok_or_else(no_column)?;
@@ -503,6 +523,34 @@ impl Analysis<'_> {
             table: self.table.table.clone(),
             steps,
             merge,
+            writes: true,
+        })
+    }
+
+    /// INSERT INTO users SELECT ...: every row goes to one partition when the
+    /// SELECT gives the partition column as a literal; the SELECT's tables
+    /// (not partitioned) must live on that partition's backend.
+    fn insert_select(&self, select: &Select, position: usize) -> Result<Route, String> {
+        let column = &self.table.column;
+        let value = match select.projection.get(position) {
+            Some(SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) => expr,
+            _ => {
+                return Err(format!(
+                    "INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT"
+                ))
+            }
+        };
+        let target = self.value_target(value).map_err(|_| {
+            format!("INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT")
+        })?;
+        let edits = self.edits(Some(Naming::Renamed))?;
+        let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
+        let steps = vec![Step { target, sql }];
+        self.check_others(&steps)?;
+        Ok(Route {
+            table: self.table.table.clone(),
+            steps,
+            merge: Merge::Single,
             writes: true,
         })
     }

@@ -293,6 +293,54 @@ fn refuses_what_partitions_cannot_answer() {
     }
 }
 
+#[test]
+fn insert_select_runs_where_both_sides_live() {
+    // Rows of partitions into a plain table, which lives on the main backend.
+    assert_eq!(
+        steps("INSERT INTO archive SELECT * FROM users WHERE nickname = 'pet'"),
+        [(
+            1,
+            "INSERT INTO archive SELECT * FROM `users_nick2` AS `users` WHERE nickname = 'pet'"
+                .into()
+        )]
+    );
+    let two =
+        route("INSERT INTO archive (id) SELECT id FROM users WHERE nickname IN ('pet', 'zoe')");
+    assert_eq!(two.merge, Merge::AffectedRows);
+    assert!(two.writes);
+    assert_eq!(two.backends(), [1]);
+    // Rows whose partition column the SELECT fixes go to that partition.
+    assert_eq!(
+        steps("INSERT INTO users (id, nickname) SELECT id, 'peter' FROM t"),
+        [(
+            1,
+            "INSERT INTO `users_nick2` (id, nickname) SELECT id, 'peter' FROM t".into()
+        )]
+    );
+    for (sql, reason) in [
+        ("INSERT INTO archive SELECT * FROM users", "backend 2"),
+        (
+            "INSERT INTO archive SELECT COUNT(*) FROM users",
+            "over several partitions",
+        ),
+        (
+            "INSERT INTO users (id, nickname) SELECT id, 'martin' FROM t",
+            "backend 2",
+        ),
+        (
+            "INSERT INTO users (id, nickname) SELECT id, name FROM t",
+            "not a literal",
+        ),
+        (
+            "INSERT INTO archive VALUES ((SELECT MAX(id) FROM users))",
+            "subquery",
+        ),
+    ] {
+        let said = refusal(sql);
+        assert!(said.contains(reason), "{sql}: {said}");
+    }
+}
+
 /// (backend, SQL) of each step of a schema change, and its effect.
 fn schema_steps(sql: &str) -> (Vec<(u32, String)>, SchemaEffect) {
     match plan_of(sql) {
@@ -462,6 +510,7 @@ fn a_cached_shape_plans_like_a_fresh_parse() {
         "SELECT * FROM orders WHERE user_id IN ({n}, {m}) AND total > 1.5",
         "SELECT COUNT(*) FROM orders WHERE user_id = {m}",
         "SELECT users FROM stats WHERE x = {n}",
+        "INSERT INTO archive (id) SELECT id FROM users WHERE nickname IN ('{a}', '{b}')",
     ];
     for round in 0..40usize {
         for shape in shapes {

@@ -368,3 +368,43 @@ fn show_tables_and_desc_answer_for_the_logical_table() {
     let describe: Vec<mysql::Row> = c.query("DESC users").unwrap();
     assert_eq!(format!("{describe:?}"), format!("{describe_before:?}"));
 }
+
+#[test]
+fn insert_select_runs_where_both_sides_live() {
+    let (proxy, db) = setup("part_insert_select");
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    for id in 1..=6 {
+        c.query_drop(format!(
+            "INSERT INTO users VALUES ({id}, 'n{id}', '2020-01-01')"
+        ))
+        .unwrap();
+    }
+    c.query_drop("CREATE TABLE archive (id INT UNSIGNED PRIMARY KEY, nickname VARCHAR(64))")
+        .unwrap();
+    c.query_drop("INSERT INTO archive SELECT id, nickname FROM users WHERE id IN (2, 4, 6)")
+        .unwrap();
+    assert_eq!(c.affected_rows(), 3);
+    let archived: Vec<(u32, String)> = c
+        .query("SELECT id, nickname FROM archive ORDER BY id")
+        .unwrap();
+    assert_eq!(
+        archived,
+        [(2, "n2".into()), (4, "n4".into()), (6, "n6".into())]
+    );
+    // The odd partition lives on backend 2, the archive on backend 1.
+    assert_eq!(
+        error_of(
+            &mut c,
+            "INSERT INTO archive SELECT id, nickname FROM users WHERE id = 3"
+        )
+        .0,
+        1235
+    );
+    c.query_drop("INSERT INTO users (id, nickname, created) SELECT 8, nickname, '2021-01-01' FROM archive WHERE id = 2")
+        .unwrap();
+    assert_eq!(
+        physical(1, &db, "users_default").last(),
+        Some(&(8, "n2".into()))
+    );
+}
