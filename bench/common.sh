@@ -8,17 +8,29 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# How hscale (and the byte relay) reach MariaDB: BACKEND_PATH=tcp (the
+# default: in production the backends are on other hosts) or unix (the
+# server's socket, the cheapest path on one host).
+BACKEND_PATH=${BACKEND_PATH:-tcp}
+
 # Starts `hscale playground --backends 1` on port $1 with its output in $2 and
-# sets PLAYGROUND_PID, DIRECT (MariaDB's port), MARIADB_PID and SOCKET (its
-# unix socket, the path hscale takes). Stop it with `kill -INT $PLAYGROUND_PID`.
+# sets PLAYGROUND_PID, DIRECT (MariaDB's port), MARIADB_PID, SOCKET (its unix
+# socket) and BACKEND (the address hscale reaches it at, by BACKEND_PATH).
+# Stop it with `kill -INT $PLAYGROUND_PID`.
 start_playground() { # port log
-  target/release/hscale playground --backends 1 --port "$1" >"$2" 2>&1 &
+  local tcp=()
+  [ "$BACKEND_PATH" = tcp ] && tcp=(--tcp)
+  target/release/hscale playground --backends 1 --port "$1" "${tcp[@]}" >"$2" 2>&1 &
   PLAYGROUND_PID=$!
   for _ in $(seq 1 600); do grep -q "is ready" "$2" && break; sleep 0.1; done
   grep -q "is ready" "$2" || { cat "$2"; return 1; }
   DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$2")
   MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$2")
   SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$2")/backend1/mariadb.sock"
+  case "$BACKEND_PATH" in
+    tcp) BACKEND="127.0.0.1:$DIRECT" ;;
+    *) BACKEND=$SOCKET ;;
+  esac
 }
 
 # Stops the processes given and the playground: for EXIT traps. Not under

@@ -21,6 +21,8 @@ while [ $# -gt 0 ]; do
 done
 
 cargo build --release --quiet --bin hscale --example relay_floor --example uring_relay_floor
+# The io_uring relay speaks to unix sockets only: every one here takes that path.
+export BACKEND_PATH=unix
 source bench/common.sh
 PORT=$(free_port)
 LOG=$(mktemp)

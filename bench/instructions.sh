@@ -21,20 +21,32 @@ done
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 
 cargo build --release --quiet --bin hscale --example relay_floor
+# The io_uring relay speaks to unix sockets only: every one here takes that path.
+export BACKEND_PATH=unix
 source bench/common.sh
 WORK=$(mktemp -d)
 PIDS=()
 trap 'stop_everything "${PIDS[@]}"; rm -rf "$WORK"' EXIT
-start_playground "$(free_port)" "$WORK/playground.log"
+PLAYGROUND_PORT=$(free_port)
+start_playground "$PLAYGROUND_PORT" "$WORK/playground.log"
 create_seed_table
 
+# `small` partitioned too, in database bench_part: the query routed to one
+# partition (the w/ partitions column of bench/partitions.sh).
+mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE bench_part;
+  CREATE TABLE bench_part.small LIKE bench.small; INSERT INTO bench_part.small SELECT * FROM bench.small;"
+mariadb -h127.0.0.1 -P"$PLAYGROUND_PORT" -uroot bench_part -e "
+  HSCALE SETUP_TABLE('small', 'category', 'small_default', 1, 'NONE()');
+  HSCALE ADD_PARTITION('small', 'books', 'books', 1);"
+
 slap() { # port queries
-  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$QUERY" \
+  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema="${SCHEMA:-bench}" --query="$QUERY" \
     --number-of-queries="$2" --concurrency="$CONCURRENCY" --iterations=1 >/dev/null
 }
 
 # Starts `$@` under callgrind listening on $port, warms it up, then counts the
-# instructions of $QUERIES seed queries only (counters zeroed before, dumped after).
+# instructions of $QUERIES seed queries only (counters zeroed before, dumped after),
+# in database $SCHEMA (default bench).
 instructions_per_query() { # name port command...
   local name=$1 port=$2; shift 2
   valgrind --tool=callgrind --callgrind-out-file="$WORK/$name.%p" "$@" >"$WORK/$name.log" 2>&1 &
@@ -75,10 +87,11 @@ level = "warn"
 EOF
 RELAY_PORT=$(free_port)
 hscale=$(instructions_per_query hscale "$HSCALE_PORT" target/release/hscale serve --config "$WORK/hscale.toml")
+routed=$(SCHEMA=bench_part instructions_per_query routed "$HSCALE_PORT" target/release/hscale serve --config "$WORK/hscale.toml")
 relay=$(instructions_per_query relay "$RELAY_PORT" target/release/examples/relay_floor "127.0.0.1:$RELAY_PORT" "$SOCKET")
 
 echo "user-space instructions per seed query ($QUERIES queries, concurrency $CONCURRENCY, callgrind):"
 echo
-echo "| hscale | byte relay | hscale's own work |"
-echo "|---:|---:|---:|"
-echo "| $hscale | $relay | $((hscale - relay)) |"
+echo "| hscale | byte relay | hscale's own work | hscale, w/ partitions | routing's share |"
+echo "|---:|---:|---:|---:|---:|"
+echo "| $hscale | $relay | $((hscale - relay)) | $routed | $((routed - hscale)) |"

@@ -4,10 +4,10 @@
 #   w/o partitions   the seed query while another table (demo.users) is partitioned
 #   w/ partitions    `small` partitioned by category (NONE()), the query routed
 #                    to one partition, in database bench_part
-# each against MariaDB direct on the plain table, over TCP (hscale reaches the
-# playground's MariaDB over its unix socket, as in bench/seed.sh).
+# each against MariaDB direct on the plain table; clients connect over TCP,
+# and hscale reaches MariaDB over TCP too (--path unix: its unix socket).
 #
-#   bench/partitions.sh [--runs N] [--queries N]
+#   bench/partitions.sh [--runs N] [--queries N] [--path tcp|unix]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
     --queries) QUERIES=$2; shift 2 ;;
+    --path) export BACKEND_PATH=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -56,7 +57,7 @@ set_dictionary() { # empty | demo (only demo.users) | full
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(direct_sql 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
-echo "seed query, $QUERIES queries per run, median of $RUNS runs; each column beside its own direct runs"
+echo "seed query, $QUERIES queries per run, median of $RUNS runs; each column beside its own direct runs; hscale reaches MariaDB over $BACKEND_PATH"
 echo
 
 declare -A DIRECT_RUNS PROXY_RUNS CPU_NS

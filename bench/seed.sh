@@ -2,8 +2,10 @@
 # The 2008 HSCALE benchmark, then sysbench oltp_point_select: MariaDB direct vs
 # through hscale, measured side by side in one run on this machine.
 #
-#   bench/seed.sh [--runs N] [--queries N] [--sysbench-seconds N]
+#   bench/seed.sh [--runs N] [--queries N] [--sysbench-seconds N] [--path tcp|unix]
 #
+# hscale and the byte relay reach MariaDB over TCP (--path tcp, the default: in
+# production backends are on other hosts) or its unix socket (--path unix).
 # Prints seconds per cell (median of N runs), the ratio to direct, and hscale's
 # CPU time per query (all its threads, from /proc/<pid>/task/*/schedstat).
 set -euo pipefail
@@ -17,6 +19,7 @@ while [ $# -gt 0 ]; do
     --runs) RUNS=$2; shift 2 ;;
     --queries) QUERIES=$2; shift 2 ;;
     --sysbench-seconds) SYSBENCH_SECONDS=$2; shift 2 ;;
+    --path) export BACKEND_PATH=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -30,14 +33,14 @@ start_playground "$PORT" "$LOG"
 HSCALE_PID=$PLAYGROUND_PID
 # The floor: a byte relay that parses nothing, on the same path hscale takes.
 RELAY=$(free_port)
-target/release/examples/relay_floor "127.0.0.1:$RELAY" "$SOCKET" &
+target/release/examples/relay_floor "127.0.0.1:$RELAY" "$BACKEND" &
 RELAY_PID=$!
 
 create_seed_table
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
-echo "seed query, $QUERIES queries per run, median of $RUNS runs"
+echo "seed query, $QUERIES queries per run, median of $RUNS runs; hscale and the relay reach MariaDB over $BACKEND_PATH"
 echo
 echo "| concurrency | MariaDB direct (s) | hscale (s) | ratio | byte relay (s) | hscale CPU/query (µs) | byte relay CPU/query (µs) | MariaDB CPU/query, direct (µs) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|"

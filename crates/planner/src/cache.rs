@@ -5,7 +5,7 @@
 //! to one session, so the hot path shares nothing between threads.
 
 use crate::hashing::Value;
-use crate::lexer::{Quoting, Token, TokenKind, Tokens};
+use crate::lexer::{Quoting, Token, TokenKind};
 use crate::plan::{Action, Context};
 use std::ops::Range;
 
@@ -45,10 +45,15 @@ impl PlanCache {
         self.hits
     }
 
-    /// Reads the statement's tokens and fingerprint into the scratch space.
-    pub(crate) fn prepare(&mut self, sql: &[u8], ctx: &Context) {
+    /// Where the lexer leaves the statement's tokens for `prepare`.
+    pub(crate) fn token_sink(&mut self) -> &mut Vec<Token> {
         self.tokens.clear();
-        self.tokens.extend(Tokens::new(sql, ctx.quoting));
+        &mut self.tokens
+    }
+
+    /// Reads the fingerprint of the statement whose tokens the lexer left in
+    /// the scratch space.
+    pub(crate) fn prepare(&mut self, sql: &[u8], ctx: &Context) {
         self.starts.clear();
         self.ends.clear();
         self.key.clear();

@@ -3,7 +3,7 @@
 //! The proxy loads it from schema `hscale` on the main backend and swaps it in
 //! whole; nothing here changes after `Dictionary::new`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -280,7 +280,15 @@ impl TableNames {
         if word.len() > self.longest || self.lengths & length_bit(word.len()) == 0 {
             return false;
         }
-        let mut lower = [0u8; 256];
+        // Most names are short: a small buffer is cheaper to set up.
+        match word.len() {
+            0..=32 => self.contains_lower::<32>(word),
+            _ => self.contains_lower::<256>(word),
+        }
+    }
+
+    fn contains_lower<const N: usize>(&self, word: &[u8]) -> bool {
+        let mut lower = [0u8; N];
         let lower = &mut lower[..word.len()];
         for (l, w) in lower.iter_mut().zip(word) {
             *l = w.to_ascii_lowercase();
@@ -290,6 +298,7 @@ impl TableNames {
 
     fn insert(&mut self, name: &str) {
         let lower = name.to_ascii_lowercase().into_bytes();
+        // 64 characters of up to 4 bytes: MySQL's longest identifier.
         self.longest = self.longest.max(lower.len()).min(256);
         self.lengths |= length_bit(lower.len());
         self.names.insert(lower);
@@ -304,7 +313,9 @@ fn length_bit(len: usize) -> u64 {
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
     pub version: u64,
-    tables: HashMap<TableName, PartitionedTable>,
+    /// By database, then name: looked up with borrowed names, once per
+    /// statement on a partitioned table.
+    tables: FxHashMap<String, FxHashMap<String, PartitionedTable>>,
     names: TableNames,
 }
 
@@ -318,9 +329,17 @@ impl Dictionary {
         if !tables.is_empty() {
             names.insert("information_schema");
         }
+        let mut by_db: FxHashMap<String, FxHashMap<String, PartitionedTable>> =
+            FxHashMap::default();
+        for t in tables {
+            by_db
+                .entry(t.table.db.clone())
+                .or_default()
+                .insert(t.table.name.clone(), t);
+        }
         Dictionary {
             version,
-            tables: tables.into_iter().map(|t| (t.table.clone(), t)).collect(),
+            tables: by_db,
             names,
         }
     }
@@ -330,29 +349,23 @@ impl Dictionary {
     }
 
     pub fn table(&self, db: &str, name: &str) -> Option<&PartitionedTable> {
-        // Borrowed lookup without building a key would need a custom Borrow;
-        // this runs once per statement on a partitioned table.
-        self.tables.get(&TableName {
-            db: db.to_string(),
-            name: name.to_string(),
-        })
+        self.tables.get(db)?.get(name)
     }
 
     /// Tables in name order.
     pub fn tables(&self) -> Vec<&PartitionedTable> {
-        let mut tables: Vec<_> = self.tables.values().collect();
+        let mut tables: Vec<_> = self.tables.values().flat_map(|t| t.values()).collect();
         tables.sort_by(|a, b| a.table.cmp(&b.table));
         tables
     }
 
     /// Whether `db.table` is a physical table of some partitioned table.
     pub fn owns_physical(&self, db: &str, table: &str) -> Option<&PartitionedTable> {
-        self.tables.values().find(|t| {
-            t.table.db == db
-                && (t.default_table == table
-                    || t.entries
-                        .iter()
-                        .any(|e| t.partition_table(&e.name) == table))
+        self.tables.get(db)?.values().find(|t| {
+            t.default_table == table
+                || t.entries
+                    .iter()
+                    .any(|e| t.partition_table(&e.name) == table)
         })
     }
 }

@@ -240,6 +240,17 @@ impl Kind {
 }
 
 pub fn summarize(sql: &[u8], quoting: Quoting, partitioned: &TableNames) -> Summary {
+    summarize_into(sql, quoting, partitioned, |_| {})
+}
+
+/// `summarize`, handing every token to `sink` on the way: planning reads a
+/// statement's tokens once.
+pub(crate) fn summarize_into(
+    sql: &[u8],
+    quoting: Quoting,
+    partitioned: &TableNames,
+    mut sink: impl FnMut(Token),
+) -> Summary {
     let check_names = !partitioned.is_empty();
     let mut s = Summary {
         kind: Kind::Empty,
@@ -259,6 +270,7 @@ pub fn summarize(sql: &[u8], quoting: Quoting, partitioned: &TableNames) -> Summ
     let mut first_is_create = false;
     let mut after_statement_end = false;
     for token in Tokens::new(sql, quoting) {
+        sink(token);
         match token.kind {
             TokenKind::Symbol(b'(' | b')' | b',') | TokenKind::SystemVariable => continue,
             TokenKind::Symbol(b';') => {

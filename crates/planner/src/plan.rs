@@ -5,7 +5,7 @@
 use crate::cache::PlanCache;
 use crate::dictionary::{Dictionary, TableName, Target};
 use crate::kill::{parse_kill, Kill};
-use crate::lexer::{summarize, target_database, Kind, Quoting, Summary};
+use crate::lexer::{summarize, summarize_into, target_database, Kind, Quoting, Summary};
 use crate::set::{parse_set, SetItem};
 
 /// What planning needs to know of the session and the proxy.
@@ -153,7 +153,14 @@ pub enum SessionChange {
 /// Plans one statement. `cache` keeps the shapes of statements on
 /// partitioned tables for the next statement of the same shape.
 pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
-    let summary = summarize(sql, ctx.quoting, ctx.dictionary.names());
+    let names = ctx.dictionary.names();
+    let summary = match names.is_empty() {
+        true => summarize(sql, ctx.quoting, names),
+        false => {
+            let tokens = cache.token_sink();
+            summarize_into(sql, ctx.quoting, names, |t| tokens.push(t))
+        }
+    };
     let mut binds = if summary.binds_connection() {
         Some("session state only the backend connection holds")
     } else if summary.multi_statement_binds() {

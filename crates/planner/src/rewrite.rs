@@ -45,6 +45,10 @@ pub(crate) struct Splices {
 }
 
 impl Splices {
+    pub fn is_empty(&self) -> bool {
+        self.edits.is_empty()
+    }
+
     pub fn replace(&mut self, range: std::ops::Range<usize>, with: String) {
         self.edits.push((range, with));
     }
@@ -72,7 +76,21 @@ impl Splices {
 
 /// An identifier in backticks, as hscale writes names it generates.
 pub fn quote_identifier(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
+    let mut quoted = String::with_capacity(name.len() + 2);
+    push_quoted(name, &mut quoted);
+    quoted
+}
+
+/// `name` in backquotes, appended to `out`.
+pub(crate) fn push_quoted(name: &str, out: &mut String) {
+    out.push('`');
+    for (i, part) in name.split('`').enumerate() {
+        if i > 0 {
+            out.push_str("``");
+        }
+        out.push_str(part);
+    }
+    out.push('`');
 }
 
 #[cfg(test)]

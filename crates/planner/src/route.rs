@@ -711,6 +711,8 @@ impl Analysis<'_> {
             }
             ControlFlow::<()>::Continue(())
         });
+        // apply_edits writes them in one pass, in text order.
+        edits.sort_by_key(|e| e.at.start);
         match failed {
             true => Err("a qualified column hscale cannot find in the text".into()),
             false => Ok(edits),

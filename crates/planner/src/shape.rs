@@ -8,7 +8,7 @@ use std::ops::Range;
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Route, Step};
-use crate::rewrite::{quote_identifier, Splices};
+use crate::rewrite::{push_quoted, Splices};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Shape<R> {
@@ -59,7 +59,8 @@ pub(crate) struct TokenRange(pub Range<usize>);
 pub(crate) type TokenShape = Shape<TokenRange>;
 
 /// The statement with the physical table of `target` spliced in; `locate`
-/// gives an edit's bytes.
+/// gives an edit's bytes. Edits are in text order (`Analysis::edits`); with
+/// no other splices the text is written in one pass, one allocation.
 pub(crate) fn apply_edits<R>(
     sql: &str,
     edits: &[Edit<R>],
@@ -67,19 +68,41 @@ pub(crate) fn apply_edits<R>(
     splices: &mut Splices,
     locate: impl Fn(&R) -> Option<Range<usize>>,
 ) -> Result<String, String> {
+    let lost = || "a name hscale cannot find in the text".to_string();
+    if splices.is_empty() {
+        let mut out = String::with_capacity(sql.len() + 16 * edits.len());
+        let mut at = 0;
+        for edit in edits {
+            let range = locate(&edit.at).ok_or_else(lost)?;
+            out.push_str(sql.get(at..range.start).ok_or("overlapping names")?);
+            edit.text.write(target, &mut out);
+            at = range.end;
+        }
+        out.push_str(sql.get(at..).ok_or_else(lost)?);
+        return Ok(out);
+    }
     for edit in edits {
-        let text = match &edit.text {
-            EditText::Physical { before, after } => {
-                format!("{before}{}{after}", quote_identifier(&target.table))
-            }
-            EditText::Fixed(text) => text.clone(),
-        };
-        let at = locate(&edit.at).ok_or("a name hscale cannot find in the text")?;
+        let mut text = String::new();
+        edit.text.write(target, &mut text);
+        let at = locate(&edit.at).ok_or_else(lost)?;
         splices.replace(at, text);
     }
     splices
         .apply(sql)
         .ok_or_else(|| "overlapping names".to_string())
+}
+
+impl EditText {
+    fn write(&self, target: &Target, out: &mut String) {
+        match self {
+            EditText::Physical { before, after } => {
+                out.push_str(before);
+                push_quoted(&target.table, out);
+                out.push_str(after);
+            }
+            EditText::Fixed(text) => out.push_str(text),
+        }
+    }
 }
 
 /// Byte ranges locate themselves.

@@ -36,16 +36,33 @@ enum Cmd {
         backends: usize,
         #[arg(long, default_value_t = 4040)]
         port: u16,
+        /// Reach the servers over TCP, as backends on other hosts are
+        /// reached, rather than over their unix sockets.
+        #[arg(long)]
+        tcp: bool,
     },
 }
+
+/// Sessions allocate on one worker thread and free on another; glibc's
+/// allocator takes its slow path for that, mimalloc does not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Cmd::Playground { backends, port }) => {
+        Some(Cmd::Playground {
+            backends,
+            port,
+            tcp,
+        }) => {
+            let path = match tcp {
+                true => playground::BackendPath::Tcp,
+                false => playground::BackendPath::Unix,
+            };
             let _guard = logging::init(&Default::default());
             run_async(0, async move {
-                playground::run(backends.max(1), port)
+                playground::run(backends.max(1), port, path)
                     .await
                     .map_err(|e| e.to_string())
             })

@@ -19,7 +19,16 @@ pub enum PlaygroundError {
     Demo(String),
 }
 
-pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
+/// How the proxy reaches the local servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendPath {
+    /// Their unix sockets: the cheapest path on one host.
+    Unix,
+    /// TCP on 127.0.0.1, as backends on other hosts are reached.
+    Tcp,
+}
+
+pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Config {
     Config {
         proxy: ProxyConfig {
             listen: format!("127.0.0.1:{port}"),
@@ -40,7 +49,10 @@ pub fn config_for(servers: &[LocalServer], port: u16) -> Config {
             .enumerate()
             .map(|(i, s)| BackendConfig {
                 id: i as u32 + 1,
-                address: s.socket(),
+                address: match path {
+                    BackendPath::Unix => s.socket(),
+                    BackendPath::Tcp => format!("127.0.0.1:{}", s.port),
+                },
                 user: "root".into(),
                 password: String::new(),
                 max_connections: 64,
@@ -116,7 +128,7 @@ fn create_demo(main: &LocalServer) -> Result<(), PlaygroundError> {
     Ok(())
 }
 
-pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
+pub async fn run(backends: usize, port: u16, path: BackendPath) -> Result<(), PlaygroundError> {
     let dir = tempfile::Builder::new()
         .prefix("hscale-playground-")
         .tempdir()
@@ -127,7 +139,7 @@ pub async fn run(backends: usize, port: u16) -> Result<(), PlaygroundError> {
     ));
     let servers = start_servers(dir.path(), backends)?;
     create_demo(&servers[0])?;
-    let config = config_for(&servers, port);
+    let config = config_for(&servers, port, path);
     let listener = crate::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|source| PlaygroundError::Listen { port, source })?;
     // `--port 0` asks for any free port: tell the one it got.

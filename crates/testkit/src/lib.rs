@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use hscale::config::Config;
 use hscale::mariadb::LocalServer;
-use hscale::playground::{config_for, start_servers};
+use hscale::playground::{config_for, start_servers, BackendPath};
 use hscale::Shared;
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder};
@@ -134,7 +134,7 @@ impl Cluster {
     }
 
     fn config_with_addresses(&self, addresses: &[String]) -> Config {
-        let mut config = config_for(&[], 0);
+        let mut config = config_for(&[], 0, BackendPath::Unix);
         config.backends = addresses
             .iter()
             .enumerate()

@@ -74,6 +74,39 @@ async fn binary_connection(shared: &Shared, slot: usize) -> Result<Box<BackendCo
     Ok(conn)
 }
 
+/// How long a writer waits for the writers lock, and recovery for a dead
+/// instance's last statement.
+const WRITER_WAIT_SECONDS: u32 = 60;
+
+fn writers_lock(shared: &Shared) -> String {
+    text_literal(&format!("{}.move_writers", shared.dictionary.schema))
+}
+
+/// A connection that writes moved rows. It holds the writers lock on its
+/// server until it closes: when an instance dies, the statement it had sent
+/// still runs to its end on the server, and only then is the lock released,
+/// so recovery (`wait_for_dead_writers`) never races a dead instance's write.
+async fn writer_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+    let mut conn = binary_connection(shared, slot).await?;
+    let sql = format!(
+        "SELECT GET_LOCK({}, {WRITER_WAIT_SECONDS})",
+        writers_lock(shared)
+    );
+    match super::store::text(&exec(&mut conn, &sql).await?, 0, 0).as_str() {
+        "1" => Ok(conn),
+        _ => Err(crate::admin::AdminError::Busy.into()),
+    }
+}
+
+/// Waits on every backend until no connection holds the writers lock: the
+/// statements a dead instance sent have ended.
+async fn wait_for_dead_writers(shared: &Shared) -> Result<(), ProxyError> {
+    for slot in 0..shared.pools.len() {
+        writer_connection(shared, slot).await?;
+    }
+    Ok(())
+}
+
 fn in_list(column: &str, values: &[Vec<u8>]) -> String {
     let list: Vec<String> = values.iter().map(|v| bytes_literal(v)).collect();
     format!("{} IN ({})", ident(column), list.join(", "))
@@ -89,7 +122,7 @@ pub async fn copy_rows(
     to: &Place,
 ) -> Result<u64, ProxyError> {
     let mut source = binary_connection(shared, from.slot).await?;
-    let mut target = binary_connection(shared, to.slot).await?;
+    let mut target = writer_connection(shared, to.slot).await?;
     let values = matching_values(&mut source, table, from, partition_values).await?;
     let mut copied = 0;
     for batch in values.chunks(VALUES_PER_BATCH) {
@@ -132,7 +165,7 @@ pub async fn delete_rows(
     partition_values: &[String],
     place: &Place,
 ) -> Result<(), ProxyError> {
-    let mut conn = binary_connection(shared, place.slot).await?;
+    let mut conn = writer_connection(shared, place.slot).await?;
     let values = matching_values(&mut conn, table, place, partition_values).await?;
     for batch in values.chunks(VALUES_PER_BATCH) {
         let sql = format!(
@@ -245,6 +278,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
         return Ok(());
     }
     let _lock = crate::admin::AdminLock::take(shared).await?;
+    wait_for_dead_writers(shared).await?;
     let dictionary = super::store::load(conn, &shared.dictionary.schema).await?;
     // SETUP_TABLE records the table, then renames it to its default table.
     for table in unrenamed(shared, &dictionary).await? {

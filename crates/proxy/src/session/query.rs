@@ -203,6 +203,33 @@ impl Session {
         needs: Needs,
         connection_id: bool,
     ) -> Result<(), ProxyError> {
+        self.shared.counters.routed.add(1);
+        let payload = |session: &Session, sql: &str| {
+            let payload = Bytes::from(command(COM_QUERY, sql));
+            match connection_id {
+                true => session.with_own_connection_id(payload),
+                false => payload,
+            }
+        };
+        if let [step] = route.steps.as_slice() {
+            let slot = self.slot_of(step.target.backend)?;
+            if route.writes {
+                self.check_writers(&[slot])?;
+            }
+            let payload = payload(self, &step.sql);
+            self.execute(
+                slot,
+                &payload,
+                Some(Expect::ResultSets),
+                needs,
+                SessionChange::Nothing,
+            )
+            .await?;
+            if route.writes && self.slots[slot].binding.transaction {
+                self.slots[slot].binding.wrote = true;
+            }
+            return Ok(());
+        }
         let mut slots = Vec::with_capacity(route.steps.len());
         for step in &route.steps {
             slots.push(self.slot_of(step.target.backend)?);
@@ -213,35 +240,13 @@ impl Session {
         let payloads: Vec<Bytes> = route
             .steps
             .iter()
-            .map(|step| {
-                let payload = Bytes::from(command(COM_QUERY, &step.sql));
-                match connection_id {
-                    true => self.with_own_connection_id(payload),
-                    false => payload,
-                }
-            })
+            .map(|step| payload(self, &step.sql))
             .collect();
-        self.shared.counters.routed.add(1);
         match route.merge {
-            hscale_planner::Merge::Single => {
-                let slot = slots[0];
-                self.execute(
-                    slot,
-                    &payloads[0],
-                    Some(Expect::ResultSets),
-                    needs,
-                    SessionChange::Nothing,
-                )
-                .await?;
-                if route.writes && self.slots[slot].binding.transaction {
-                    self.slots[slot].binding.wrote = true;
-                }
-                Ok(())
-            }
-            hscale_planner::Merge::Concat => self.concat_rows(&slots, &payloads, needs).await,
             hscale_planner::Merge::AffectedRows => {
                 self.sum_affected(&slots, &payloads, needs).await
             }
+            _ => self.concat_rows(&slots, &payloads, needs).await,
         }
     }
 }
