@@ -77,6 +77,22 @@ fn planning(c: &mut Criterion) {
             b.iter(|| plan(SEED.as_bytes(), &ctx, &mut cache))
         },
     );
+    let insert = "INSERT INTO small (id, category) VALUES (4, 'hardware')";
+    c.bench_function(
+        "plan: one-row INSERT into partitioned small, cache hit",
+        |b| {
+            let mut cache = PlanCache::default();
+            let ctx = ctx(&partitioned);
+            b.iter(|| plan(insert.as_bytes(), &ctx, &mut cache))
+        },
+    );
+    c.bench_function(
+        "plan: one-row INSERT into partitioned small, cache miss",
+        |b| {
+            let ctx = ctx(&partitioned);
+            b.iter(|| plan(insert.as_bytes(), &ctx, &mut PlanCache::default()))
+        },
+    );
     c.bench_function("plan: seed query on partitioned small, cache miss", |b| {
         let ctx = ctx(&partitioned);
         b.iter(|| plan(SEED.as_bytes(), &ctx, &mut PlanCache::default()))

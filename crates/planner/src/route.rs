@@ -138,7 +138,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         Statement::Query(query) => analysis.select(query, summary),
         Statement::Insert(insert) => match (&insert.table, &insert.source) {
             (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
-                Err(String::new())
+                analysis.single_row_insert(insert)
             }
             (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => {
                 analysis.insert_from_partitions(source, summary)
@@ -429,15 +429,65 @@ impl Analysis<'_> {
         })
     }
 
-    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Route, String> {
+    /// Where the partition column is among the columns an INSERT lists.
+    fn insert_position(&self, insert: &sqlparser::ast::Insert) -> Option<usize> {
         let column = &self.table.column;
-        let position = match insert.columns.is_empty() {
+        match insert.columns.is_empty() {
             true => self.table.column_position.checked_sub(1),
             false => insert
                 .columns
                 .iter()
                 .position(|c| last_ident(c).is_some_and(|i| i.value.eq_ignore_ascii_case(column))),
+        }
+    }
+
+    /// The partition column's value in an INSERT ... SET.
+    fn assigned_value<'s>(&self, insert: &'s sqlparser::ast::Insert) -> Option<&'s Expr> {
+        insert
+            .assignments
+            .iter()
+            .find(|a| matches!(&a.target, AssignmentTarget::ColumnName(n) if self.names_column(n, None)))
+            .map(|a| &a.value)
+    }
+
+    /// A one-row INSERT whose partition column is a literal: a shape with one
+    /// key, which the plan cache keeps. Anything else (several rows, INSERT
+    /// ... SELECT, what `insert` refuses) is `Err("")`: planned by `insert`.
+    fn single_row_insert(
+        &self,
+        insert: &sqlparser::ast::Insert,
+    ) -> Result<(ByteShape, Vec<Value>), String> {
+        let unshaped = || String::new();
+        if insert.on.is_some() {
+            return Err(unshaped());
+        }
+        let value = match (&insert.source, insert.assignments.is_empty()) {
+            (None, false) => self.assigned_value(insert),
+            (Some(source), true) => match (source.body.as_ref(), self.insert_position(insert)) {
+                (SetExpr::Values(values), Some(position)) if values.rows.len() == 1 => {
+                    values.rows[0].content.get(position)
+                }
+                _ => None,
+            },
+            _ => None,
         };
+        let (value, key) = value
+            .and_then(|v| self.literal_key(v))
+            .ok_or_else(unshaped)?;
+        let shape = Shape {
+            table: self.table.table.clone(),
+            keys: Some(vec![key]),
+            edits: self.edits(Some(Naming::Renamed))?,
+            many: Err("one row in several partitions".into()),
+            writes: true,
+            others: self.others > 0,
+        };
+        Ok((shape, vec![value]))
+    }
+
+    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Route, String> {
+        let column = &self.table.column;
+        let position = self.insert_position(insert);
         if let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on {
             let changes_column = assignments.iter().any(|a| match &a.target {
                 AssignmentTarget::ColumnName(name) => self.names_column(name, None),
@@ -451,12 +501,8 @@ impl Analysis<'_> {
         }
         let no_column = || format!("a row without the partition column `{column}`");
         if !insert.assignments.is_empty() {
-            let value = insert
-                .assignments
-                .iter()
-                .find(|a| matches!(&a.target, AssignmentTarget::ColumnName(n) if self.names_column(n, None)))
-                .ok_or_else(no_column)?;
-            let target = self.value_target(&value.value)?;
+            let value = self.assigned_value(insert).ok_or_else(no_column)?;
+            let target = self.value_target(value)?;
             let edits = self.edits(Some(Naming::Renamed))?;
             let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
             let steps = vec![Step { target, sql }];

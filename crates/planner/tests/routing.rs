@@ -511,6 +511,9 @@ fn a_cached_shape_plans_like_a_fresh_parse() {
         "SELECT COUNT(*) FROM orders WHERE user_id = {m}",
         "SELECT users FROM stats WHERE x = {n}",
         "INSERT INTO archive (id) SELECT id FROM users WHERE nickname IN ('{a}', '{b}')",
+        "INSERT INTO users (id, nickname) VALUES ({n}, '{a}')",
+        "INSERT INTO orders VALUES (-{m}, {n}) /* {n} */",
+        "REPLACE INTO app.users SET id = {n}, nickname = '{b}'",
     ];
     for round in 0..40usize {
         for shape in shapes {
