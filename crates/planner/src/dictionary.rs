@@ -166,7 +166,12 @@ impl PartitionedTable {
 
     /// The physical table name of a partition.
     pub fn partition_table(&self, partition: &str) -> String {
-        format!("{}_{}", self.table.name, partition)
+        // Once per routed statement: without the formatting machinery.
+        let mut name = String::with_capacity(self.table.name.len() + 1 + partition.len());
+        name.push_str(&self.table.name);
+        name.push('_');
+        name.push_str(partition);
+        name
     }
 
     /// A move or a schema change is in progress: statements on the table

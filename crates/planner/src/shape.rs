@@ -70,7 +70,8 @@ pub(crate) fn apply_edits<R>(
 ) -> Result<String, String> {
     let lost = || "a name hscale cannot find in the text".to_string();
     if splices.is_empty() {
-        let mut out = String::with_capacity(sql.len() + 16 * edits.len());
+        let grows: usize = edits.iter().map(|e| e.text.len(target)).sum();
+        let mut out = String::with_capacity(sql.len() + grows);
         let mut at = 0;
         for edit in edits {
             let range = locate(&edit.at).ok_or_else(lost)?;
@@ -93,6 +94,16 @@ pub(crate) fn apply_edits<R>(
 }
 
 impl EditText {
+    /// At most how many bytes `write` adds (backquotes doubled or not).
+    fn len(&self, target: &Target) -> usize {
+        match self {
+            EditText::Physical { before, after } => {
+                before.len() + 2 * target.table.len() + 2 + after.len()
+            }
+            EditText::Fixed(text) => text.len(),
+        }
+    }
+
     fn write(&self, target: &Target, out: &mut String) {
         match self {
             EditText::Physical { before, after } => {
