@@ -21,7 +21,7 @@ pub enum AdminCommand {
     AddPartition {
         table: String,
         partition: String,
-        value: Value,
+        value: Value<'static>,
         backend: u32,
     },
     DropPartition {
@@ -38,7 +38,7 @@ pub enum AdminCommand {
     },
     Lookup {
         table: String,
-        value: Value,
+        value: Value<'static>,
     },
     ShowTables,
     Status,
@@ -76,10 +76,10 @@ impl Argument {
         }
     }
 
-    fn value(&self) -> Value {
+    fn value(&self) -> Value<'static> {
         match self {
-            Argument::Text(s) => Value::String(s.clone()),
-            Argument::Number(n) => Value::Number(n.clone()),
+            Argument::Text(s) => Value::String(s.clone().into()),
+            Argument::Number(n) => Value::Number(n.clone().into()),
         }
     }
 }

@@ -7,9 +7,11 @@
 use crate::hashing::Value;
 use crate::lexer::{Quoting, Token, TokenKind};
 use crate::plan::{Action, Context};
+use std::borrow::Cow;
 use std::ops::Range;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::shape::{TokenRange, TokenShape};
 
@@ -87,7 +89,7 @@ impl PlanCache {
         let action = match cached {
             Cached::Main { version } if *version == ctx.dictionary.version => Action::Main,
             Cached::Shaped { version, shape } if *version == ctx.dictionary.version => {
-                let mut values = Vec::new();
+                let mut values: SmallVec<[Value; 2]> = SmallVec::new();
                 for key in shape.keys.iter().flatten() {
                     let token = self.tokens.get(key.at.0.start)?;
                     values.push(value(sql.as_bytes(), token, key.negative, ctx.quoting)?);
@@ -133,19 +135,24 @@ fn literal_kind(kind: TokenKind) -> Option<TokenKind> {
     }
 }
 
-fn value(sql: &[u8], token: &Token, negative: bool, quoting: Quoting) -> Option<Value> {
+fn value<'a>(sql: &'a [u8], token: &Token, negative: bool, quoting: Quoting) -> Option<Value<'a>> {
     let text = &sql[token.start..token.end];
     match token.kind {
         TokenKind::Number => {
-            let sign = if negative { "-" } else { "" };
-            Some(Value::Number(format!(
-                "{sign}{}",
-                std::str::from_utf8(text).ok()?
-            )))
+            let digits = std::str::from_utf8(text).ok()?;
+            Some(Value::Number(match negative {
+                true => Cow::Owned(format!("-{digits}")),
+                false => Cow::Borrowed(digits),
+            }))
         }
         TokenKind::Quoted(quote) if !negative => {
             let inner = text.strip_prefix(&[quote])?.strip_suffix(&[quote])?;
-            Some(Value::String(unquote(inner, quote, quoting)?))
+            let escaped = inner.contains(&quote)
+                || (quoting == Quoting::BackslashEscapes && inner.contains(&b'\\'));
+            Some(Value::String(match escaped {
+                true => Cow::Owned(unquote(inner, quote, quoting)?),
+                false => Cow::Borrowed(std::str::from_utf8(inner).ok()?),
+            }))
         }
         _ => None,
     }

@@ -4,6 +4,7 @@
 //! whole; nothing here changes after `Dictionary::new`.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -98,6 +99,11 @@ pub struct PartitionedTable {
     /// tables: statements on it wait.
     pub changing: bool,
     by_value: FxHashMap<String, usize>,
+    /// Built once per snapshot: a routed statement clones a target, it does
+    /// not format one.
+    default: Target,
+    /// The target of `entries[i]`.
+    targets: Vec<Target>,
 }
 
 /// A physical table a statement goes to.
@@ -105,9 +111,9 @@ pub struct PartitionedTable {
 pub struct Target {
     pub backend: u32,
     /// The physical table name.
-    pub table: String,
+    pub table: Arc<str>,
     /// The partition's name; `None` for the default partition.
-    pub partition: Option<String>,
+    pub partition: Option<Arc<str>>,
 }
 
 /// What SETUP_TABLE records of a partitioned table.
@@ -138,6 +144,19 @@ impl PartitionedTable {
             default_table,
             default_backend,
         } = definition;
+        let default = Target {
+            backend: default_backend,
+            table: Arc::from(default_table.as_str()),
+            partition: None,
+        };
+        let targets = entries
+            .iter()
+            .map(|entry| Target {
+                backend: entry.backend,
+                table: Arc::from(partition_table(&table, &entry.name)),
+                partition: Some(Arc::from(entry.name.as_str())),
+            })
+            .collect();
         PartitionedTable {
             table,
             column,
@@ -149,6 +168,8 @@ impl PartitionedTable {
             entries,
             changing: false,
             by_value,
+            default,
+            targets,
         }
     }
 
@@ -166,12 +187,7 @@ impl PartitionedTable {
 
     /// The physical table name of a partition.
     pub fn partition_table(&self, partition: &str) -> String {
-        // Once per routed statement: without the formatting machinery.
-        let mut name = String::with_capacity(self.table.name.len() + 1 + partition.len());
-        name.push_str(&self.table.name);
-        name.push('_');
-        name.push_str(partition);
-        name
+        partition_table(&self.table, partition)
     }
 
     /// A move or a schema change is in progress: statements on the table
@@ -196,27 +212,19 @@ impl PartitionedTable {
     }
 
     pub fn default_target(&self) -> Target {
-        Target {
-            backend: self.default_backend,
-            table: self.default_table.clone(),
-            partition: None,
-        }
-    }
-
-    fn entry_target(&self, entry: &PartitionEntry) -> Target {
-        Target {
-            backend: entry.backend,
-            table: self.partition_table(&entry.name),
-            partition: Some(entry.name.clone()),
-        }
+        self.default.clone()
     }
 
     /// The partition entry for a partition value, if one holds its rows now.
     pub fn entry_for(&self, partition_value: &str) -> Option<&PartitionEntry> {
+        self.index_for(partition_value).map(|i| &self.entries[i])
+    }
+
+    fn index_for(&self, partition_value: &str) -> Option<usize> {
         self.by_value
             .get(partition_value)
-            .map(|&i| &self.entries[i])
-            .filter(|e| e.state.holds_rows())
+            .copied()
+            .filter(|&i| self.entries[i].state.holds_rows())
     }
 
     /// Where rows whose partition column is `value` live.
@@ -225,8 +233,8 @@ impl PartitionedTable {
             Value::Null => return Ok(self.default_target()),
             v => self.function.apply(self.kind, v)?,
         };
-        Ok(match self.entry_for(&partition_value) {
-            Some(entry) => self.entry_target(entry),
+        Ok(match self.index_for(&partition_value) {
+            Some(i) => self.targets[i].clone(),
             None => self.default_target(),
         })
     }
@@ -236,9 +244,9 @@ impl PartitionedTable {
     pub fn all_targets(&self) -> Vec<Target> {
         let mut seen = HashSet::new();
         let mut targets = vec![self.default_target()];
-        for entry in self.entries.iter().filter(|e| e.state.holds_rows()) {
-            if seen.insert(entry.name.as_str()) {
-                targets.push(self.entry_target(entry));
+        for (entry, target) in self.entries.iter().zip(&self.targets) {
+            if entry.state.holds_rows() && seen.insert(entry.name.as_str()) {
+                targets.push(target.clone());
             }
         }
         targets
@@ -248,9 +256,9 @@ impl PartitionedTable {
     pub fn physical_tables(&self) -> Vec<Target> {
         let mut seen = HashSet::new();
         let mut targets = vec![self.default_target()];
-        for entry in &self.entries {
+        for (entry, target) in self.entries.iter().zip(&self.targets) {
             if seen.insert(entry.name.as_str()) {
-                targets.push(self.entry_target(entry));
+                targets.push(target.clone());
             }
         }
         targets
@@ -260,6 +268,15 @@ impl PartitionedTable {
     pub fn partition<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a PartitionEntry> {
         self.entries.iter().filter(move |e| e.name == name)
     }
+}
+
+/// The physical table of a partition: `users` + `nick1` -> `users_nick1`.
+pub fn partition_table(table: &TableName, partition: &str) -> String {
+    let mut name = String::with_capacity(table.name.len() + 1 + partition.len());
+    name.push_str(&table.name);
+    name.push('_');
+    name.push_str(partition);
+    name
 }
 
 /// Names of partitioned tables, lower-cased, in any database, and
@@ -415,12 +432,12 @@ pub(crate) mod tests {
         let dict = users();
         let users = dict.table("app", "users").unwrap();
         let target = |v: &str| users.target_for(&Value::String(v.into())).unwrap();
-        assert_eq!(target("Martin").table, "users_nick1");
+        assert_eq!(target("Martin").table.as_ref(), "users_nick1");
         assert_eq!(target("Martin").backend, 2);
-        assert_eq!(target("paula").table, "users_nick2");
-        assert_eq!(target("zoe").table, "users_default");
+        assert_eq!(target("paula").table.as_ref(), "users_nick2");
+        assert_eq!(target("zoe").table.as_ref(), "users_default");
         assert_eq!(
-            users.target_for(&Value::Null).unwrap().table,
+            users.target_for(&Value::Null).unwrap().table.as_ref(),
             "users_default"
         );
     }
@@ -433,7 +450,7 @@ pub(crate) mod tests {
             .unwrap()
             .all_targets()
             .into_iter()
-            .map(|t| t.table)
+            .map(|t| t.table.to_string())
             .collect();
         assert_eq!(tables, ["users_default", "users_nick1", "users_nick2"]);
     }

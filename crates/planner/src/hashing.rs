@@ -3,6 +3,7 @@
 //! to, and compared the way MariaDB compares them for that column, so that a
 //! row is always looked for in the partition it was stored in.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use unicode_normalization::char::is_combining_mark;
@@ -62,12 +63,13 @@ impl ColumnKind {
     }
 }
 
-/// A literal as the client wrote it.
+/// A literal as the client wrote it; borrowed from the statement where its
+/// text needs no unescaping, so routing a cached shape copies nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub enum Value<'a> {
     /// A number literal, as written (`12`, `-3`, `1.50`, `1e3`).
-    Number(String),
-    String(String),
+    Number(Cow<'a, str>),
+    String(Cow<'a, str>),
     Null,
 }
 
@@ -186,20 +188,24 @@ impl HashFunction {
     }
 
     /// The partition value of a column value.
-    pub fn apply(&self, kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+    pub fn apply<'a>(&self, kind: ColumnKind, value: &'a Value) -> Result<Cow<'a, str>, HashError> {
         let canonical = canonical(kind, value)?;
         Ok(match self {
-            HashFunction::None => canonical,
+            HashFunction::None => return Ok(canonical),
             HashFunction::Mod(n) => (as_integer(&canonical) % i128::from(*n)).to_string(),
             HashFunction::Div(n) => as_integer(&canonical)
                 .div_euclid(i128::from(*n))
                 .to_string(),
-            HashFunction::Prefix(n) => canonical.chars().take(*n).collect(),
+            HashFunction::Prefix(n) => match canonical.char_indices().nth(*n) {
+                Some((end, _)) => return Ok(cut(canonical, end)),
+                None => return Ok(canonical),
+            },
             HashFunction::Date(format) => format_date(format, &canonical, kind)?,
             HashFunction::Hash(n) => {
                 (u64::from(crc32fast::hash(canonical.as_bytes())) % n).to_string()
             }
-        })
+        }
+        .into())
     }
 
     /// A partition value an admin gave, brought to the form `apply` produces
@@ -214,7 +220,7 @@ impl HashFunction {
             Value::Number(s) | Value::String(s) => s.trim().to_string(),
         };
         match self {
-            HashFunction::None => canonical(kind, value),
+            HashFunction::None => canonical(kind, value).map(Cow::into_owned),
             HashFunction::Mod(n) | HashFunction::Hash(n) => match text.parse::<i128>() {
                 // MOD of a negative value is negative, as in MariaDB.
                 Ok(v) if matches!(self, HashFunction::Mod(_)) && v.abs() < i128::from(*n) => {
@@ -230,7 +236,7 @@ impl HashFunction {
             HashFunction::Prefix(n) => {
                 let folded = fold(&text);
                 match folded.chars().count() <= *n && !folded.is_empty() {
-                    true => Ok(folded),
+                    true => Ok(folded.into_owned()),
                     false => Err(unreachable(text)),
                 }
             }
@@ -241,23 +247,40 @@ impl HashFunction {
 
 /// The value as the column holds it: integers in decimal, text folded like a
 /// `_ci` collation, dates as `YYYY-MM-DD HH:MM:SS`.
-fn canonical(kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+fn canonical<'a>(kind: ColumnKind, value: &'a Value) -> Result<Cow<'a, str>, HashError> {
     let wrong = |v: &str| HashError::WrongValue {
         value: v.to_string(),
         kind: kind.name(),
     };
     match (kind, value) {
         (_, Value::Null) => Err(HashError::Null),
-        (ColumnKind::Integer, Value::Number(n) | Value::String(n)) => parse_integer(n.trim())
-            .map(|v| v.to_string())
-            .ok_or_else(|| wrong(n)),
-        (ColumnKind::Decimal, Value::Number(n) | Value::String(n)) => {
-            canonical_decimal(n.trim()).ok_or_else(|| wrong(n))
+        (ColumnKind::Integer, Value::Number(n) | Value::String(n)) => {
+            let n = n.trim();
+            // The common case, a plain decimal integer, is its own canonical form.
+            let plain = |n: &str| {
+                let digits = n.strip_prefix('-').unwrap_or(n);
+                !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && (digits == "0" || !digits.starts_with('0'))
+                    && n != "-0"
+                    && digits.len() < 38
+            };
+            if plain(n) {
+                return Ok(Cow::Borrowed(n));
+            }
+            parse_integer(n)
+                .map(|v| Cow::Owned(v.to_string()))
+                .ok_or_else(|| wrong(n))
         }
-        (ColumnKind::Text, Value::Number(n)) => Ok(n.clone()),
+        (ColumnKind::Decimal, Value::Number(n) | Value::String(n)) => canonical_decimal(n.trim())
+            .map(Cow::Owned)
+            .ok_or_else(|| wrong(n)),
+        (ColumnKind::Text, Value::Number(n)) => Ok(Cow::Borrowed(n)),
         (ColumnKind::Text | ColumnKind::Enum, Value::String(s)) => Ok(fold(s)),
         (ColumnKind::Enum, Value::Number(n)) => Err(wrong(n)),
-        (ColumnKind::Temporal, Value::String(s)) => canonical_datetime(s).ok_or_else(|| wrong(s)),
+        (ColumnKind::Temporal, Value::String(s)) => canonical_datetime(s)
+            .map(Cow::Owned)
+            .ok_or_else(|| wrong(s)),
         (ColumnKind::Temporal, Value::Number(n)) => Err(wrong(n)),
     }
 }
@@ -303,15 +326,29 @@ fn as_integer(canonical: &str) -> i128 {
 /// SPACE), case does not count, accents do not count (utf8mb4_general_ci
 /// compares 'é' equal to 'e'). Folding more than the column's collation is
 /// safe (equal values still meet in one partition); folding less is not.
-pub fn fold(text: &str) -> String {
+pub fn fold(text: &str) -> Cow<'_, str> {
     let text = text.trim_end_matches(' ');
     if text.is_ascii() {
-        return text.to_ascii_lowercase();
+        return match text.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => Cow::Owned(text.to_ascii_lowercase()),
+            false => Cow::Borrowed(text),
+        };
     }
     text.nfd()
         .filter(|c| !is_combining_mark(*c))
         .flat_map(char::to_lowercase)
         .collect()
+}
+
+/// The first `end` bytes of a string, borrowed where it was.
+fn cut(text: Cow<'_, str>, end: usize) -> Cow<'_, str> {
+    match text {
+        Cow::Borrowed(s) => Cow::Borrowed(&s[..end]),
+        Cow::Owned(mut s) => {
+            s.truncate(end);
+            Cow::Owned(s)
+        }
+    }
 }
 
 /// `2008-05-06`, `2008-05-06 12:00:01`, `2008-05-06T12:00:01.5` ->
@@ -407,14 +444,17 @@ fn day_of_year(datetime: &str) -> u32 {
 mod tests {
     use super::*;
 
-    fn num(s: &str) -> Value {
+    fn num(s: &str) -> Value<'_> {
         Value::Number(s.into())
     }
-    fn text(s: &str) -> Value {
+    fn text(s: &str) -> Value<'_> {
         Value::String(s.into())
     }
     fn apply(function: &str, kind: ColumnKind, value: Value) -> Result<String, HashError> {
-        HashFunction::parse(function).unwrap().apply(kind, &value)
+        HashFunction::parse(function)
+            .unwrap()
+            .apply(kind, &value)
+            .map(Cow::into_owned)
     }
 
     #[test]
@@ -471,6 +511,31 @@ mod tests {
         );
         assert!(apply("NONE()", Temporal, num("20080506")).is_err());
         assert_eq!(apply("HASH(4)", Integer, Value::Null), Err(HashError::Null));
+    }
+
+    #[test]
+    fn integers_taken_as_written_are_the_ones_already_canonical() {
+        let written = [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "007",
+            "+7",
+            " 7 ",
+            "10",
+            "-10",
+            "1.0",
+            "1e3",
+            "-",
+            "99999999999999999999999999999999999999999",
+        ];
+        for text in written {
+            let parsed = parse_integer(text.trim()).map(|v| v.to_string());
+            let value = num(text);
+            let canonical = canonical(ColumnKind::Integer, &value).ok();
+            assert_eq!(canonical.map(Cow::into_owned), parsed, "{text:?}");
+        }
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! out. The plan carries everything execution needs; nothing after it reads
 //! the SQL again.
 
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
 use crate::cache::PlanCache;
 use crate::dictionary::{Dictionary, TableName, Target};
 use crate::kill::{parse_kill, Kill};
@@ -60,8 +64,9 @@ pub enum Action {
 /// how their answers combine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    pub table: TableName,
-    pub steps: Vec<Step>,
+    pub table: Arc<TableName>,
+    /// Inline: most routed statements have one step.
+    pub steps: SmallVec<[Step; 1]>,
     pub merge: Merge,
     /// The statement changes rows (what `transactions = "single"` counts).
     pub writes: bool,
@@ -84,6 +89,17 @@ impl Route {
 pub struct Step {
     pub target: Target,
     pub sql: String,
+}
+
+impl Step {
+    /// The statement as a command's payload: `code`, then the text. Routed
+    /// statements are written with a byte of room to spare, so the text is
+    /// moved within its own buffer, not copied to a new one.
+    pub fn into_command(self, code: u8) -> Vec<u8> {
+        let mut payload = self.sql.into_bytes();
+        payload.insert(0, code);
+        payload
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,9 @@
 //! cannot be answered correctly from the partitions is refused with the reason.
 
 use std::ops::{ControlFlow, Range};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use sqlparser::ast::{
     visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
@@ -301,7 +304,11 @@ pub(crate) enum Naming {
 }
 
 impl Analysis<'_> {
-    fn select(&self, query: &Query, summary: &Summary) -> Result<(ByteShape, Vec<Value>), String> {
+    fn select(
+        &self,
+        query: &Query,
+        summary: &Summary,
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         if query.with.is_some() {
             return Err("WITH".into());
         }
@@ -332,7 +339,7 @@ impl Analysis<'_> {
         &self,
         source: &Query,
         summary: &Summary,
-    ) -> Result<(ByteShape, Vec<Value>), String> {
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         let (mut shape, values) = self.select(source, summary)?;
         shape.many = shape.many.map(|_| Merge::AffectedRows);
         shape.writes = true;
@@ -347,11 +354,11 @@ impl Analysis<'_> {
         naming: Option<Naming>,
         many: Result<Merge, String>,
         writes: bool,
-    ) -> Result<(ByteShape, Vec<Value>), String> {
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         let keys = selection.and_then(|w| self.fixed_keys(w, alias));
         let values = keys.iter().flatten().map(|(v, _)| v.clone()).collect();
         let shape = Shape {
-            table: self.table.table.clone(),
+            table: Arc::new(self.table.table.clone()),
             keys: keys.map(|keys| keys.into_iter().map(|(_, k)| k).collect()),
             edits: self.edits(naming)?,
             many,
@@ -361,7 +368,10 @@ impl Analysis<'_> {
         Ok((shape, values))
     }
 
-    fn update(&self, update: &sqlparser::ast::Update) -> Result<(ByteShape, Vec<Value>), String> {
+    fn update(
+        &self,
+        update: &sqlparser::ast::Update,
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         if update.from.is_some() {
             return Err("UPDATE ... FROM".into());
         }
@@ -392,7 +402,10 @@ impl Analysis<'_> {
         )
     }
 
-    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<(ByteShape, Vec<Value>), String> {
+    fn delete(
+        &self,
+        delete: &sqlparser::ast::Delete,
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         let from = match &delete.from {
             FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
         };
@@ -422,8 +435,8 @@ impl Analysis<'_> {
         let edits = self.edits(None)?;
         let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
         Ok(Route {
-            table: self.table.table.clone(),
-            steps: vec![Step { target, sql }],
+            table: Arc::new(self.table.table.clone()),
+            steps: smallvec::smallvec![Step { target, sql }],
             merge: Merge::Concat,
             writes: false,
         })
@@ -456,7 +469,7 @@ impl Analysis<'_> {
     fn single_row_insert(
         &self,
         insert: &sqlparser::ast::Insert,
-    ) -> Result<(ByteShape, Vec<Value>), String> {
+    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
         let unshaped = || String::new();
         if insert.on.is_some() {
             return Err(unshaped());
@@ -475,7 +488,7 @@ impl Analysis<'_> {
             .and_then(|v| self.literal_key(v))
             .ok_or_else(unshaped)?;
         let shape = Shape {
-            table: self.table.table.clone(),
+            table: Arc::new(self.table.table.clone()),
             keys: Some(vec![key]),
             edits: self.edits(Some(Naming::Renamed))?,
             many: Err("one row in several partitions".into()),
@@ -508,8 +521,8 @@ impl Analysis<'_> {
             let steps = vec![Step { target, sql }];
             self.check_others(&steps)?;
             return Ok(Route {
-                table: self.table.table.clone(),
-                steps,
+                table: Arc::new(self.table.table.clone()),
+                steps: steps.into(),
                 merge: Merge::Single,
                 writes: true,
             });
@@ -552,7 +565,7 @@ impl Analysis<'_> {
             return Err(no_column());
         };
         let edits = self.edits(Some(Naming::Renamed))?;
-        let mut steps = Vec::new();
+        let mut steps = SmallVec::new();
         for (target, rows) in rows_by_target {
             let mut splices = Splices::default();
             let text: Vec<&str> = rows.iter().map(|r| &self.sql[r.clone()]).collect();
@@ -566,7 +579,7 @@ impl Analysis<'_> {
             _ => Merge::AffectedRows,
         };
         Ok(Route {
-            table: self.table.table.clone(),
+            table: Arc::new(self.table.table.clone()),
             steps,
             merge,
             writes: true,
@@ -594,8 +607,8 @@ impl Analysis<'_> {
         let steps = vec![Step { target, sql }];
         self.check_others(&steps)?;
         Ok(Route {
-            table: self.table.table.clone(),
-            steps,
+            table: Arc::new(self.table.table.clone()),
+            steps: steps.into(),
             merge: Merge::Single,
             writes: true,
         })
@@ -631,8 +644,8 @@ impl Analysis<'_> {
         &self,
         selection: &Expr,
         alias: Option<&Ident>,
-    ) -> Option<Vec<(Value, Key<Range<usize>>)>> {
-        let mut best: Option<Vec<(Value, Key<Range<usize>>)>> = None;
+    ) -> Option<Vec<(Value<'static>, Key<Range<usize>>)>> {
+        let mut best: Option<Vec<(Value<'static>, Key<Range<usize>>)>> = None;
         for conjunct in conjuncts(selection) {
             let values = match conjunct {
                 Expr::BinaryOp {
@@ -800,7 +813,7 @@ impl Analysis<'_> {
 
     /// A literal and where it stands (a range no token starts at when its
     /// place is unknown: the shape is then not cached).
-    fn literal_key(&self, expr: &Expr) -> Option<(Value, Key<Range<usize>>)> {
+    fn literal_key(&self, expr: &Expr) -> Option<(Value<'static>, Key<Range<usize>>)> {
         let value = literal(expr)?;
         let (inner, negative) = match strip_nesting(expr) {
             Expr::UnaryOp {
@@ -886,15 +899,15 @@ fn strip_nesting(expr: &Expr) -> &Expr {
 }
 
 /// A literal's value, as the client wrote it.
-fn literal(expr: &Expr) -> Option<Value> {
+fn literal(expr: &Expr) -> Option<Value<'static>> {
     use sqlparser::ast::Value as Literal;
     match strip_nesting(expr) {
         Expr::Value(v) => match &v.value {
-            Literal::Number(n, _) => Some(Value::Number(n.clone())),
+            Literal::Number(n, _) => Some(Value::Number(n.clone().into())),
             Literal::SingleQuotedString(s) | Literal::DoubleQuotedString(s) => {
-                Some(Value::String(s.clone()))
+                Some(Value::String(s.clone().into()))
             }
-            Literal::Boolean(b) => Some(Value::Number(u8::from(*b).to_string())),
+            Literal::Boolean(b) => Some(Value::Number(u8::from(*b).to_string().into())),
             Literal::Null => Some(Value::Null),
             _ => None,
         },
@@ -902,7 +915,7 @@ fn literal(expr: &Expr) -> Option<Value> {
             op: UnaryOperator::Minus,
             expr,
         } => match literal(expr)? {
-            Value::Number(n) => Some(Value::Number(format!("-{n}"))),
+            Value::Number(n) => Some(Value::Number(format!("-{n}").into())),
             _ => None,
         },
         Expr::UnaryOp {

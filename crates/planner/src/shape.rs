@@ -4,15 +4,17 @@
 //! cache keeps shapes so that a statement of a known shape is never parsed.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Route, Step};
 use crate::rewrite::{push_quoted, Splices};
+use smallvec::SmallVec;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Shape<R> {
-    pub table: TableName,
+    pub table: Arc<TableName>,
     /// The literals that fix the partition column; `None`: every partition.
     pub keys: Option<Vec<Key<R>>>,
     /// Where the text changes.
@@ -71,7 +73,8 @@ pub(crate) fn apply_edits<R>(
     let lost = || "a name hscale cannot find in the text".to_string();
     if splices.is_empty() {
         let grows: usize = edits.iter().map(|e| e.text.len(target)).sum();
-        let mut out = String::with_capacity(sql.len() + grows);
+        // + 1: the command code `Step::into_command` puts in front.
+        let mut out = String::with_capacity(sql.len() + grows + 1);
         let mut at = 0;
         for edit in edits {
             let range = locate(&edit.at).ok_or_else(lost)?;
@@ -132,10 +135,10 @@ impl<R> Shape<R> {
         values: &[Value],
         locate: impl Fn(&R) -> Option<Range<usize>>,
     ) -> Result<Route, String> {
-        let targets = match &self.keys {
-            None => table.all_targets(),
+        let targets: SmallVec<[Target; 2]> = match &self.keys {
+            None => SmallVec::from_vec(table.all_targets()),
             Some(_) => {
-                let mut targets: Vec<Target> = Vec::new();
+                let mut targets = SmallVec::new();
                 for value in values {
                     let target = table.target_for(value).map_err(|e| {
                         format!("the value of partition column `{}`: {e}", table.column)
@@ -159,7 +162,7 @@ impl<R> Shape<R> {
                 ));
             }
         }
-        let mut steps = Vec::with_capacity(targets.len());
+        let mut steps = SmallVec::with_capacity(targets.len());
         for target in targets {
             let sql = apply_edits(sql, &self.edits, &target, &mut Splices::default(), &locate)?;
             steps.push(Step { target, sql });

@@ -126,7 +126,7 @@ fn physical(table: &PartitionedTable, ctx: &Context) -> Vec<Physical> {
             db: table.table.db.clone(),
             logical: (target.partition.is_none() && target.backend == ctx.main_backend)
                 .then(|| table.table.name.clone()),
-            table: target.table,
+            table: target.table.to_string(),
         })
         .collect()
 }
@@ -168,7 +168,7 @@ fn show_tables(sql: &str, ctx: &Context) -> Option<Listing> {
             .flat_map(|t| t.physical_tables())
             .map(|target| Physical {
                 db: db.clone(),
-                table: target.table,
+                table: target.table.to_string(),
                 logical: None,
             })
             .collect(),

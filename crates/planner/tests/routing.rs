@@ -146,7 +146,7 @@ fn keeps_qualifiers_aliases_backticks_databases_comments_and_hints() {
 #[test]
 fn in_lists_go_to_each_partition_once_and_concatenate() {
     let r = route("SELECT id FROM users WHERE nickname IN ('martin', 'marvin', 'paula', 'zoe')");
-    let tables: Vec<&str> = r.steps.iter().map(|s| s.target.table.as_str()).collect();
+    let tables: Vec<&str> = r.steps.iter().map(|s| &*s.target.table).collect();
     assert_eq!(tables, ["users_nick1", "users_nick2", "users_default"]);
     assert_eq!(r.merge, Merge::Concat);
 }
@@ -154,7 +154,7 @@ fn in_lists_go_to_each_partition_once_and_concatenate() {
 #[test]
 fn a_where_without_the_partition_column_scans_every_partition() {
     let r = route("SELECT * FROM users WHERE id > 3 OR nickname = 'mar'");
-    let tables: Vec<&str> = r.steps.iter().map(|s| s.target.table.as_str()).collect();
+    let tables: Vec<&str> = r.steps.iter().map(|s| &*s.target.table).collect();
     assert_eq!(tables, ["users_default", "users_nick1", "users_nick2"]);
     let r = route("SELECT * FROM users WHERE id = 3 AND (nickname = 'mar')");
     assert_eq!(r.steps.len(), 1);

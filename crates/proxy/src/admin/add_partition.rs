@@ -15,7 +15,7 @@ pub async fn run(
     shared: &Shared,
     table: TableName,
     partition: String,
-    value: Value,
+    value: Value<'static>,
     backend: u32,
 ) -> Result<AdminAnswer, ProxyError> {
     let mut lock = AdminLock::take(shared).await?;

@@ -246,10 +246,10 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
         let step = Step {
             target: Target {
                 backend: t(3).parse().unwrap_or(0),
-                table: t(4),
+                table: t(4).into(),
                 partition: rows[r][5]
                     .as_ref()
-                    .map(|p| String::from_utf8_lossy(p).into_owned()),
+                    .map(|p| String::from_utf8_lossy(p).into()),
             },
             sql: t(6),
         };

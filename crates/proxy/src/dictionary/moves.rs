@@ -58,11 +58,11 @@ async fn matching_values(
         .into_iter()
         .filter_map(|mut row| row.pop().flatten())
         .filter(|raw| {
-            let value = Value::String(String::from_utf8_lossy(raw).into_owned());
+            let value = Value::String(String::from_utf8_lossy(raw));
             table
                 .function
                 .apply(table.kind, &value)
-                .is_ok_and(|p| partition_values.contains(&p))
+                .is_ok_and(|p| partition_values.iter().any(|v| *v == *p))
         })
         .collect())
 }

@@ -246,7 +246,7 @@ impl Session {
     async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         use hscale_planner::Action;
         let table = match self.plan(&payload[1..]).action {
-            Action::Route(route) => Some(route.table),
+            Action::Route(route) => Some(hscale_planner::TableName::clone(&route.table)),
             Action::Wait(table) | Action::Exists { table, .. } => Some(table),
             Action::Schema(change) => Some(change.table),
             Action::Refuse(refusal) => refusal.table,

@@ -5,11 +5,11 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hscale_planner::{plan, Action, Context, Dictionary, Kind, Plan, Route, SessionChange};
+use hscale_planner::{plan, Action, Context, Dictionary, Kind, Plan, Route, SessionChange, Step};
 use hscale_wire::scan::Expect;
 
 use super::slots::Needs;
-use super::state::{command, COM_QUERY};
+use super::state::COM_QUERY;
 use super::Session;
 use crate::config::Transactions;
 use crate::error::ProxyError;
@@ -199,24 +199,25 @@ impl Session {
     /// A routed statement: one step is forwarded as it is, several are merged.
     async fn run_route(
         &mut self,
-        route: Route,
+        mut route: Route,
         needs: Needs,
         connection_id: bool,
     ) -> Result<(), ProxyError> {
         self.shared.counters.routed.add(1);
-        let payload = |session: &Session, sql: &str| {
-            let payload = Bytes::from(command(COM_QUERY, sql));
+        let payload = |session: &Session, step: Step| {
+            let payload = Bytes::from(step.into_command(COM_QUERY));
             match connection_id {
                 true => session.with_own_connection_id(payload),
                 false => payload,
             }
         };
-        if let [step] = route.steps.as_slice() {
+        if route.steps.len() == 1 {
+            let step = route.steps.pop().expect("one step");
             let slot = self.slot_of(step.target.backend)?;
             if route.writes {
                 self.check_writers(&[slot])?;
             }
-            let payload = payload(self, &step.sql);
+            let payload = payload(self, step);
             self.execute(
                 slot,
                 &payload,
@@ -239,8 +240,8 @@ impl Session {
         }
         let payloads: Vec<Bytes> = route
             .steps
-            .iter()
-            .map(|step| payload(self, &step.sql))
+            .into_iter()
+            .map(|step| payload(self, step))
             .collect();
         match route.merge {
             hscale_planner::Merge::AffectedRows => {
