@@ -99,6 +99,11 @@ pub struct BackendConfig {
     /// Pool size: connections hscale opens to this backend at most.
     #[serde(default = "default_backend_connections")]
     pub max_connections: usize,
+    /// Statements kept prepared on each connection; past this the least
+    /// recently used is closed. Pool size times this stays under the
+    /// server's max_prepared_stmt_count (16382 by default).
+    #[serde(default = "default_prepared_statements")]
+    pub prepared_statements: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -175,6 +180,9 @@ pub enum Rotation {
     Daily,
 }
 
+pub fn default_prepared_statements() -> usize {
+    128
+}
 fn default_max_connections() -> usize {
     4096
 }

@@ -5,14 +5,14 @@
 
 use bytes::Bytes;
 use hscale_wire::frame::{read_lenenc, FrameHeader, HEADER_LEN};
-use hscale_wire::packets::{eof_status, OkInfo, ERR_HEADER, OK_HEADER};
+use hscale_wire::packets::{eof_status, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER};
 use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, WireError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::backend::BackendConn;
+use crate::backend::{BackendConn, BackendError};
 
 /// Where a relay failed, which decides what can be saved.
 #[derive(Debug)]
@@ -23,6 +23,128 @@ pub enum RelayError {
     /// The client went away or broke the protocol; the backend connection is
     /// mid-answer and must be closed.
     Client(WireError),
+}
+
+/// What a session sends to a backend connection for one client command.
+#[derive(Debug, Clone, Copy)]
+pub enum Command<'a> {
+    /// The command as it is.
+    Raw(&'a [u8]),
+    /// A command on one of hscale's prepared statements: sent with the id the
+    /// connection has for the statement, prepared there first if need be.
+    /// `rest` is what follows the id.
+    Statement {
+        statement: &'a StatementKey,
+        /// hscale's id, which the client knows it by.
+        client_id: u32,
+        code: u8,
+        rest: &'a [u8],
+    },
+    /// COM_STMT_PREPARE, answered to the client with hscale's id for it.
+    Prepare {
+        statement: &'a StatementKey,
+        id: u32,
+    },
+}
+
+/// What backend connections know a prepared statement by: its database, a
+/// zero byte, its text.
+#[derive(Debug, Clone)]
+pub struct StatementKey {
+    pub key: Bytes,
+    pub db_len: usize,
+}
+
+impl StatementKey {
+    pub fn new(db: Option<&str>, sql: &[u8]) -> StatementKey {
+        let db = db.unwrap_or("");
+        let mut key = Vec::with_capacity(db.len() + 1 + sql.len());
+        key.extend_from_slice(db.as_bytes());
+        key.push(0);
+        key.extend_from_slice(sql);
+        StatementKey {
+            key: key.into(),
+            db_len: db.len(),
+        }
+    }
+
+    pub fn sql(&self) -> &[u8] {
+        &self.key[self.db_len + 1..]
+    }
+}
+
+/// Sends `command` on `conn` and forwards the whole answer to `client`.
+pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<C>,
+    conn: &mut BackendConn,
+    command: Command<'_>,
+    expect: Option<Expect>,
+) -> Result<Completion, RelayError> {
+    let lost = |e: BackendError| match e {
+        BackendError::Lost { source, .. } => RelayError::Backend {
+            source,
+            answered: false,
+        },
+        other => RelayError::Backend {
+            source: WireError::Io(std::io::Error::other(other.to_string())),
+            answered: false,
+        },
+    };
+    match command {
+        Command::Raw(payload) => relay(client, conn, payload, expect).await,
+        Command::Statement {
+            statement,
+            code,
+            rest,
+            ..
+        } => {
+            let id = match conn
+                .statement_id(&statement.key, statement.db_len)
+                .await
+                .map_err(lost)?
+            {
+                Ok(id) => id,
+                Err(refusal) => return answer_error(client, &refusal).await,
+            };
+            let mut payload = Vec::with_capacity(5 + rest.len());
+            payload.push(code);
+            payload.extend_from_slice(&id.to_le_bytes());
+            payload.extend_from_slice(rest);
+            relay(client, conn, &payload, expect).await
+        }
+        Command::Prepare { statement, id } => {
+            let answer = conn.prepare(statement.sql()).await.map_err(lost)?;
+            let completion = answer.completion;
+            if let Some(backend_id) = answer.id() {
+                conn.remember(statement.key.clone(), backend_id)
+                    .await
+                    .map_err(lost)?;
+            }
+            client
+                .write_raw(&answer.with_id(id))
+                .await
+                .map_err(RelayError::Client)?;
+            Ok(completion)
+        }
+    }
+}
+
+/// The server's refusal of a command hscale sent on the client's behalf,
+/// as the client's answer.
+async fn answer_error<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<C>,
+    error: &ErrorPacket,
+) -> Result<Completion, RelayError> {
+    let mut payload = Vec::with_capacity(error.message.len() + 9);
+    error.write(&mut payload);
+    client
+        .send_packet(1, &payload)
+        .await
+        .map_err(RelayError::Client)?;
+    Ok(Completion {
+        error: true,
+        ..Completion::default()
+    })
 }
 
 /// Sends `payload` as a new command on `conn` and forwards the whole answer to

@@ -29,7 +29,13 @@ pub fn init(config: &LogConfig) -> Option<WorkerGuard> {
         .with_line_number(config.source);
     match &config.file {
         None => {
-            let _ = builder.with_writer(std::io::stderr).try_init();
+            // Colour only for a person at a terminal: stderr sent to a file
+            // or a pipe gets plain text.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let _ = builder
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .try_init();
             None
         }
         Some(path) => {

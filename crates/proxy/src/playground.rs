@@ -56,6 +56,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
                 user: "root".into(),
                 password: String::new(),
                 max_connections: 64,
+                prepared_statements: crate::config::default_prepared_statements(),
             })
             .collect(),
         dictionary: DictionaryConfig::default(),

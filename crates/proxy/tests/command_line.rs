@@ -151,6 +151,7 @@ fn serve_logs_categories_to_its_file_and_answers_http() {
         !text.contains("hscale is serving"),
         "the default level is warn:\n{text}"
     );
+    assert!(!text.contains('\x1b'), "no colour codes in a file:\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -219,6 +220,10 @@ fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
     assert!(child.wait().unwrap().success());
     let mut err = String::new();
     std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut err).unwrap();
+    assert!(
+        err.contains("INFO") && !err.contains('\x1b'),
+        "stderr that is not a terminal gets log lines without colour codes:\n{err}"
+    );
     let data_dir = err
         .lines()
         .find_map(|l| l.split(" in ").nth(1))

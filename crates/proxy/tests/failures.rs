@@ -123,6 +123,7 @@ fn a_dead_backend_fails_only_its_statements_and_is_reconnected_after_restart() {
     let proxy = Proxy::start(config);
     let mut client = proxy.connect(None);
     assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+    let prepared = client.prep("SELECT ? + 1").unwrap();
 
     server.kill();
     let started = Instant::now();
@@ -140,6 +141,9 @@ fn a_dead_backend_fails_only_its_statements_and_is_reconnected_after_restart() {
 
     server.restart().unwrap();
     assert_eq!(client.query_first::<i32, _>("SELECT 5").unwrap(), Some(5));
+    // Prepared before the restart: prepared again on a new connection.
+    let sum: Option<i64> = client.exec_first(&prepared, (4,)).unwrap();
+    assert_eq!(sum, Some(5));
     let mut other = proxy.connect(None);
     assert_eq!(other.query_first::<i32, _>("SELECT 6").unwrap(), Some(6));
     drop(server);

@@ -144,6 +144,7 @@ impl Cluster {
                 user: "root".into(),
                 password: String::new(),
                 max_connections: 64,
+                prepared_statements: hscale::config::default_prepared_statements(),
             })
             .collect();
         config.proxy.listen = "127.0.0.1:0".into();

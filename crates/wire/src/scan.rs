@@ -34,6 +34,8 @@ pub struct Completion {
     pub warnings: u16,
     /// The id of a statement COM_STMT_PREPARE created.
     pub statement_id: Option<u32>,
+    /// The parameters of a statement COM_STMT_PREPARE created.
+    pub params: u16,
     pub error: bool,
 }
 
@@ -198,9 +200,13 @@ impl ResponseScanner {
             State::PrepareFirst => {
                 let ok = payload.get(..9).ok_or_else(malformed)?;
                 let columns = u64::from(u16::from_le_bytes([ok[5], ok[6]]));
-                let params = u64::from(u16::from_le_bytes([ok[7], ok[8]]));
+                self.completion.params = u16::from_le_bytes([ok[7], ok[8]]);
+                let params = u64::from(self.completion.params);
                 self.completion.statement_id =
                     Some(u32::from_le_bytes([ok[1], ok[2], ok[3], ok[4]]));
+                if let Some(warnings) = payload.get(10..12) {
+                    self.completion.warnings = u16::from_le_bytes([warnings[0], warnings[1]]);
+                }
                 self.state = definitions(params, self.deprecate_eof, columns);
                 if self.state == State::Single {
                     return Ok(Step::Done);

@@ -2,6 +2,8 @@
 //! on it for itself (replaying a client's session state).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
@@ -15,7 +17,7 @@ use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{BackendError, BackendStream};
+use super::{BackendError, BackendStream, Statements};
 use crate::config::BackendConfig;
 
 /// Client capabilities that change the bytes a server sends back, and so must be
@@ -74,6 +76,8 @@ pub struct BackendConn {
     pub greeting_status: StatusFlags,
     /// The server's id for this connection (its CONNECTION_ID()).
     pub thread_id: u32,
+    /// Statements prepared on this connection, by database and text.
+    pub statements: Statements,
     serial: u64,
     commands: u64,
     _permit: OwnedSemaphorePermit,
@@ -198,6 +202,7 @@ impl BackendConn {
             thread_id: server.connection_id,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,
+            statements: Statements::new(config.prepared_statements),
             _permit: permit,
         }))
     }
@@ -222,6 +227,28 @@ impl BackendConn {
         command: &[u8],
         expect: Expect,
     ) -> Result<Result<Completion, ErrorPacket>, BackendError> {
+        let mut refusal = None;
+        let completion = self
+            .read_answer(command, expect, |bytes, done| {
+                if done.is_some_and(|c| c.error) {
+                    refusal = last_packet(bytes).and_then(|p| ErrorPacket::parse(p).ok());
+                }
+            })
+            .await?;
+        Ok(match refusal {
+            Some(error) => Err(error),
+            None => Ok(completion),
+        })
+    }
+
+    /// Sends `command` and reads its whole answer, handing `seen` the bytes
+    /// as they are read (with the completion, for the last of them).
+    async fn read_answer(
+        &mut self,
+        command: &[u8],
+        expect: Expect,
+        mut seen: impl FnMut(&[u8], Option<&Completion>),
+    ) -> Result<Completion, BackendError> {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         self.send_command(command).await.map_err(lost)?;
@@ -230,7 +257,6 @@ impl BackendConn {
             .capabilities
             .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
         let mut scanner = ResponseScanner::new(expect, deprecate_eof);
-        let mut last_error: Option<ErrorPacket> = None;
         loop {
             let progress = scanner.scan(self.stream.buffered()).map_err(lost)?;
             let (n, done) = match progress {
@@ -242,25 +268,145 @@ impl BackendConn {
                     }))
                 }
             };
+            seen(&self.stream.buffered()[..n], done.as_ref());
+            self.stream.consume(n);
             if let Some(completion) = done {
-                if completion.error {
-                    last_error = last_packet(&self.stream.buffered()[..n])
-                        .and_then(|p| ErrorPacket::parse(p).ok());
-                }
-                self.stream.consume(n);
                 if completion.last_insert_id != 0 {
                     self.last_insert_id = completion.last_insert_id;
                 }
-                return Ok(match last_error {
-                    Some(error) => Err(error),
-                    None => Ok(completion),
-                });
+                return Ok(completion);
             }
-            self.stream.consume(n);
             if self.stream.fill().await.map_err(lost)? == 0 {
                 return Err(lost(WireError::Closed));
             }
         }
+    }
+}
+
+const COM_INIT_DB: u8 = 0x02;
+const COM_STMT_PREPARE: u8 = 0x16;
+const COM_STMT_CLOSE: u8 = 0x19;
+
+/// The whole answer to a COM_STMT_PREPARE, read into memory (a statement's
+/// parameter and column definitions: small).
+#[derive(Debug)]
+pub struct PrepareAnswer {
+    /// The frames as the server sent them.
+    pub frames: Vec<u8>,
+    /// The statement's id and parameter count, or the error.
+    pub completion: Completion,
+}
+
+impl PrepareAnswer {
+    /// The server's id for the statement; `None`: it refused.
+    pub fn id(&self) -> Option<u32> {
+        self.completion
+            .statement_id
+            .filter(|_| !self.completion.error)
+    }
+
+    /// The answer with another statement id, for a client.
+    pub fn with_id(mut self, id: u32) -> Vec<u8> {
+        if self.id().is_some() {
+            self.frames[HEADER_LEN + 1..HEADER_LEN + 5].copy_from_slice(&id.to_le_bytes());
+        }
+        self.frames
+    }
+}
+
+impl BackendConn {
+    /// COM_STMT_PREPARE of `sql`, answer read whole. The statement is not
+    /// remembered: see `statement_id` and `remember`.
+    pub async fn prepare(&mut self, sql: &[u8]) -> Result<PrepareAnswer, BackendError> {
+        let mut command = Vec::with_capacity(sql.len() + 1);
+        command.push(COM_STMT_PREPARE);
+        command.extend_from_slice(sql);
+        let mut frames = Vec::new();
+        let completion = self
+            .read_answer(&command, Expect::Prepare, |bytes, _| {
+                frames.extend_from_slice(bytes)
+            })
+            .await?;
+        Ok(PrepareAnswer { frames, completion })
+    }
+
+    /// This connection's id for a statement, keyed by `key` (the database,
+    /// a zero byte, the text), prepared here first if it is not yet: in the
+    /// statement's database, then back in the connection's own. The inner
+    /// error is the server refusing to prepare it.
+    pub async fn statement_id(
+        &mut self,
+        key: &Bytes,
+        db_len: usize,
+    ) -> Result<Result<u32, ErrorPacket>, BackendError> {
+        let settings = self.settings;
+        if let Some(id) = self.statements.get(settings, key) {
+            return Ok(Ok(id));
+        }
+        let db = std::str::from_utf8(&key[..db_len]).unwrap_or_default();
+        let own = self.db.clone();
+        let elsewhere = !db.is_empty() && own.as_deref() != Some(db);
+        if elsewhere {
+            if let Err(refused) = self.switch_database(db).await? {
+                return Ok(Err(refused));
+            }
+        }
+        let answer = self.prepare(&key[db_len + 1..]).await;
+        if let (true, Some(own)) = (elsewhere, own) {
+            // The connection's database existed a moment ago: a refusal now
+            // leaves it where the statement's is, which `db` records.
+            let _ = self.switch_database(&own).await?;
+        }
+        let answer = answer?;
+        let Some(id) = answer.id() else {
+            let malformed = WireError::Malformed {
+                what: "error answer to a prepare",
+            };
+            let refusal = last_packet(&answer.frames)
+                .and_then(|p| ErrorPacket::parse(p).ok())
+                .ok_or(BackendError::Lost {
+                    backend: self.backend,
+                    source: malformed,
+                })?;
+            return Ok(Err(refusal));
+        };
+        self.remember(key.clone(), id).await?;
+        Ok(Ok(id))
+    }
+
+    /// Keeps a statement prepared here for later executions; the one it
+    /// pushes out of the cache is closed on the server.
+    pub async fn remember(&mut self, key: Bytes, id: u32) -> Result<(), BackendError> {
+        let settings = self.settings;
+        if self.statements.get(settings, &key).is_some() {
+            // Prepared here already (another client's PREPARE of the same text).
+            return self.close_statement(id).await;
+        }
+        if let Some(old) = self.statements.insert(settings, key, id) {
+            self.close_statement(old).await?;
+        }
+        Ok(())
+    }
+
+    /// COM_STMT_CLOSE, which has no answer.
+    pub async fn close_statement(&mut self, id: u32) -> Result<(), BackendError> {
+        let mut command = [COM_STMT_CLOSE, 0, 0, 0, 0];
+        command[1..].copy_from_slice(&id.to_le_bytes());
+        let backend = self.backend;
+        self.send_command(&command)
+            .await
+            .map_err(|source| BackendError::Lost { backend, source })
+    }
+
+    async fn switch_database(&mut self, db: &str) -> Result<Result<(), ErrorPacket>, BackendError> {
+        let mut command = Vec::with_capacity(db.len() + 1);
+        command.push(COM_INIT_DB);
+        command.extend_from_slice(db.as_bytes());
+        let answer = self.run(&command, Expect::Single).await?;
+        if answer.is_ok() {
+            self.db = Some(db.to_string());
+        }
+        Ok(answer.map(drop))
     }
 }
 

@@ -2,10 +2,12 @@
 
 mod conn;
 mod pool;
+mod statements;
 mod stream;
 
 pub use conn::{BackendConn, ConnKey, ConnMark, Rows};
 pub use pool::{Bucket, Lease, Pool};
+pub use statements::Statements;
 pub use stream::BackendStream;
 
 use hscale_wire::packets::ErrorPacket;

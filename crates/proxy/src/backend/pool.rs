@@ -216,6 +216,12 @@ impl Pool {
     pub fn open_connections(&self) -> usize {
         self.config.max_connections - self.slots.available_permits()
     }
+
+    /// Connections waiting in the pool for a client.
+    pub fn idle_connections(&self) -> usize {
+        let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
+        buckets.values().map(|b| b.idle.len()).sum()
+    }
 }
 
 /// An idle connection of the bucket that is still alive.

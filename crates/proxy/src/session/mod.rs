@@ -12,6 +12,7 @@ mod schema;
 mod show;
 mod slots;
 mod state;
+mod statements;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::error::{Disposition, ProxyError};
 use crate::shared::{SessionHandle, Shared};
 use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
+use statements::ClientStatements;
 
 const MAX_CLIENT_PACKET: usize = 1 << 30;
 
@@ -70,6 +72,8 @@ pub struct Session {
     quoting: Quoting,
     /// Shapes of this client's statements on partitioned tables.
     plans: PlanCache,
+    /// The client's prepared statements.
+    statements: ClientStatements,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -122,6 +126,7 @@ impl Session {
             quoting: Quoting::default(),
             begin: None,
             plans: PlanCache::default(),
+            statements: ClientStatements::default(),
         };
         session.quoting = session.new_session_quoting();
         let result = session.start(login.database, login.next_seq).await;
@@ -241,36 +246,6 @@ impl Session {
             .map(drop)
     }
 
-    /// COM_STMT_PREPARE: on the main backend, for statements on tables that
-    /// are not partitioned (hscale's own prepared statements come later).
-    async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        use hscale_planner::Action;
-        let table = match self.plan(&payload[1..]).action {
-            Action::Route(route) => Some(hscale_planner::TableName::clone(&route.table)),
-            Action::Wait(table) | Action::Exists { table, .. } => Some(table),
-            Action::Schema(change) => Some(change.table),
-            Action::Refuse(refusal) => refusal.table,
-            Action::Main | Action::Admin | Action::Kill(_) | Action::Listing(_) => None,
-        };
-        if let Some(table) = table {
-            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-                table: Some(table),
-                reason: "prepared statements (COM_STMT_PREPARE) on a partitioned table".into(),
-            }));
-        }
-        let payload = self.with_own_connection_id(payload);
-        let main = self.shared.main;
-        self.execute(
-            main,
-            &payload,
-            Some(Expect::Prepare),
-            Needs::default(),
-            SessionChange::Nothing,
-        )
-        .await
-        .map(drop)
-    }
-
     /// The command with CONNECTION_ID() replaced by the id the client was
     /// greeted with: its backend connection has another.
     pub(super) fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
@@ -278,44 +253,6 @@ impl Session {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
         }
-    }
-
-    async fn statement_command(&mut self, code: u8, payload: Bytes) -> Result<(), ProxyError> {
-        let stmt_id = payload
-            .get(1..5)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .ok_or(ProxyError::Client(WireError::Malformed {
-                what: "statement command",
-            }))?;
-        let main = self.shared.main;
-        if !self.slots[main].binding.prepared.contains(&stmt_id) || self.slots[main].held.is_none()
-        {
-            let command = match code {
-                command::STMT_EXECUTE => "mysqld_stmt_execute",
-                command::STMT_FETCH => "mysqld_stmt_fetch",
-                command::STMT_RESET => "mysqld_stmt_reset",
-                _ => return Ok(()),
-            };
-            return Err(ProxyError::UnknownStatement { stmt_id, command });
-        }
-        let expect = match code {
-            command::STMT_EXECUTE => Some(Expect::ResultSets),
-            command::STMT_FETCH => Some(Expect::Rows),
-            command::STMT_RESET => Some(Expect::Single),
-            _ => None,
-        };
-        if code == command::STMT_CLOSE {
-            self.slots[main].binding.prepared.remove(&stmt_id);
-        }
-        self.execute(
-            main,
-            &payload,
-            expect,
-            Needs::default(),
-            SessionChange::Nothing,
-        )
-        .await
-        .map(drop)
     }
 
     /// The session's database, and the pool bucket that goes with having one.
@@ -341,6 +278,7 @@ impl Session {
         }
         self.previous = Previous::Nothing;
         self.begin = None;
+        self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
         self.quoting = self.new_session_quoting();

@@ -12,7 +12,7 @@ use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
 use super::{quoting, Session};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
-use crate::exec::{relay, RelayError};
+use crate::exec::{send, Command, RelayError};
 
 /// Why a client keeps its connection to one backend between statements.
 #[derive(Debug, Default)]
@@ -24,20 +24,24 @@ pub(super) struct Binding {
     pub transaction: bool,
     /// The open transaction changed rows on this backend.
     pub wrote: bool,
-    /// Server-side prepared statements, by id.
-    pub prepared: HashSet<u32>,
+    /// hscale's prepared statements with a cursor open or long data sent on
+    /// this connection, by the client's id.
+    pub open_statements: HashSet<u32>,
     /// The last statement left warnings that SHOW WARNINGS must find.
     pub warnings: bool,
 }
 
 impl Binding {
     pub fn holds(&self) -> bool {
-        self.sticky.is_some() || self.transaction || !self.prepared.is_empty() || self.warnings
+        self.sticky.is_some()
+            || self.transaction
+            || !self.open_statements.is_empty()
+            || self.warnings
     }
 
     /// Whether the connection may serve another client once this one leaves.
     fn reusable(&self) -> bool {
-        self.sticky.is_none() && !self.transaction && self.prepared.is_empty()
+        self.sticky.is_none() && !self.transaction && self.open_statements.is_empty()
     }
 }
 
@@ -73,7 +77,7 @@ pub(super) struct Needs {
 }
 
 impl Session {
-    /// Runs one command on a backend connection and forwards its answer.
+    /// Runs the client's command on a backend connection and forwards its answer.
     pub(super) async fn execute(
         &mut self,
         slot: usize,
@@ -82,10 +86,23 @@ impl Session {
         needs: Needs,
         change: SessionChange,
     ) -> Result<Completion, ProxyError> {
+        self.execute_command(slot, Command::Raw(payload), expect, needs, change)
+            .await
+    }
+
+    /// Runs one command on a backend connection and forwards its answer.
+    pub(super) async fn execute_command(
+        &mut self,
+        slot: usize,
+        command: Command<'_>,
+        expect: Option<Expect>,
+        needs: Needs,
+        change: SessionChange,
+    ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(slot, needs).await?;
         let mut retried = false;
         let completion = loop {
-            match relay(&mut self.client, &mut lease.conn, payload, expect).await {
+            match send(&mut self.client, &mut lease.conn, command, expect).await {
                 Ok(completion) => break completion,
                 Err(RelayError::Backend { source, answered }) => {
                     let backend = lease.conn.backend;
@@ -122,6 +139,12 @@ impl Session {
         };
         if !completion.error {
             self.record(change, &mut lease.conn);
+        }
+        if let Command::Statement {
+            code, client_id, ..
+        } = command
+        {
+            self.track_statement(slot, client_id, code, &completion);
         }
         self.finish_command(slot, lease, &completion);
         Ok(completion)
@@ -164,9 +187,6 @@ impl Session {
         binding.warnings = completion.warnings > 0;
         if completion.last_insert_id != 0 {
             self.state.last_insert_id = completion.last_insert_id;
-        }
-        if let Some(id) = completion.statement_id.filter(|_| !completion.error) {
-            binding.prepared.insert(id);
         }
         if !self.in_transaction() {
             self.begin = None;
@@ -318,9 +338,9 @@ mod tests {
         b.transaction = true;
         assert!(b.holds() && !b.reusable());
         b.transaction = false;
-        b.prepared.insert(1);
+        b.open_statements.insert(1);
         assert!(b.holds() && !b.reusable());
-        b.prepared.clear();
+        b.open_statements.clear();
         b.sticky = Some("user variables");
         assert!(b.holds() && !b.reusable());
     }

@@ -59,6 +59,7 @@ impl SessionState {
         if conn.settings != self.fingerprint {
             if conn.settings != 0 {
                 run(conn, &[COM_RESET_CONNECTION], Expect::Single).await?;
+                conn.statements.clear();
                 conn.db = None;
                 conn.last_insert_id = 0;
             }

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Server-side prepared statements through hscale (issue 8): sysbench
+# oltp_point_select with --db-ps-mode=auto (prepared) and disable (text),
+# MariaDB direct and through hscale side by side in one run, then 64 threads
+# of prepared statements through a pool of 16 backend connections, counting
+# the connections hscale holds while they run.
+#
+#   bench/prepared.sh [--seconds N] [--path tcp|unix]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_EACH=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) SECONDS_EACH=$2; shift 2 ;;
+    --path) export BACKEND_PATH=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+command -v sysbench >/dev/null || { echo "needs sysbench (apt-get install sysbench)" >&2; exit 1; }
+
+cargo build --release --quiet --bin hscale
+source bench/common.sh
+WORK=$(mktemp -d)
+PIDS=()
+trap 'stop_everything "${PIDS[@]}"; rm -rf "$WORK"' EXIT
+start_playground "$(free_port)" "$WORK/playground.log"
+
+# hscale of its own on the playground's MariaDB, with a pool of 16.
+PORT=$(free_port)
+HTTP=$(free_port)
+cat >"$WORK/hscale.toml" <<EOF
+[proxy]
+listen = "127.0.0.1:$PORT"
+http = "127.0.0.1:$HTTP"
+
+[[users]]
+name = "root"
+password = ""
+
+[[backends]]
+id = 1
+address = "$BACKEND"
+user = "root"
+max_connections = 16
+
+[log]
+level = "warn"
+EOF
+target/release/hscale serve --config "$WORK/hscale.toml" >"$WORK/hscale.log" 2>&1 &
+HSCALE_PID=$!
+PIDS+=("$HSCALE_PID")
+for _ in $(seq 1 100); do
+  mariadb -h127.0.0.1 -P"$PORT" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE IF NOT EXISTS bench"
+SB=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user=root --mysql-password= --mysql-db=bench
+    --tables=1 --table-size=100000 --time="$SECONDS_EACH" --percentile=95)
+sysbench oltp_point_select "${SB[@]}" --mysql-port="$DIRECT" prepare >/dev/null
+sysbench_run() { # port threads ps-mode -> "qps p95 errors"
+  sysbench oltp_point_select "${SB[@]}" --mysql-port="$1" --threads="$2" --db-ps-mode="$3" run |
+    awk '/queries:/ {gsub(/\(/, "", $3); qps=$3} /95th percentile:/ {p95=$3}
+         /ignored errors:/ {errors=$3} END {print qps, p95, errors}'
+}
+backend_connections() {
+  curl -s "http://127.0.0.1:$HTTP/metrics" |
+    sed -n 's/^hscale_backend_connections{backend="1"} //p'
+}
+
+echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+echo "mariadb: $(mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e 'SELECT VERSION()'), hscale reaches it over $BACKEND_PATH"
+echo "sysbench oltp_point_select, ${SECONDS_EACH}s per cell, 8 threads"
+echo
+echo "| ps-mode | MariaDB direct (qps) | hscale (qps) | ratio | hscale p95 (ms) | hscale CPU/query (µs) |"
+echo "|---|---:|---:|---:|---:|---:|"
+for mode in auto disable; do
+  read -r dq _ _ <<<"$(sysbench_run "$DIRECT" 8 "$mode")"
+  before=$(cpu_ns)
+  read -r pq pp _ <<<"$(sysbench_run "$PORT" 8 "$mode")"
+  after=$(cpu_ns)
+  awk -v m="$mode" -v d="$dq" -v p="$pq" -v pp="$pp" -v cpu="$((after - before))" -v s="$SECONDS_EACH" \
+    'BEGIN {printf "| %s | %.0f | %.0f | %.2f | %s | %.1f |\n", m, d, p, p/d, pp, cpu/(p*s)/1000}'
+done
+
+echo
+echo "64 threads, --db-ps-mode=auto, through hscale's pool of 16:"
+(
+  max=0
+  while sleep 0.2; do
+    n=$(backend_connections)
+    [ -n "$n" ] && [ "$n" -gt "$max" ] && max=$n && echo "$max" >"$WORK/max"
+  done
+) &
+SAMPLER=$!
+PIDS+=("$SAMPLER")
+read -r q p e <<<"$(sysbench_run "$PORT" 64 auto)"
+kill "$SAMPLER" 2>/dev/null || true
+echo "qps $q, p95 $p ms, errors $e, backend connections at most $(cat "$WORK/max" 2>/dev/null || echo '?') (pool max 16)"
