@@ -85,13 +85,28 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
         tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");
     }
     let refresh = tokio::spawn(crate::dictionary::refresh_loop(shared.clone()));
+    let idle = tokio::spawn(close_idle_sessions(shared.clone()));
     let server = Server::new(listener, shared.clone());
     tokio::select! {
         _ = server.accept_loop() => {}
         _ = shutdown => tracing::info!("shutting down"),
     }
     refresh.abort();
+    idle.abort();
     crate::dictionary::leave(&shared).await;
+}
+
+/// wait_timeout is in seconds: a look every second at who has been idle
+/// costs a session nothing per command but a load and two stores, where a
+/// timer per read would cost a timer wheel insertion and removal.
+async fn close_idle_sessions(shared: Arc<Shared>) {
+    let period = std::time::Duration::from_millis(crate::shared::IDLE_TICK_MS);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.idle_tick();
+    }
 }
 
 /// Like MySQL: a client over the limit gets error 1040 instead of a greeting.

@@ -19,17 +19,32 @@ pub struct User {
     pub admin: bool,
 }
 
+/// MariaDB's default wait_timeout and interactive_timeout, until the main
+/// backend has told its own.
+pub const DEFAULT_WAIT_TIMEOUT_S: u64 = 28800;
+
 /// Answered to clients until the main backend has told its own version.
 const FALLBACK_VERSION: &str = "5.5.5-10.11.0-MariaDB-hscale";
 
-/// What other sessions may know of a session: enough to KILL it.
+/// What other sessions may know of a session: enough to KILL it, and to
+/// close it when it stayed idle past its wait_timeout.
 pub struct SessionHandle {
     user: Mutex<String>,
     /// The backend connection serving the session now: backend id in the high
     /// half, the server's thread id in the low half; 0 when it has none.
     running: AtomicU64,
     killed: Notify,
+    /// Since when (ms after `Shared::started`) the client has sent nothing;
+    /// `BUSY` while a command runs.
+    waiting_since_ms: AtomicU64,
+    /// The session's wait_timeout in seconds.
+    wait_timeout_s: AtomicU64,
 }
+
+const BUSY: u64 = u64::MAX;
+
+/// How often idle sessions are looked for, and the idle clock advances.
+pub const IDLE_TICK_MS: u64 = 1000;
 
 impl SessionHandle {
     pub fn user(&self) -> String {
@@ -59,6 +74,31 @@ impl SessionHandle {
         self.killed.notify_one();
     }
 
+    /// The client is expected to send its next command from `now_ms` on.
+    pub fn set_waiting(&self, now_ms: u64) {
+        self.waiting_since_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    pub fn set_busy(&self) {
+        self.waiting_since_ms.store(BUSY, Ordering::Relaxed);
+    }
+
+    pub fn set_wait_timeout(&self, seconds: u64) {
+        self.wait_timeout_s.store(seconds, Ordering::Relaxed);
+    }
+
+    /// Whether the client has sent nothing for longer than its wait_timeout.
+    /// Both times are read off the idle clock, which may lag one tick: a
+    /// session is closed up to two ticks late, never early.
+    fn timed_out(&self, now_ms: u64) -> bool {
+        let since = self.waiting_since_ms.load(Ordering::Relaxed);
+        let limit_ms = self
+            .wait_timeout_s
+            .load(Ordering::Relaxed)
+            .saturating_mul(1000);
+        since != BUSY && now_ms.saturating_sub(since) > limit_ms.saturating_add(IDLE_TICK_MS)
+    }
+
     /// Completes once the session has been killed.
     pub async fn killed(&self) {
         self.killed.notified().await
@@ -78,12 +118,26 @@ impl Sessions {
             user: Mutex::new(user.to_owned()),
             running: AtomicU64::new(0),
             killed: Notify::new(),
+            waiting_since_ms: AtomicU64::new(BUSY),
+            wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
         });
         self.by_id
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, handle.clone());
         handle
+    }
+
+    /// Closes the sessions whose clients stayed idle past their wait_timeout.
+    pub fn close_idle(&self, now_ms: u64) {
+        let sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, handle) in sessions.iter() {
+            if handle.timed_out(now_ms) {
+                tracing::info!(connection_id = id, "idle past wait_timeout: closing");
+                handle.set_busy();
+                handle.kill();
+            }
+        }
     }
 
     pub fn remove(&self, id: u32) {
@@ -120,8 +174,12 @@ pub struct Shared {
     pub transactions: Transactions,
     /// How long a statement waits for a partition move on its table.
     pub lock_wait: Duration,
+    /// The main backend's global wait_timeout and interactive_timeout, in
+    /// seconds: a new session's idle limit (interactive clients get the second).
+    pub wait_timeouts: (u64, u64),
     next_connection_id: AtomicU32,
     pub started: Instant,
+    idle_clock_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -215,8 +273,10 @@ impl Shared {
             ),
             transactions: config.proxy.transactions,
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
+            wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
+            idle_clock_ms: AtomicU64::new(0),
         }
     }
 
@@ -232,10 +292,36 @@ impl Shared {
                 self.new_session_status = lease.conn.greeting_status
                     & (StatusFlags::SERVER_STATUS_AUTOCOMMIT
                         | StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES);
-                pool.release(lease.conn);
+                let mut conn = lease.conn;
+                let sql = "SELECT @@global.wait_timeout, @@global.interactive_timeout";
+                if let Ok(Ok(rows)) = conn.query(sql).await {
+                    let number = |i: usize| {
+                        let value = rows.first()?.get(i)?.as_ref()?;
+                        std::str::from_utf8(value).ok()?.parse().ok()
+                    };
+                    if let (Some(wait), Some(interactive)) = (number(0), number(1)) {
+                        self.wait_timeouts = (wait, interactive);
+                    }
+                }
+                pool.release(conn);
             }
             Err(e) => tracing::warn!("main backend not reachable at start: {e}"),
         }
+    }
+
+    /// The idle clock: milliseconds since this instance started, as of its
+    /// last tick. A session reads it per command; reading the system clock
+    /// instead would cost more than the rest of the bookkeeping.
+    pub fn idle_clock_ms(&self) -> u64 {
+        self.idle_clock_ms.load(Ordering::Relaxed)
+    }
+
+    /// Advances the idle clock and closes the sessions idle past their
+    /// wait_timeout.
+    pub fn idle_tick(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.idle_clock_ms.store(now, Ordering::Relaxed);
+        self.sessions.close_idle(now);
     }
 
     pub fn main_pool(&self) -> &Arc<Pool> {

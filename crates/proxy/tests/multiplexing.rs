@@ -640,3 +640,29 @@ fn the_greeting_tells_a_server_default_of_no_backslash_escapes() {
     );
     assert_eq!(first, Some((r"C:\".to_string(), id)));
 }
+
+#[test]
+fn a_client_idle_past_its_wait_timeout_is_closed_and_the_pool_keeps_its_connection() {
+    let db = cluster().database("mux_wait_timeout");
+    let proxy = Proxy::for_cluster();
+    let mut idle = proxy.connect(Some(&db));
+    let mut patient = proxy.connect(Some(&db));
+    idle.query_drop("SET SESSION wait_timeout = 1").unwrap();
+    let timeout: Option<u64> = idle.query_first("SELECT @@wait_timeout").unwrap();
+    assert_eq!(timeout, Some(1));
+    let open = proxy.shared.main_pool().open_connections();
+    // Closed one to two seconds after wait_timeout (hscale looks every second).
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    let err = idle.query_drop("SELECT 1").unwrap_err();
+    assert!(
+        matches!(err, mysql::Error::IoError(_) | mysql::Error::DriverError(_)),
+        "the connection was closed: {err:?}"
+    );
+    assert_eq!(
+        proxy.shared.main_pool().open_connections(),
+        open,
+        "the backend connections stay in the pool"
+    );
+    let one: Option<i32> = patient.query_first("SELECT 1").unwrap();
+    assert_eq!(one, Some(1), "a client with the default wait_timeout stays");
+}

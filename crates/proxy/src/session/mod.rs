@@ -74,6 +74,8 @@ pub struct Session {
     plans: PlanCache,
     /// The client's prepared statements.
     statements: ClientStatements,
+    /// A SET changed wait_timeout: hscale asks the server for the new value.
+    wait_timeout_changed: bool,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -127,8 +129,10 @@ impl Session {
             begin: None,
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
+            wait_timeout_changed: false,
         };
         session.quoting = session.new_session_quoting();
+        session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
             tracing::info!(connection_id, "login failed: {e}");
@@ -161,10 +165,16 @@ impl Session {
 
     async fn command_loop(&mut self) -> Result<(), ProxyError> {
         loop {
+            if self.wait_timeout_changed {
+                self.wait_timeout_changed = false;
+                self.read_wait_timeout().await;
+            }
+            self.handle.set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
                 packet = self.client.read_packet() => packet?,
                 _ = self.handle.killed() => None,
             };
+            self.handle.set_busy();
             let Some(packet) = packet else {
                 return Ok(());
             };
@@ -282,6 +292,40 @@ impl Session {
         self.state.clear_settings();
         self.state.last_insert_id = 0;
         self.quoting = self.new_session_quoting();
+        self.set_default_wait_timeout();
+    }
+
+    /// A new session's wait_timeout: the server's interactive_timeout for
+    /// clients that say they are interactive, as MariaDB does.
+    fn set_default_wait_timeout(&mut self) {
+        let (wait, interactive) = self.shared.wait_timeouts;
+        let interactive_client = self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_INTERACTIVE);
+        self.handle.set_wait_timeout(if interactive_client {
+            interactive
+        } else {
+            wait
+        });
+    }
+
+    /// After a SET of wait_timeout: its value as the server reads it (an
+    /// expression, a clamp to the allowed range).
+    async fn read_wait_timeout(&mut self) {
+        let main = self.shared.main;
+        let Ok(mut lease) = self.checkout(main, Needs::default()).await else {
+            return;
+        };
+        if let Ok(Ok(rows)) = lease.conn.query("SELECT @@session.wait_timeout").await {
+            let seconds = rows
+                .first()
+                .and_then(|row| row.first()?.as_ref())
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+            if let Some(seconds) = seconds {
+                self.handle.set_wait_timeout(seconds);
+            }
+        }
+        self.checkin(main, lease.conn);
     }
 
     fn new_session_quoting(&self) -> Quoting {

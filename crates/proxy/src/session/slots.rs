@@ -302,6 +302,7 @@ impl Session {
                 }
             }
             SessionChange::Setting(keys, sql) => {
+                self.wait_timeout_changed |= keys.iter().any(|k| k.ends_with("wait_timeout"));
                 self.state.record_setting(keys, sql);
                 conn.settings = self.state.fingerprint();
             }
