@@ -17,14 +17,16 @@ BACKEND_PATH=${BACKEND_PATH:-tcp}
 # sets PLAYGROUND_PID, DIRECT (MariaDB's port), MARIADB_PID, SOCKET (its unix
 # socket) and BACKEND (the address hscale reaches it at, by BACKEND_PATH).
 # Stop it with `kill -INT $PLAYGROUND_PID`.
+# With BACKENDS=2, DIRECT2 is the second MariaDB's port.
 start_playground() { # port log
   local tcp=()
   [ "$BACKEND_PATH" = tcp ] && tcp=(--tcp)
-  target/release/hscale playground --backends 1 --port "$1" "${tcp[@]}" >"$2" 2>&1 &
+  target/release/hscale playground --backends "${BACKENDS:-1}" --port "$1" "${tcp[@]}" >"$2" 2>&1 &
   PLAYGROUND_PID=$!
   for _ in $(seq 1 600); do grep -q "is ready" "$2" && break; sleep 0.1; done
   grep -q "is ready" "$2" || { cat "$2"; return 1; }
   DIRECT=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$2")
+  DIRECT2=$(sed -n 's/^backend 2: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$2")
   MARIADB_PID=$(sed -n 's/^backend 1: .*(pid \([0-9]*\)).*/\1/p' "$2")
   SOCKET="$(sed -n 's/^starting .* in \(.*\) \.\.\./\1/p' "$2")/backend1/mariadb.sock"
   case "$BACKEND_PATH" in

@@ -73,6 +73,17 @@ pub enum Value<'a> {
     Null,
 }
 
+impl Value<'_> {
+    /// The same value, borrowing this one's text.
+    pub fn reborrow(&self) -> Value<'_> {
+        match self {
+            Value::Number(n) => Value::Number(Cow::Borrowed(n)),
+            Value::String(s) => Value::String(Cow::Borrowed(s)),
+            Value::Null => Value::Null,
+        }
+    }
+}
+
 /// A hashing function of the dictionary (DESIGN.md §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashFunction {

@@ -15,6 +15,7 @@ mod schema;
 pub mod set;
 mod shape;
 mod show;
+mod template;
 
 pub use cache::PlanCache;
 pub use connection_id::replace_connection_id;
@@ -26,9 +27,10 @@ pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
 pub use plan::{
-    plan, Action, Context, Merge, Plan, Refusal, Route, SchemaChange, SchemaEffect, SessionChange,
-    Step,
+    plan, plan_prepared, Action, Context, Merge, Plan, Refusal, Route, SchemaChange, SchemaEffect,
+    SessionChange, Step,
 };
 pub use rewrite::quote_identifier;
 pub use set::{parse_set, SetItem};
 pub use show::{Listing, NameColumn, Physical};
+pub use template::{Execution, Routing, Run, Template};

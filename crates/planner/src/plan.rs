@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use crate::cache::PlanCache;
 use crate::dictionary::{Dictionary, TableName, Target};
 use crate::kill::{parse_kill, Kill};
-use crate::lexer::{summarize, summarize_into, target_database, Kind, Quoting, Summary};
+use crate::lexer::{summarize, summarize_into, target_database, Kind, Quoting, Summary, TokenKind};
 use crate::set::{parse_set, SetItem};
 
 /// What planning needs to know of the session and the proxy.
@@ -41,6 +41,9 @@ pub enum Action {
     Admin,
     Kill(Kill),
     Route(Route),
+    /// A prepared statement on a partitioned table (`plan_prepared` only):
+    /// routed at each execution by its parameters' values.
+    Template(crate::template::Template),
     /// A metadata statement (SHOW TABLES, SHOW CREATE TABLE, a query on
     /// information_schema, ...) whose answer is corrected to name logical
     /// tables only.
@@ -177,6 +180,31 @@ pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
             summarize_into(sql, ctx.quoting, names, |t| tokens.push(t))
         }
     };
+    plan_summarized(sql, summary, ctx, |text, summary| {
+        plan_partitioned(text, summary, ctx, cache)
+    })
+}
+
+/// Plans a statement being prepared (COM_STMT_PREPARE): one on a partitioned
+/// table becomes a `Template`, routed by its parameters at each execution.
+pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
+    let mut params = Vec::new();
+    let summary = summarize_into(sql, ctx.quoting, ctx.dictionary.names(), |token| {
+        if token.kind == TokenKind::Symbol(b'?') {
+            params.push(token.start);
+        }
+    });
+    plan_summarized(sql, summary, ctx, |text, summary| {
+        crate::route::route(text, summary, ctx, Some(&params)).action
+    })
+}
+
+fn plan_summarized(
+    sql: &[u8],
+    summary: Summary,
+    ctx: &Context,
+    partitioned: impl FnOnce(&str, &Summary) -> Action,
+) -> Plan {
     let mut binds = if summary.binds_connection() {
         Some("session state only the backend connection holds")
     } else if summary.multi_statement_binds() {
@@ -215,13 +243,11 @@ pub fn plan(sql: &[u8], ctx: &Context, cache: &mut PlanCache) -> Plan {
         Kind::Other if !ctx.dictionary.names().is_empty() => {
             match crate::show::listing(&text(), ctx) {
                 Some(listing) => Action::Listing(listing),
-                None if summary.names_partitioned => {
-                    plan_partitioned(&text(), &summary, ctx, cache)
-                }
+                None if summary.names_partitioned => partitioned(&text(), &summary),
                 None => Action::Main,
             }
         }
-        _ if summary.names_partitioned => plan_partitioned(&text(), &summary, ctx, cache),
+        _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
     Plan {
@@ -249,7 +275,7 @@ fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut Pla
     if let Some(action) = hit {
         return action;
     }
-    let routed = crate::route::route(sql, summary, ctx);
+    let routed = crate::route::route(sql, summary, ctx, None);
     cache.store(ctx, &routed.action, routed.shape.as_ref());
     routed.action
 }

@@ -5,8 +5,6 @@
 use std::ops::{ControlFlow, Range};
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use sqlparser::ast::{
     visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
     GroupByExpr, Ident, ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr,
@@ -22,7 +20,10 @@ use crate::lexer::{Quoting, Summary};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
-use crate::shape::{apply_edits, bytes, ByteShape, Edit, EditText, Key, Shape};
+use crate::shape::{
+    apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, Key, Shape,
+};
+use crate::template::{Bound, Form, Row, Rows, Template};
 
 /// Aggregate functions: their results over several partitions need a merge.
 const AGGREGATES: &[&str] = &[
@@ -62,7 +63,14 @@ impl From<Action> for Routed {
     }
 }
 
-pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
+/// `params`: when the statement is being prepared, the byte offsets of its
+/// `?` placeholders; a route then becomes a `Template`.
+pub(crate) fn route(
+    sql: &str,
+    summary: &Summary,
+    ctx: &Context,
+    params: Option<&[usize]>,
+) -> Routed {
     let refuse = |table: Option<&TableName>, reason: String| {
         Routed::from(Action::Refuse(Refusal {
             table: table.cloned(),
@@ -130,6 +138,7 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         reference,
         others,
         ctx,
+        params: params.unwrap_or_default(),
     };
     if schema {
         return match analysis.schema_change() {
@@ -152,22 +161,51 @@ pub(crate) fn route(sql: &str, summary: &Summary, ctx: &Context) -> Routed {
         Statement::Delete(delete) => analysis.delete(delete),
         _ => Err(String::new()),
     };
-    let (routed, shape) = match shaped {
-        Ok((shape, values)) => (
-            shape.render(sql, table, ctx.main_backend, &values, bytes),
-            Some(shape),
-        ),
-        Err(reason) if !reason.is_empty() => (Err(reason), None),
-        Err(_) => {
-            let routed = match statement {
-                Statement::Insert(insert) => analysis.insert(insert),
-                Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
-                    analysis.describe()
+    let form = match shaped {
+        Ok((shape, keys)) => Ok(Form::Keys { shape, keys }),
+        Err(reason) if !reason.is_empty() => Err(reason),
+        Err(_) => match statement {
+            Statement::Insert(insert) => analysis.insert(insert),
+            Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
+                analysis.describe().map(Form::Fixed)
+            }
+            other => Err(format!("{} statements", statement_kind(other))),
+        },
+    };
+    if params.is_some() {
+        return match form {
+            Ok(form) => {
+                let main_only = main_only(summary);
+                let template = Template::new(sql, table, ctx.dictionary.version, main_only, form);
+                Action::Template(template).into()
+            }
+            Err(reason) => refuse(Some(&table.table), reason),
+        };
+    }
+    let (routed, shape) = match form {
+        Ok(Form::Keys { mut shape, keys }) => {
+            let values: Option<Vec<Value>> = keys
+                .into_iter()
+                .map(|key| match key {
+                    Bound::Literal(value) => Some(value),
+                    Bound::Param(_) => None,
+                })
+                .collect();
+            match values {
+                Some(values) => (
+                    shape.render(sql, table, ctx.main_backend, &values, bytes),
+                    Some(shape),
+                ),
+                // A `?` in a query: the backends answer what is wrong with it.
+                None => {
+                    shape.keys = None;
+                    (shape.render(sql, table, ctx.main_backend, &[], bytes), None)
                 }
-                other => Err(format!("{} statements", statement_kind(other))),
-            };
-            (routed, None)
+            }
         }
+        Ok(Form::Rows(rows)) => (rows.route(sql, table, ctx.main_backend), None),
+        Ok(Form::Fixed(route)) => (Ok(route), None),
+        Err(reason) => (Err(reason), None),
     };
     let action = finish(routed, summary, ctx, &table.table);
     Routed { action, shape }
@@ -230,14 +268,24 @@ fn may_name_partitioned(sql: &str, ctx: &Context) -> Option<TableName> {
 
 /// State only the main backend's connection has must not be read elsewhere.
 fn check_connection_state(route: &Route, summary: &Summary, ctx: &Context) -> Result<(), String> {
-    let elsewhere = route
-        .steps
-        .iter()
-        .find(|s| s.target.backend != ctx.main_backend);
-    match elsewhere {
-        Some(step) if summary.user_variables || summary.user_lock || summary.found_rows => Err(format!(
+    let targets = route.steps.iter().map(|s| &s.target);
+    check_main_only(main_only(summary), targets, ctx.main_backend)
+}
+
+/// Whether a statement reads what only the main backend's connection has.
+fn main_only(summary: &Summary) -> bool {
+    summary.user_variables || summary.user_lock || summary.found_rows
+}
+
+pub(crate) fn check_main_only<'t>(
+    main_only: bool,
+    targets: impl IntoIterator<Item = &'t Target>,
+    main_backend: u32,
+) -> Result<(), String> {
+    match off_main(targets, main_backend) {
+        Some(far) if main_only => Err(format!(
             "user variables, user locks and FOUND_ROWS() live on the main backend's connection, and partition {} is on backend {}",
-            step.target.table, step.target.backend
+            far.table, far.backend
         )),
         _ => Ok(()),
     }
@@ -290,6 +338,8 @@ pub(crate) struct Analysis<'a> {
     /// References to tables that are not partitioned.
     pub others: usize,
     pub ctx: &'a Context<'a>,
+    /// The byte offsets of the `?` placeholders of a statement being prepared.
+    pub params: &'a [usize],
 }
 
 /// How the partitioned table is written where it is replaced.
@@ -304,11 +354,7 @@ pub(crate) enum Naming {
 }
 
 impl Analysis<'_> {
-    fn select(
-        &self,
-        query: &Query,
-        summary: &Summary,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    fn select(&self, query: &Query, summary: &Summary) -> Result<(ByteShape, Vec<Bound>), String> {
         if query.with.is_some() {
             return Err("WITH".into());
         }
@@ -339,7 +385,7 @@ impl Analysis<'_> {
         &self,
         source: &Query,
         summary: &Summary,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), String> {
         let (mut shape, values) = self.select(source, summary)?;
         shape.many = shape.many.map(|_| Merge::AffectedRows);
         shape.writes = true;
@@ -354,7 +400,7 @@ impl Analysis<'_> {
         naming: Option<Naming>,
         many: Result<Merge, String>,
         writes: bool,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), String> {
         let keys = selection.and_then(|w| self.fixed_keys(w, alias));
         let values = keys.iter().flatten().map(|(v, _)| v.clone()).collect();
         let shape = Shape {
@@ -368,10 +414,7 @@ impl Analysis<'_> {
         Ok((shape, values))
     }
 
-    fn update(
-        &self,
-        update: &sqlparser::ast::Update,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    fn update(&self, update: &sqlparser::ast::Update) -> Result<(ByteShape, Vec<Bound>), String> {
         if update.from.is_some() {
             return Err("UPDATE ... FROM".into());
         }
@@ -402,10 +445,7 @@ impl Analysis<'_> {
         )
     }
 
-    fn delete(
-        &self,
-        delete: &sqlparser::ast::Delete,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<(ByteShape, Vec<Bound>), String> {
         let from = match &delete.from {
             FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
         };
@@ -469,7 +509,7 @@ impl Analysis<'_> {
     fn single_row_insert(
         &self,
         insert: &sqlparser::ast::Insert,
-    ) -> Result<(ByteShape, Vec<Value<'static>>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), String> {
         let unshaped = || String::new();
         if insert.on.is_some() {
             return Err(unshaped());
@@ -484,7 +524,7 @@ impl Analysis<'_> {
             },
             _ => None,
         };
-        let (value, key) = value
+        let (bound, key) = value
             .and_then(|v| self.literal_key(v))
             .ok_or_else(unshaped)?;
         let shape = Shape {
@@ -495,10 +535,12 @@ impl Analysis<'_> {
             writes: true,
             others: self.others > 0,
         };
-        Ok((shape, vec![value]))
+        Ok((shape, vec![bound]))
     }
 
-    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Route, String> {
+    /// An INSERT that `single_row_insert` did not shape: its rows, each
+    /// placed by its own key, or an INSERT ... SELECT's one route.
+    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Form, String> {
         let column = &self.table.column;
         let position = self.insert_position(insert);
         if let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on {
@@ -513,77 +555,55 @@ impl Analysis<'_> {
             }
         }
         let no_column = || format!("a row without the partition column `{column}`");
+        let edits = self.edits(Some(Naming::Renamed))?;
+        let others = self.others > 0;
         if !insert.assignments.is_empty() {
             let value = self.assigned_value(insert).ok_or_else(no_column)?;
-            let target = self.value_target(value)?;
-            let edits = self.edits(Some(Naming::Renamed))?;
-            let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
-            let steps = vec![Step { target, sql }];
-            self.check_others(&steps)?;
-            return Ok(Route {
-                table: Arc::new(self.table.table.clone()),
-                steps: steps.into(),
-                merge: Merge::Single,
-                writes: true,
-            });
+            let row = Row {
+                at: 0..0,
+                key: self.bound(value)?,
+                params: 0..0,
+            };
+            return Ok(Form::Rows(Rows {
+                edits,
+                span: None,
+                rows: vec![row],
+                others,
+            }));
         }
         let source = insert.source.as_ref().ok_or_else(no_column)?;
         let position = position.ok_or_else(no_column)?;
         let values = match source.body.as_ref() {
             SetExpr::Values(values) => values,
-            SetExpr::Select(select) => return self.insert_select(select, position),
+            SetExpr::Select(select) => {
+                return self.insert_select(select, position).map(Form::Fixed)
+            }
             _ => return Err("INSERT ... SELECT with UNION into a partitioned table".into()),
         };
-        let mut rows_by_target: Vec<(Target, Vec<std::ops::Range<usize>>)> = Vec::new();
+        let mut rows = Vec::with_capacity(values.rows.len());
         for row in &values.rows {
             let value = row.content.get(position).ok_or_else(no_column)?;
-            let target = self.value_target(value)?;
-            let span = sqlparser::tokenizer::Span::new(
-                row.opening_token.0.span.start,
-                row.closing_token.0.span.end,
-            );
-            let range = self
+            let span = Span::new(row.opening_token.0.span.start, row.closing_token.0.span.end);
+            let at = self
                 .offsets
                 .range(span)
                 .ok_or("a row hscale cannot find in the text")?;
-            match rows_by_target.iter_mut().find(|(t, _)| *t == target) {
-                Some((_, rows)) => rows.push(range),
-                None => rows_by_target.push((target, vec![range])),
-            }
+            rows.push(Row {
+                key: self.bound(value)?,
+                params: self.params_within(&at),
+                at,
+            });
         }
-        let rows_start = rows_by_target
-            .iter()
-            .flat_map(|(_, r)| r)
-            .map(|r| r.start)
-            .min();
-        let rows_end = rows_by_target
-            .iter()
-            .flat_map(|(_, r)| r)
-            .map(|r| r.end)
-            .max();
-        let (Some(rows_start), Some(rows_end)) = (rows_start, rows_end) else {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
             return Err(no_column());
         };
-        let edits = self.edits(Some(Naming::Renamed))?;
-        let mut steps = SmallVec::new();
-        for (target, rows) in rows_by_target {
-            let mut splices = Splices::default();
-            let text: Vec<&str> = rows.iter().map(|r| &self.sql[r.clone()]).collect();
-            splices.replace(rows_start..rows_end, text.join(", "));
-            let sql = apply_edits(self.sql, &edits, &target, &mut splices, bytes)?;
-            steps.push(Step { target, sql });
-        }
-        self.check_others(&steps)?;
-        let merge = match steps.len() {
-            1 => Merge::Single,
-            _ => Merge::AffectedRows,
-        };
-        Ok(Route {
-            table: Arc::new(self.table.table.clone()),
-            steps,
-            merge,
-            writes: true,
-        })
+        let span = Some(first.at.start..last.at.end);
+        Ok(Form::Rows(Rows {
+            edits,
+            span,
+            rows,
+            others,
+        }))
     }
 
     /// INSERT INTO users SELECT ...: every row goes to one partition when the
@@ -599,16 +619,15 @@ impl Analysis<'_> {
                 ))
             }
         };
-        let target = self.value_target(value).map_err(|_| {
+        let target = self.literal_target(value).map_err(|_| {
             format!("INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT")
         })?;
         let edits = self.edits(Some(Naming::Renamed))?;
         let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
-        let steps = vec![Step { target, sql }];
-        self.check_others(&steps)?;
+        check_others(self.others > 0, [&target], self.ctx.main_backend)?;
         Ok(Route {
             table: Arc::new(self.table.table.clone()),
-            steps: steps.into(),
+            steps: smallvec::smallvec![Step { target, sql }],
             merge: Merge::Single,
             writes: true,
         })
@@ -630,7 +649,7 @@ impl Analysis<'_> {
         Err("a partitioned table inside a subquery".into())
     }
 
-    fn value_target(&self, expr: &Expr) -> Result<Target, String> {
+    fn literal_target(&self, expr: &Expr) -> Result<Target, String> {
         let column = &self.table.column;
         let value = literal(expr)
             .ok_or_else(|| format!("the partition column `{column}` must be given as a literal"))?;
@@ -644,8 +663,8 @@ impl Analysis<'_> {
         &self,
         selection: &Expr,
         alias: Option<&Ident>,
-    ) -> Option<Vec<(Value<'static>, Key<Range<usize>>)>> {
-        let mut best: Option<Vec<(Value<'static>, Key<Range<usize>>)>> = None;
+    ) -> Option<Vec<(Bound, Key<Range<usize>>)>> {
+        let mut best: Option<Vec<(Bound, Key<Range<usize>>)>> = None;
         for conjunct in conjuncts(selection) {
             let values = match conjunct {
                 Expr::BinaryOp {
@@ -715,17 +734,6 @@ impl Analysis<'_> {
             ([q], None) => q.value == table.name,
             ([db, q], None) => db.value == table.db && q.value == table.name,
             _ => false,
-        }
-    }
-
-    /// Tables that are not partitioned live on the main backend only.
-    fn check_others(&self, steps: &[Step]) -> Result<(), String> {
-        match steps.iter().find(|s| s.target.backend != self.ctx.main_backend) {
-            Some(step) if self.others > 0 => Err(format!(
-                "a statement that also names tables that are not partitioned runs only on the main backend (backend {}), and {} is on backend {}",
-                self.ctx.main_backend, step.target.table, step.target.backend
-            )),
-            _ => Ok(()),
         }
     }
 
@@ -811,9 +819,18 @@ impl Analysis<'_> {
         Ok(Some(edit))
     }
 
-    /// A literal and where it stands (a range no token starts at when its
-    /// place is unknown: the shape is then not cached).
-    fn literal_key(&self, expr: &Expr) -> Option<(Value<'static>, Key<Range<usize>>)> {
+    /// A literal or a parameter and where it stands (a range no token starts
+    /// at when its place is unknown: the shape is then not cached).
+    fn literal_key(&self, expr: &Expr) -> Option<(Bound, Key<Range<usize>>)> {
+        if let Some((param, at)) = self.placeholder(expr) {
+            return Some((
+                Bound::Param(param),
+                Key {
+                    at,
+                    negative: false,
+                },
+            ));
+        }
         let value = literal(expr)?;
         let (inner, negative) = match strip_nesting(expr) {
             Expr::UnaryOp {
@@ -826,7 +843,39 @@ impl Analysis<'_> {
             Expr::Value(v) => self.offsets.range(v.span).unwrap_or(0..0),
             _ => 0..0,
         };
-        Some((value, Key { at, negative }))
+        Some((Bound::Literal(value), Key { at, negative }))
+    }
+
+    /// The index of a `?` of a statement being prepared, and its bytes.
+    fn placeholder(&self, expr: &Expr) -> Option<(usize, Range<usize>)> {
+        let Expr::Value(v) = strip_nesting(expr) else {
+            return None;
+        };
+        if !matches!(v.value, sqlparser::ast::Value::Placeholder(_)) {
+            return None;
+        }
+        let at = self.offsets.range(v.span)?;
+        let index = self.params.binary_search(&at.start).ok()?;
+        Some((index, at))
+    }
+
+    /// The partition column's value in a row: a literal or a parameter.
+    fn bound(&self, expr: &Expr) -> Result<Bound, String> {
+        self.literal_key(expr)
+            .map(|(bound, _)| bound)
+            .ok_or_else(|| {
+                format!(
+                    "the partition column `{}` must be given as a literal",
+                    self.table.column
+                )
+            })
+    }
+
+    /// The parameters whose `?` stands within `range`.
+    fn params_within(&self, range: &Range<usize>) -> Range<usize> {
+        let start = self.params.partition_point(|&p| p < range.start);
+        let end = self.params.partition_point(|&p| p < range.end);
+        start..end
     }
 }
 

@@ -135,6 +135,27 @@ impl<R> Shape<R> {
         values: &[Value],
         locate: impl Fn(&R) -> Option<Range<usize>>,
     ) -> Result<Route, String> {
+        let (targets, merge) = self.targets(table, main_backend, values)?;
+        let mut steps = SmallVec::with_capacity(targets.len());
+        for target in targets {
+            let sql = apply_edits(sql, &self.edits, &target, &mut Splices::default(), &locate)?;
+            steps.push(Step { target, sql });
+        }
+        Ok(Route {
+            table: self.table.clone(),
+            steps,
+            merge,
+            writes: self.writes,
+        })
+    }
+
+    /// The physical tables for these key values, and how their answers combine.
+    pub fn targets(
+        &self,
+        table: &PartitionedTable,
+        main_backend: u32,
+        values: &[Value],
+    ) -> Result<(SmallVec<[Target; 2]>, Merge), String> {
         let targets: SmallVec<[Target; 2]> = match &self.keys {
             None => SmallVec::from_vec(table.all_targets()),
             Some(_) => {
@@ -154,25 +175,32 @@ impl<R> Shape<R> {
             1 => Merge::Single,
             _ => self.many.clone()?,
         };
-        if let Some(far) = targets.iter().find(|t| t.backend != main_backend) {
-            if self.others {
-                return Err(format!(
-                    "a statement that also names tables that are not partitioned runs only on the main backend (backend {main_backend}), and {} is on backend {}",
-                    far.table, far.backend
-                ));
-            }
-        }
-        let mut steps = SmallVec::with_capacity(targets.len());
-        for target in targets {
-            let sql = apply_edits(sql, &self.edits, &target, &mut Splices::default(), &locate)?;
-            steps.push(Step { target, sql });
-        }
-        Ok(Route {
-            table: self.table.clone(),
-            steps,
-            merge,
-            writes: self.writes,
-        })
+        check_others(self.others, &targets, main_backend)?;
+        Ok((targets, merge))
+    }
+}
+
+/// The first target that is not on the main backend.
+pub(crate) fn off_main<'t>(
+    targets: impl IntoIterator<Item = &'t Target>,
+    main_backend: u32,
+) -> Option<&'t Target> {
+    targets.into_iter().find(|t| t.backend != main_backend)
+}
+
+/// Tables that are not partitioned live on the main backend only: a
+/// statement that names one runs nowhere else.
+pub(crate) fn check_others<'t>(
+    others: bool,
+    targets: impl IntoIterator<Item = &'t Target>,
+    main_backend: u32,
+) -> Result<(), String> {
+    match off_main(targets, main_backend) {
+        Some(far) if others => Err(format!(
+            "a statement that also names tables that are not partitioned runs only on the main backend (backend {main_backend}), and {} is on backend {}",
+            far.table, far.backend
+        )),
+        _ => Ok(()),
     }
 }
 

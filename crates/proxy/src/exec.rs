@@ -3,6 +3,8 @@
 //! of a concatenated result set. A slow client stops hscale reading the
 //! backend, so memory stays bounded.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use hscale_wire::frame::{read_lenenc, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{eof_status, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER};
@@ -80,38 +82,8 @@ pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
     command: Command<'_>,
     expect: Option<Expect>,
 ) -> Result<Completion, RelayError> {
-    let lost = |e: BackendError| match e {
-        BackendError::Lost { source, .. } => RelayError::Backend {
-            source,
-            answered: false,
-        },
-        other => RelayError::Backend {
-            source: WireError::Io(std::io::Error::other(other.to_string())),
-            answered: false,
-        },
-    };
+    let lost = |e| lost(e, false);
     match command {
-        Command::Raw(payload) => relay(client, conn, payload, expect).await,
-        Command::Statement {
-            statement,
-            code,
-            rest,
-            ..
-        } => {
-            let id = match conn
-                .statement_id(&statement.key, statement.db_len)
-                .await
-                .map_err(lost)?
-            {
-                Ok(id) => id,
-                Err(refusal) => return answer_error(client, &refusal).await,
-            };
-            let mut payload = Vec::with_capacity(5 + rest.len());
-            payload.push(code);
-            payload.extend_from_slice(&id.to_le_bytes());
-            payload.extend_from_slice(rest);
-            relay(client, conn, &payload, expect).await
-        }
         Command::Prepare { statement, id } => {
             let answer = conn.prepare(statement.sql()).await.map_err(lost)?;
             let completion = answer.completion;
@@ -126,7 +98,54 @@ pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
                 .map_err(RelayError::Client)?;
             Ok(completion)
         }
+        _ => match command_payload(conn, command).await.map_err(lost)? {
+            Ok(payload) => relay(client, conn, &payload, expect).await,
+            Err(refusal) => answer_error(client, &refusal).await,
+        },
     }
+}
+
+/// The bytes `conn` gets for a command: a statement command carries the id
+/// the connection has for the statement, prepared there first if need be
+/// (the server's refusal of that PREPARE is the command's answer).
+pub async fn command_payload<'c>(
+    conn: &mut BackendConn,
+    command: Command<'c>,
+) -> Result<Result<Cow<'c, [u8]>, ErrorPacket>, BackendError> {
+    match command {
+        Command::Raw(payload) => Ok(Ok(Cow::Borrowed(payload))),
+        Command::Statement {
+            statement,
+            code,
+            rest,
+            ..
+        } => {
+            let id = match conn.statement_id(&statement.key, statement.db_len).await? {
+                Ok(id) => id,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let mut payload = Vec::with_capacity(5 + rest.len());
+            payload.push(code);
+            payload.extend_from_slice(&id.to_le_bytes());
+            payload.extend_from_slice(rest);
+            Ok(Ok(Cow::Owned(payload)))
+        }
+        Command::Prepare { statement, .. } => {
+            let mut payload = Vec::with_capacity(1 + statement.sql().len());
+            payload.push(hscale_wire::Command::COM_STMT_PREPARE as u8);
+            payload.extend_from_slice(statement.sql());
+            Ok(Ok(Cow::Owned(payload)))
+        }
+    }
+}
+
+/// A backend connection that failed while hscale prepared a command on it.
+fn lost(error: BackendError, answered: bool) -> RelayError {
+    let source = match error {
+        BackendError::Lost { source, .. } => source,
+        other => WireError::Io(std::io::Error::other(other.to_string())),
+    };
+    RelayError::Backend { source, answered }
 }
 
 /// The server's refusal of a command hscale sent on the client's behalf,
@@ -276,13 +295,22 @@ pub enum RowsEnd {
 pub async fn relay_rows<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketStream<C>,
     conn: &mut BackendConn,
-    payload: &[u8],
+    command: Command<'_>,
     with_header: bool,
     seq: &mut u8,
 ) -> Result<RowsEnd, RelayError> {
     let answered = *seq > 1;
     let failed = |source| RelayError::Backend { source, answered };
-    conn.send_command(payload).await.map_err(failed)?;
+    let payload = match command_payload(conn, command).await {
+        Ok(Ok(payload)) => payload,
+        Ok(Err(refusal)) => {
+            let mut packet = Vec::with_capacity(refusal.message.len() + 9);
+            refusal.write(&mut packet);
+            return Ok(RowsEnd::Error(packet.into()));
+        }
+        Err(e) => return Err(lost(e, answered)),
+    };
+    conn.send_command(&payload).await.map_err(failed)?;
     let deprecate_eof = conn
         .key
         .capabilities

@@ -1,5 +1,6 @@
 //! Real command-line clients through hscale: the mariadb CLI, mariadb-admin,
-//! mariadb-slap and sysbench with server-side prepared statements.
+//! mariadb-slap and sysbench with server-side prepared statements, on a
+//! plain table and on one partitioned over two backends.
 
 use hscale_testkit::{cluster, run_program, Proxy};
 use mysql::prelude::Queryable;
@@ -108,8 +109,107 @@ fn sysbench_with_prepared_statements_runs_without_errors() {
             "{test}:\n{out}"
         );
     }
-    // Prepared statements bind their client to a backend connection, so the pool
-    // grew by at most one connection per sysbench thread.
+    // At most one backend connection per sysbench thread at a time.
     assert!(proxy.shared.main_pool().open_connections() <= 5);
     let _ = cluster().direct(1, Some(&db)).query_drop("SELECT 1");
+}
+
+/// sysbench's arguments for database `db` through `port`.
+fn sysbench_args(test: &str, port: u16, db: &str, more: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        test.into(),
+        "--db-driver=mysql".into(),
+        "--mysql-host=127.0.0.1".into(),
+        format!("--mysql-port={port}"),
+        "--mysql-user=root".into(),
+        "--mysql-password=".into(),
+        format!("--mysql-db={db}"),
+        "--tables=1".into(),
+        "--table-size=2000".into(),
+    ];
+    args.extend(more.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Runs sysbench; a `run` must end without errors.
+fn sysbench(args: &[String]) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_program("sysbench", &args);
+    if args.last() == Some(&"run") {
+        assert!(
+            out.contains("ignored errors:                      0"),
+            "{args:?}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn sysbench_prepared_writes_on_a_partitioned_table_leave_the_rows_one_table_would() {
+    let plain = cluster().database("sysbench_plain");
+    let part = cluster().database("sysbench_part");
+    sysbench(&sysbench_args(
+        "oltp_write_only",
+        cluster().port(1),
+        &plain,
+        &["prepare"],
+    ));
+    cluster()
+        .direct(1, Some(&part))
+        .query_drop(format!(
+            "CREATE TABLE sbtest1 LIKE {plain}.sbtest1; INSERT INTO sbtest1 SELECT * FROM {plain}.sbtest1"
+        ))
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    let mut c = proxy.connect(Some(&part));
+    c.query_drop("HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)")
+        .unwrap();
+    // One thread and a fixed seed: both runs make the same writes in the same
+    // order (deletes and inserts of the same ids, updates by id).
+    let writes = [
+        "--threads=1",
+        "--events=600",
+        "--time=0",
+        "--rand-seed=7",
+        "--skip_trx=on",
+        "--db-ps-mode=auto",
+        "run",
+    ];
+    sysbench(&sysbench_args(
+        "oltp_write_only",
+        cluster().port(1),
+        &plain,
+        &writes,
+    ));
+    sysbench(&sysbench_args(
+        "oltp_write_only",
+        proxy.port,
+        &part,
+        &writes,
+    ));
+    type Row = (u32, u32, String, String);
+    let rows = |conn: &mut mysql::Conn| {
+        let mut rows: Vec<Row> = conn.query("SELECT id, k, c, pad FROM sbtest1").unwrap();
+        rows.sort();
+        rows
+    };
+    let expected = rows(&mut cluster().direct(1, Some(&plain)));
+    let found = rows(&mut c);
+    assert_eq!(found.len(), expected.len());
+    let differs = found.iter().zip(&expected).find(|(f, e)| f != e);
+    assert_eq!(differs, None, "the first row that differs");
+    let odd: Vec<u32> = cluster()
+        .direct(2, Some(&part))
+        .query("SELECT id FROM sbtest1_odd")
+        .unwrap();
+    assert!(!odd.is_empty() && odd.iter().all(|id| id % 2 == 1));
+    // Point selects routed by their parameter.
+    let threads = ["--threads=4", "--time=2", "--db-ps-mode=auto", "run"];
+    sysbench(&sysbench_args(
+        "oltp_point_select",
+        proxy.port,
+        &part,
+        &threads,
+    ));
 }

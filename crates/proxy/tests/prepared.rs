@@ -2,7 +2,7 @@
 //! are prepared lazily on whichever backend connection runs them, and
 //! preparing does not pin a client to a connection.
 
-use hscale_testkit::raw::RawClient;
+use hscale_testkit::raw::{payloads, RawClient};
 use hscale_testkit::{cluster, Proxy};
 use hscale_wire::scan::Expect;
 use mysql::prelude::Queryable;
@@ -155,18 +155,6 @@ async fn execute(client: &mut RawClient, stmt: [u8; 4], value: i64, types: bool)
         String::from_utf8_lossy(&packets[0])
     );
     packets
-}
-
-/// The payloads of whole frames.
-fn payloads(mut frames: &[u8]) -> Vec<Vec<u8>> {
-    let mut payloads = Vec::new();
-    while frames.len() >= 4 {
-        let len =
-            usize::from(frames[0]) | usize::from(frames[1]) << 8 | usize::from(frames[2]) << 16;
-        payloads.push(frames[4..4 + len].to_vec());
-        frames = &frames[4 + len..];
-    }
-    payloads
 }
 
 fn binary_bigint(row: &[u8]) -> i64 {

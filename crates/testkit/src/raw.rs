@@ -110,3 +110,15 @@ impl RawClient {
         answer
     }
 }
+
+/// The payloads of whole frames.
+pub fn payloads(mut frames: &[u8]) -> Vec<Vec<u8>> {
+    let mut payloads = Vec::new();
+    while frames.len() >= 4 {
+        let len =
+            usize::from(frames[0]) | usize::from(frames[1]) << 8 | usize::from(frames[2]) << 16;
+        payloads.push(frames[4..4 + len].to_vec());
+        frames = &frames[4 + len..];
+    }
+    payloads
+}

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod execute;
 pub mod frame;
 pub mod packets;
 pub mod resultset;

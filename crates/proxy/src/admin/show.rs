@@ -204,6 +204,7 @@ pub fn explain(
         Action::Admin | Action::Kill(_) => {
             vec![row("(hscale)", shared.main_backend(), None, statement)]
         }
+        Action::Template(_) => unreachable!("only plan_prepared makes templates"),
     };
     Ok(AdminAnswer::Rows {
         columns: vec![

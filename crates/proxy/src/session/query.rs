@@ -13,6 +13,7 @@ use super::state::COM_QUERY;
 use super::Session;
 use crate::config::Transactions;
 use crate::error::ProxyError;
+use crate::exec::Command;
 
 /// How often a statement waiting for a partition move looks again.
 const WAIT_STEP: Duration = Duration::from_millis(20);
@@ -44,20 +45,7 @@ impl Session {
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let sql = &payload[1..];
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
-        let mut plan = self.plan(sql);
-        let mut waited_since = None;
-        while let Action::Wait(table) = &plan.action {
-            let waited_since = *waited_since.get_or_insert_with(Instant::now);
-            let lock_wait = self.shared.lock_wait;
-            if waited_since.elapsed() >= lock_wait {
-                return Err(ProxyError::LockWaitTimeout {
-                    table: table.clone(),
-                    waited_ms: lock_wait.as_millis() as u64,
-                });
-            }
-            tokio::time::sleep(WAIT_STEP).await;
-            plan = self.plan(sql);
-        }
+        let plan = self.plan_waiting(|session| session.plan(sql)).await?;
         let needs = Needs {
             last_insert_id: plan.summary.last_insert_id,
             previous_connection: plan.summary.reads_previous_statement,
@@ -115,8 +103,44 @@ impl Session {
                 ))),
             },
             Action::Wait(_) => unreachable!("waited for above"),
+            Action::Template(_) => unreachable!("only plan_prepared makes templates"),
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
+    }
+
+    /// Plans with `plan` until no partition move or schema change holds the
+    /// statement's table, for at most `lock_wait`.
+    pub(super) async fn plan_waiting(
+        &mut self,
+        mut plan: impl FnMut(&mut Session) -> Plan,
+    ) -> Result<Plan, ProxyError> {
+        let mut waited_since = None;
+        loop {
+            let planned = plan(self);
+            let Action::Wait(table) = &planned.action else {
+                return Ok(planned);
+            };
+            self.wait_for_lock(table, &mut waited_since).await?;
+        }
+    }
+
+    /// One pause for a locked table; an error once `lock_wait` has passed
+    /// since `waited_since`.
+    pub(super) async fn wait_for_lock(
+        &self,
+        table: &hscale_planner::TableName,
+        waited_since: &mut Option<Instant>,
+    ) -> Result<(), ProxyError> {
+        let since = *waited_since.get_or_insert_with(Instant::now);
+        let lock_wait = self.shared.lock_wait;
+        if since.elapsed() >= lock_wait {
+            return Err(ProxyError::LockWaitTimeout {
+                table: table.clone(),
+                waited_ms: lock_wait.as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(WAIT_STEP).await;
+        Ok(())
     }
 
     /// ROW_COUNT() and FOUND_ROWS() run where the previous statement ran.
@@ -243,11 +267,7 @@ impl Session {
             .into_iter()
             .map(|step| payload(self, step))
             .collect();
-        match route.merge {
-            hscale_planner::Merge::AffectedRows => {
-                self.sum_affected(&slots, &payloads, needs).await
-            }
-            _ => self.concat_rows(&slots, &payloads, needs).await,
-        }
+        let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
+        self.run_merged(route.merge, &slots, &commands, needs).await
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use hscale_planner::Merge;
 use hscale_wire::packets::{write_result_end, OkInfo, OK_HEADER};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::CapabilityFlags;
@@ -14,23 +14,37 @@ use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
 use crate::backend::{BackendError, Lease};
 use crate::error::ProxyError;
-use crate::exec::{relay_rows, RelayError, RowsEnd};
+use crate::exec::{command_payload, relay_rows, Command, RelayError, RowsEnd};
 
 impl Session {
+    /// Commands on several partitions, their answers merged into one.
+    pub(super) async fn run_merged(
+        &mut self,
+        merge: Merge,
+        slots: &[usize],
+        commands: &[Command<'_>],
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        match merge {
+            Merge::AffectedRows => self.sum_affected(slots, commands, needs).await,
+            Merge::Single | Merge::Concat => self.concat_rows(slots, commands, needs).await,
+        }
+    }
+
     /// One result set: the first partition's columns, every partition's rows.
-    pub(super) async fn concat_rows(
+    async fn concat_rows(
         &mut self,
         slots: &[usize],
-        payloads: &[Bytes],
+        commands: &[Command<'_>],
         needs: Needs,
     ) -> Result<(), ProxyError> {
         let mut seq = 1u8;
         let mut last = Completion::default();
         let mut warnings = 0u16;
-        for (i, (&slot, payload)) in slots.iter().zip(payloads).enumerate() {
+        for (i, (&slot, &command)) in slots.iter().zip(commands).enumerate() {
             let mut lease = self.checkout(slot, needs).await?;
             let relayed =
-                relay_rows(&mut self.client, &mut lease.conn, payload, i == 0, &mut seq).await;
+                relay_rows(&mut self.client, &mut lease.conn, command, i == 0, &mut seq).await;
             match relayed {
                 Ok(RowsEnd::Done(completion)) => {
                     warnings = warnings.saturating_add(completion.warnings);
@@ -79,16 +93,16 @@ impl Session {
     /// One OK with the affected rows of every partition. Outside a
     /// transaction the partitions' statements run in one transaction per
     /// backend, committed in turn once every one succeeded.
-    pub(super) async fn sum_affected(
+    async fn sum_affected(
         &mut self,
         slots: &[usize],
-        payloads: &[Bytes],
+        commands: &[Command<'_>],
         needs: Needs,
     ) -> Result<(), ProxyError> {
         let implicit = !self.in_transaction();
         let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
         let outcome = self
-            .run_each(slots, payloads, needs, implicit, &mut leases)
+            .run_each(slots, commands, needs, implicit, &mut leases)
             .await;
         let outcome = match (outcome, implicit) {
             (Ok(total), true) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
@@ -132,24 +146,24 @@ impl Session {
     async fn run_each(
         &mut self,
         slots: &[usize],
-        payloads: &[Bytes],
+        commands: &[Command<'_>],
         needs: Needs,
         implicit: bool,
         leases: &mut BTreeMap<usize, (Lease, Completion)>,
     ) -> Result<OkInfo, ProxyError> {
         let mut total = OkInfo::default();
-        for (&slot, payload) in slots.iter().zip(payloads) {
+        for (&slot, &command) in slots.iter().zip(commands) {
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
                 let begun = match implicit {
-                    true => run(&mut lease, &command(COM_QUERY, "BEGIN")).await,
+                    true => run_query(&mut lease, "BEGIN").await,
                     false => Ok(Completion::default()),
                 };
                 vacant.insert((lease, Completion::default()));
                 begun?;
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
-            let completion = run(lease, payload).await?;
+            let completion = run(lease, command).await?;
             total.affected_rows += completion.affected_rows;
             total.warnings = total.warnings.saturating_add(completion.warnings);
             if total.last_insert_id == 0 {
@@ -168,7 +182,7 @@ impl Session {
     ) -> Result<(), ProxyError> {
         let mut first_error = None;
         for (lease, last) in leases.values_mut() {
-            match run(lease, &command(COM_QUERY, what)).await {
+            match run_query(lease, what).await {
                 Ok(completion) => *last = completion,
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -187,7 +201,7 @@ impl Session {
         payload: &[u8],
     ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(slot, Needs::default()).await?;
-        match run(&mut lease, payload).await {
+        match run(&mut lease, Command::Raw(payload)).await {
             Ok(completion) => {
                 self.finish_command(slot, lease, &completion);
                 Ok(completion)
@@ -209,10 +223,19 @@ impl Session {
     }
 }
 
-async fn run(lease: &mut Lease, payload: &[u8]) -> Result<Completion, ProxyError> {
-    match lease.conn.run(payload, Expect::ResultSets).await {
+async fn run(lease: &mut Lease, command: Command<'_>) -> Result<Completion, ProxyError> {
+    let payload = match command_payload(&mut lease.conn, command).await {
+        Ok(Ok(payload)) => payload,
+        Ok(Err(refused)) => return Err(ProxyError::Refused(refused)),
+        Err(e) => return Err(ProxyError::Backend(e)),
+    };
+    match lease.conn.run(&payload, Expect::ResultSets).await {
         Ok(Ok(completion)) => Ok(completion),
         Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
         Err(e) => Err(ProxyError::Backend(e)),
     }
+}
+
+async fn run_query(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {
+    run(lease, Command::Raw(&command(COM_QUERY, sql))).await
 }

@@ -7,7 +7,10 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use hscale_planner::{Action, Kind, SessionChange};
+use hscale_planner::{
+    plan_prepared, Action, Context, Kind, Plan, Routing, Run, SessionChange, Template, Value,
+};
+use hscale_wire::execute::{without_cursor, Param, Parameters};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
@@ -31,7 +34,41 @@ pub(super) struct Prepared {
     change: SessionChange,
     needs: Needs,
     kind: Kind,
+    /// On a partitioned table: routed by its parameters at each execution.
+    routed: Option<Box<Routed>>,
 }
+
+impl Prepared {
+    /// The backend statement that commands after EXECUTE (FETCH, RESET,
+    /// CLOSE) concern: the one that ran last.
+    fn backend_key(&self) -> &StatementKey {
+        self.routed
+            .as_ref()
+            .and_then(|r| r.last.as_ref())
+            .unwrap_or(&self.statement)
+    }
+}
+
+/// A prepared statement on a partitioned table, planned once.
+#[derive(Debug)]
+struct Routed {
+    template: Template,
+    /// The session's database at PREPARE, where its table names are.
+    db: Option<String>,
+    /// The text, planned again if the dictionary changes.
+    sql: Bytes,
+    /// What each run prepares on its backend, made once per run.
+    texts: Vec<(Run, StatementKey)>,
+    /// The client sent long data, refused at EXECUTE: only then is it known
+    /// which partition should have had it.
+    long_data: bool,
+    /// The statement that ran last, which holds the cursor if one is open.
+    last: Option<StatementKey>,
+}
+
+/// Texts kept per routed statement: one per partition, or per set of rows
+/// of a multi-row INSERT, of which there can be many.
+const ROUTED_TEXTS: usize = 32;
 
 /// A client's prepared statements, by hscale's ids.
 #[derive(Debug, Default)]
@@ -53,35 +90,71 @@ impl ClientStatements {
 }
 
 impl Session {
-    /// COM_STMT_PREPARE: prepared on the main backend to answer the client
-    /// with the statement's parameters and columns, and kept in that
+    /// COM_STMT_PREPARE: prepared on a backend to answer the client with the
+    /// statement's parameters and columns (on the main backend, or for a
+    /// partitioned table on its default partition's), and kept in that
     /// connection's cache; the connection goes back to the pool.
     pub(super) async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        let plan = self.plan(&payload[1..]);
-        let table = match plan.action {
-            Action::Route(route) => Some(hscale_planner::TableName::clone(&route.table)),
-            Action::Wait(table) | Action::Exists { table, .. } => Some(table),
-            Action::Schema(change) => Some(change.table),
-            Action::Refuse(refusal) => refusal.table,
-            Action::Main | Action::Admin | Action::Kill(_) | Action::Listing(_) => None,
-        };
-        if let Some(table) = table {
-            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-                table: Some(table),
-                reason: "prepared statements (COM_STMT_PREPARE) on a partitioned table".into(),
-            }));
-        }
         let payload = self.with_own_connection_id(payload);
-        let statement = StatementKey::new(self.state.db.as_deref(), &payload[1..]);
+        let sql = payload.slice(1..);
+        let db = self.state.db.clone();
+        let plan = self
+            .plan_waiting(|session| session.plan_prepared(&sql, db.as_deref()))
+            .await?;
+        let refuse = |table, reason: &str| {
+            Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table,
+                reason: reason.into(),
+            }))
+        };
+        let (statement, slot, routed) = match plan.action {
+            Action::Main | Action::Admin | Action::Kill(_) => {
+                (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
+            }
+            Action::Template(template) => {
+                let run = template.describing_run();
+                let text = template.text(&run).map_err(|reason| {
+                    ProxyError::Unroutable(hscale_planner::Refusal {
+                        table: Some(template.table().clone()),
+                        reason,
+                    })
+                })?;
+                let statement = StatementKey::new(db.as_deref(), text.as_bytes());
+                let slot = self.slot_of(run.target.backend)?;
+                let routed = Routed {
+                    template,
+                    db: db.clone(),
+                    sql,
+                    texts: vec![(run, statement.clone())],
+                    long_data: false,
+                    last: None,
+                };
+                (statement, slot, Some(Box::new(routed)))
+            }
+            Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
+            Action::Listing(_) => return refuse(
+                None,
+                "prepared statements (COM_STMT_PREPARE) that list tables while tables are partitioned (send it as a query)",
+            ),
+            Action::Schema(hscale_planner::SchemaChange { table, .. })
+            | Action::Exists { table, .. } => {
+                return refuse(
+                    Some(table),
+                    "prepared schema statements on a partitioned table (send it as a query)",
+                )
+            }
+            Action::Route(_) | Action::Wait(_) => {
+                unreachable!("plan_prepared makes templates, plan_waiting waits")
+            }
+        };
         let id = self.statements.next_id();
-        let main = self.shared.main;
         let command = Command::Prepare {
             statement: &statement,
             id,
         };
         let completion = self
             .execute_command(
-                main,
+                slot,
                 command,
                 Some(Expect::Prepare),
                 Needs::default(),
@@ -100,10 +173,21 @@ impl Session {
                     previous_connection: plan.summary.reads_previous_statement,
                 },
                 kind: plan.summary.kind,
+                routed,
             };
             self.statements.by_id.insert(id, prepared);
         }
         Ok(())
+    }
+
+    /// Plans a statement being prepared, in the database it was prepared in.
+    fn plan_prepared(&self, sql: &[u8], db: Option<&str>) -> Plan {
+        let dictionary = self.shared.dictionary.snapshot();
+        let ctx = Context {
+            db,
+            ..self.context(&dictionary)
+        };
+        plan_prepared(sql, &ctx)
     }
 
     pub(super) async fn statement_command(
@@ -133,6 +217,10 @@ impl Session {
         }
         match code {
             STMT_EXECUTE => self.execute_statement(id, &payload).await,
+            STMT_SEND_LONG_DATA if self.routed_mut(id).is_some() => {
+                self.routed_mut(id).expect("checked").long_data = true;
+                Ok(())
+            }
             STMT_SEND_LONG_DATA => {
                 let slot = self.open_slot(id).unwrap_or(self.shared.main);
                 self.run_statement(slot, id, code, &payload[5..], None)
@@ -150,14 +238,19 @@ impl Session {
                     format!("The statement ({id}) has no open cursor."),
                 ))),
             },
-            STMT_RESET => match self.open_slot(id) {
-                Some(slot) => self
-                    .run_statement(slot, id, code, &[], Some(Expect::Single))
-                    .await
-                    .map(drop),
-                // Nothing of it lives on a backend connection.
-                None => self.send_ok().await,
-            },
+            STMT_RESET => {
+                if let Some(routed) = self.routed_mut(id) {
+                    routed.long_data = false;
+                }
+                match self.open_slot(id) {
+                    Some(slot) => self
+                        .run_statement(slot, id, code, &[], Some(Expect::Single))
+                        .await
+                        .map(drop),
+                    // Nothing of it lives on a backend connection.
+                    None => self.send_ok().await,
+                }
+            }
             _ => {
                 if let Some(slot) = self.open_slot(id) {
                     self.close_open_statement(slot, id).await?;
@@ -168,51 +261,195 @@ impl Session {
         }
     }
 
+    fn routed_mut(&mut self, id: u32) -> Option<&mut Routed> {
+        self.statements.by_id.get_mut(&id)?.routed.as_deref_mut()
+    }
+
     /// COM_STMT_EXECUTE, on the connection that holds the statement's cursor
-    /// or long data, else the main backend's; its effects on the session are
-    /// those of the same text in COM_QUERY.
+    /// or long data, else the main backend's, or for a statement on a
+    /// partitioned table where its parameters route it; its effects on the
+    /// session are those of the same text in COM_QUERY.
     async fn execute_statement(&mut self, id: u32, payload: &Bytes) -> Result<(), ProxyError> {
         let main = self.shared.main;
-        let slot = self.open_slot(id).unwrap_or(main);
         let prepared = self.statements.by_id.get_mut(&id).expect("checked");
         let rest = with_types(prepared, payload)?;
-        let (binds, change, needs, kind) = (
-            prepared.binds,
-            prepared.change.clone(),
-            prepared.needs,
-            prepared.kind,
-        );
+        let kind = prepared.kind;
         if matches!(kind, Kind::Commit | Kind::Rollback)
             && self
                 .slots
                 .iter()
                 .enumerate()
-                .any(|(i, s)| i != slot && s.binding.transaction)
+                .any(|(i, s)| i != main && s.binding.transaction)
         {
             return Err(ProxyError::Unroutable(hscale_planner::Refusal {
                 table: None,
                 reason: "a prepared COMMIT or ROLLBACK of a transaction on several backends (send it as a query)".into(),
             }));
         }
+        if self.routed_mut(id).is_some() {
+            // A new execution closes the cursor of the last one, wherever it is.
+            if let Some(slot) = self.open_slot(id) {
+                self.close_open_statement(slot, id).await?;
+            }
+            return self.execute_routed(id, &rest).await;
+        }
+        let slot = self.open_slot(id).unwrap_or(main);
+        let statement = self.statements.by_id[&id].statement.clone();
+        self.execute_on(slot, id, statement, &rest).await
+    }
+
+    /// EXECUTE of one backend statement on one slot.
+    async fn execute_on(
+        &mut self,
+        slot: usize,
+        id: u32,
+        statement: StatementKey,
+        rest: &[u8],
+    ) -> Result<(), ProxyError> {
+        let prepared = &self.statements.by_id[&id];
+        let (binds, change, needs, writes) = (
+            prepared.binds,
+            prepared.change.clone(),
+            prepared.needs,
+            prepared.kind.writes()
+                || prepared
+                    .routed
+                    .as_ref()
+                    .is_some_and(|r| r.template.writes()),
+        );
         if let Some(reason) = binds {
             self.slots[slot].binding.sticky.get_or_insert(reason);
         }
-        if kind.writes() {
+        if writes {
             self.check_writers(&[slot])?;
         }
-        let statement = self.statements.by_id[&id].statement.clone();
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
             code: super::command::STMT_EXECUTE,
-            rest: &rest,
+            rest,
         };
         self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
             .await?;
-        if kind.writes() && self.slots[slot].binding.transaction {
+        if writes && self.slots[slot].binding.transaction {
             self.slots[slot].binding.wrote = true;
         }
         Ok(())
+    }
+
+    /// EXECUTE of a statement on a partitioned table: on the partitions its
+    /// parameters' values pick, each with the text and parameters that are its.
+    async fn execute_routed(&mut self, id: u32, rest: &[u8]) -> Result<(), ProxyError> {
+        if !self.shared.dictionary.fresh() {
+            return Err(ProxyError::DictionaryStale);
+        }
+        let refusal = |routed: &Routed, reason: &str| {
+            ProxyError::Unroutable(hscale_planner::Refusal {
+                table: Some(routed.template.table().clone()),
+                reason: reason.into(),
+            })
+        };
+        let routed = self.routed_mut(id).expect("checked");
+        if std::mem::take(&mut routed.long_data) {
+            return Err(refusal(
+                routed,
+                "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table",
+            ));
+        }
+        let count = usize::from(self.statements.by_id[&id].params);
+        let params = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
+        let main_backend = self.shared.main_backend();
+        let mut waited_since = None;
+        let execution = loop {
+            let dictionary = self.shared.dictionary.snapshot();
+            let routed = self.routed_mut(id).expect("checked");
+            let routing = routed.template.route(&dictionary, main_backend, |i| {
+                params
+                    .get(i)
+                    .map_err(|e| e.to_string())
+                    .and_then(param_value)
+            });
+            match routing {
+                Routing::Run(execution) => break execution,
+                Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
+                Routing::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
+                Routing::Replan => {
+                    let (sql, db) = (routed.sql.clone(), routed.db.clone());
+                    let plan = self.plan_prepared(&sql, db.as_deref());
+                    let routed = self.routed_mut(id).expect("checked");
+                    match plan.action {
+                        Action::Template(template) => {
+                            routed.template = template;
+                            routed.texts.clear();
+                        }
+                        Action::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
+                        Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
+                        _ => return Err(refusal(
+                            routed,
+                            "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)",
+                        )),
+                    }
+                }
+            }
+        };
+        self.shared.counters.routed.add(1);
+        let several = execution.runs.len() > 1;
+        let routed = self.routed_mut(id).expect("checked");
+        let mut runs = Vec::with_capacity(execution.runs.len());
+        for run in &execution.runs {
+            let statement = match routed.texts.iter().find(|(r, _)| r == run) {
+                Some((_, statement)) => statement.clone(),
+                None => {
+                    let text = routed
+                        .template
+                        .text(run)
+                        .map_err(|reason| refusal(routed, &reason))?;
+                    let statement = StatementKey::new(routed.db.as_deref(), text.as_bytes());
+                    if routed.texts.len() >= ROUTED_TEXTS {
+                        routed.texts.clear();
+                    }
+                    routed.texts.push((run.clone(), statement.clone()));
+                    statement
+                }
+            };
+            // Rows of several partitions come as one result set: no cursor.
+            let rest = match routed.template.params(run, count) {
+                Some(which) => Cow::Owned(params.select(&which, !several)),
+                None if several => Cow::Owned(without_cursor(rest)),
+                None => Cow::Borrowed(rest),
+            };
+            runs.push((run.target.backend, statement, rest));
+        }
+        if let [(backend, statement, rest)] = runs.as_slice() {
+            let slot = self.slot_of(*backend)?;
+            self.execute_on(slot, id, statement.clone(), rest).await?;
+            self.routed_mut(id).expect("checked").last = Some(statement.clone());
+            return Ok(());
+        }
+        let prepared = &self.statements.by_id[&id];
+        let needs = prepared.needs;
+        if let Some(reason) = prepared.binds {
+            let slot = self.slot_of(runs[0].0)?;
+            self.slots[slot].binding.sticky.get_or_insert(reason);
+        }
+        let mut slots = Vec::with_capacity(runs.len());
+        for (backend, ..) in &runs {
+            slots.push(self.slot_of(*backend)?);
+        }
+        if execution.writes {
+            self.check_writers(&slots)?;
+        }
+        let commands: Vec<Command> = runs
+            .iter()
+            .map(|(_, statement, rest)| Command::Statement {
+                statement,
+                client_id: id,
+                code: super::command::STMT_EXECUTE,
+                rest,
+            })
+            .collect();
+        self.run_merged(execution.merge, &slots, &commands, needs)
+            .await
     }
 
     async fn run_statement(
@@ -223,7 +460,7 @@ impl Session {
         rest: &[u8],
         expect: Option<Expect>,
     ) -> Result<Completion, ProxyError> {
-        let statement = self.statements.by_id[&id].statement.clone();
+        let statement = self.statements.by_id[&id].backend_key().clone();
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
@@ -247,7 +484,7 @@ impl Session {
         let Some(mut conn) = self.slots[slot].held.take() else {
             return Ok(());
         };
-        let key = self.statements.by_id[&id].statement.clone();
+        let key = self.statements.by_id[&id].backend_key().clone();
         let reset = async {
             let backend_id = conn.statement_id(&key.key, key.db_len).await?;
             if let Ok(backend_id) = backend_id {
@@ -304,6 +541,32 @@ impl Session {
 }
 
 const ER_STMT_HAS_NO_OPEN_CURSOR: u16 = 1421;
+const ER_WRONG_ARGUMENTS: u16 = 1210;
+
+/// MariaDB's answer to parameters it cannot read.
+fn wrong_arguments() -> ProxyError {
+    ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
+        ER_WRONG_ARGUMENTS,
+        "HY000",
+        "Incorrect arguments to mysqld_stmt_execute",
+    ))
+}
+
+/// A parameter as the partition column's value.
+fn param_value(param: Param<'_>) -> Result<Value<'_>, String> {
+    Ok(match param {
+        Param::Null => Value::Null,
+        Param::Int(n) => Value::Number(n.to_string().into()),
+        Param::UInt(n) => Value::Number(n.to_string().into()),
+        Param::Double(d) => Value::Number(d.to_string().into()),
+        Param::Bytes(bytes) => {
+            Value::String(Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| {
+                "a value of the partition column that is not UTF-8".to_string()
+            })?))
+        }
+        Param::Temporal(text) => Value::String(text.into()),
+    })
+}
 
 /// What follows the statement id in COM_STMT_EXECUTE, with the parameter
 /// types the client bound last time when it sends none now; types it sends

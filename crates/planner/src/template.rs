@@ -1,0 +1,357 @@
+//! A prepared statement on a partitioned table, planned once at PREPARE:
+//! where the partition column's values come from (literals of the text, or
+//! parameters), and the text each partition gets. Executing it picks the
+//! partitions from the bound values and parses nothing, until the dictionary
+//! changes under it.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::dictionary::{Dictionary, PartitionedTable, TableName, Target};
+use crate::hashing::Value;
+use crate::plan::{Merge, Refusal, Route, Step};
+use crate::rewrite::Splices;
+use crate::shape::{apply_edits, bytes, check_others, ByteShape, Edit};
+
+/// Where a value of the partition column comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Bound {
+    Literal(Value<'static>),
+    /// The statement's parameter of this index (its `?`, counted from 0).
+    Param(usize),
+}
+
+/// The rows of an INSERT ... VALUES (or the one row of INSERT ... SET), each
+/// placed by its partition column's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rows {
+    pub edits: Vec<Edit<Range<usize>>>,
+    /// From the first row's `(` to the last row's `)`; `None` for one row
+    /// that is never cut out (INSERT ... SET).
+    pub span: Option<Range<usize>>,
+    pub rows: Vec<Row>,
+    /// The statement names tables that are not partitioned too.
+    pub others: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub at: Range<usize>,
+    pub key: Bound,
+    /// The parameters within the row.
+    pub params: Range<usize>,
+}
+
+/// Rows by the physical table they go to, tables in the order of their first row.
+type Placed = SmallVec<[(Target, SmallVec<[u32; 4]>); 2]>;
+
+impl Rows {
+    /// Where each row goes; `values` are the rows' keys, in row order.
+    fn place(&self, table: &PartitionedTable, values: &[Value]) -> Result<Placed, String> {
+        let mut placed: Placed = SmallVec::new();
+        for (i, value) in values.iter().enumerate() {
+            let target = table
+                .target_for(value)
+                .map_err(|e| format!("the value of partition column `{}`: {e}", table.column))?;
+            match placed.iter_mut().find(|(t, _)| *t == target) {
+                Some((_, rows)) => rows.push(i as u32),
+                None => placed.push((target, smallvec::smallvec![i as u32])),
+            }
+        }
+        Ok(placed)
+    }
+
+    /// The statement for `target` with only `rows` in it.
+    fn text(&self, sql: &str, target: &Target, rows: &[u32]) -> Result<String, String> {
+        let mut splices = Splices::default();
+        if let Some(span) = self.span.clone().filter(|_| rows.len() < self.rows.len()) {
+            let kept: Vec<&str> = rows
+                .iter()
+                .map(|&r| &sql[self.rows[r as usize].at.clone()])
+                .collect();
+            splices.replace(span, kept.join(", "));
+        }
+        apply_edits(sql, &self.edits, target, &mut splices, bytes)
+    }
+
+    /// The route of a statement whose rows' keys are all literals.
+    pub fn route(
+        &self,
+        sql: &str,
+        table: &PartitionedTable,
+        main_backend: u32,
+    ) -> Result<Route, String> {
+        let values = self
+            .rows
+            .iter()
+            .map(|row| match &row.key {
+                Bound::Literal(value) => Ok(value.reborrow()),
+                Bound::Param(_) => Err(format!(
+                    "the partition column `{}` must be given as a literal",
+                    table.column
+                )),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let placed = self.place(table, &values)?;
+        check_others(self.others, placed.iter().map(|(t, _)| t), main_backend)?;
+        let mut steps = SmallVec::with_capacity(placed.len());
+        for (target, rows) in &placed {
+            let sql = self.text(sql, target, rows)?;
+            steps.push(Step {
+                target: target.clone(),
+                sql,
+            });
+        }
+        Ok(Route {
+            table: Arc::new(table.table.clone()),
+            merge: rows_merge(steps.len()),
+            steps,
+            writes: true,
+        })
+    }
+}
+
+fn rows_merge(steps: usize) -> Merge {
+    match steps {
+        1 => Merge::Single,
+        _ => Merge::AffectedRows,
+    }
+}
+
+/// A prepared statement on a partitioned table, planned once.
+#[derive(Debug, Clone)]
+pub struct Template {
+    sql: String,
+    table: Arc<TableName>,
+    /// The dictionary version it was planned at.
+    version: u64,
+    /// The table's default partition: where PREPARE learns the statement's
+    /// parameters and columns.
+    default: Target,
+    /// It reads what only the main backend's connection holds (user
+    /// variables, user locks, FOUND_ROWS()).
+    main_only: bool,
+    form: Form,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Form {
+    /// SELECT, UPDATE, DELETE and one-row INSERT: the partitions of `keys`
+    /// (aligned with the shape's), or every partition.
+    Keys { shape: ByteShape, keys: Vec<Bound> },
+    /// INSERT of several rows: each placed by its own key.
+    Rows(Rows),
+    /// Routed without looking at any value (DESCRIBE, INSERT ... SELECT).
+    Fixed(Route),
+}
+
+/// One statement of an execution: the physical table it runs on and, for
+/// an INSERT whose rows go to several, the rows it takes (`None`: all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub target: Target,
+    pub rows: Option<SmallVec<[u32; 4]>>,
+}
+
+/// Where one execution of a template goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execution {
+    pub runs: SmallVec<[Run; 2]>,
+    pub merge: Merge,
+    pub writes: bool,
+}
+
+#[derive(Debug)]
+pub enum Routing {
+    Run(Execution),
+    /// A move or schema change holds the table: try again later.
+    Wait(TableName),
+    /// The dictionary changed since the statement was planned.
+    Replan,
+    Refuse(Refusal),
+}
+
+impl Template {
+    pub(crate) fn new(
+        sql: &str,
+        table: &PartitionedTable,
+        version: u64,
+        main_only: bool,
+        form: Form,
+    ) -> Template {
+        Template {
+            sql: sql.to_string(),
+            table: Arc::new(table.table.clone()),
+            version,
+            default: table.default_target(),
+            main_only,
+            form,
+        }
+    }
+
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// Whether it changes rows.
+    pub fn writes(&self) -> bool {
+        match &self.form {
+            Form::Keys { shape, .. } => shape.writes,
+            Form::Rows(_) => true,
+            Form::Fixed(route) => route.writes,
+        }
+    }
+
+    /// Whether any partition's value comes from a parameter.
+    pub fn by_parameters(&self) -> bool {
+        let param = |b: &Bound| matches!(b, Bound::Param(_));
+        match &self.form {
+            Form::Keys { keys, .. } => keys.iter().any(param),
+            Form::Rows(rows) => rows.rows.iter().any(|r| param(&r.key)),
+            Form::Fixed(_) => false,
+        }
+    }
+
+    /// The run whose text PREPARE sends to learn the parameters and columns.
+    pub fn describing_run(&self) -> Run {
+        let target = match &self.form {
+            Form::Fixed(route) => route.steps[0].target.clone(),
+            _ => self.default.clone(),
+        };
+        Run { target, rows: None }
+    }
+
+    /// Where an execution goes, given the parameters' values (`param(i)`).
+    pub fn route<'s, 'p: 's>(
+        &'s self,
+        dictionary: &Dictionary,
+        main_backend: u32,
+        param: impl Fn(usize) -> Result<Value<'p>, String>,
+    ) -> Routing {
+        if dictionary.version != self.version {
+            return Routing::Replan;
+        }
+        let Some(table) = dictionary.table(&self.table.db, &self.table.name) else {
+            return Routing::Replan;
+        };
+        if table.locked() {
+            return Routing::Wait(table.table.clone());
+        }
+        match self.execution(table, main_backend, param) {
+            Ok(execution) => Routing::Run(execution),
+            Err(reason) => Routing::Refuse(Refusal {
+                table: Some(table.table.clone()),
+                reason,
+            }),
+        }
+    }
+
+    fn execution<'s, 'p: 's>(
+        &'s self,
+        table: &PartitionedTable,
+        main_backend: u32,
+        param: impl Fn(usize) -> Result<Value<'p>, String>,
+    ) -> Result<Execution, String> {
+        let value = |bound: &'s Bound| -> Result<Value<'s>, String> {
+            match bound {
+                Bound::Literal(value) => Ok(value.reborrow()),
+                Bound::Param(i) => param(*i),
+            }
+        };
+        let execution = match &self.form {
+            Form::Keys { shape, keys } => {
+                let values = keys
+                    .iter()
+                    .map(&value)
+                    .collect::<Result<SmallVec<[Value; 2]>, String>>()?;
+                let (targets, merge) = shape.targets(table, main_backend, &values)?;
+                Execution {
+                    runs: targets
+                        .into_iter()
+                        .map(|target| Run { target, rows: None })
+                        .collect(),
+                    merge,
+                    writes: shape.writes,
+                }
+            }
+            Form::Rows(rows) => {
+                let values = rows
+                    .rows
+                    .iter()
+                    .map(|r| value(&r.key))
+                    .collect::<Result<Vec<Value>, String>>()?;
+                let placed = rows.place(table, &values)?;
+                check_others(rows.others, placed.iter().map(|(t, _)| t), main_backend)?;
+                let whole = placed.len() == 1;
+                Execution {
+                    merge: rows_merge(placed.len()),
+                    runs: placed
+                        .into_iter()
+                        .map(|(target, rows)| Run {
+                            target,
+                            rows: (!whole).then_some(rows),
+                        })
+                        .collect(),
+                    writes: true,
+                }
+            }
+            Form::Fixed(route) => Execution {
+                runs: route
+                    .steps
+                    .iter()
+                    .map(|s| Run {
+                        target: s.target.clone(),
+                        rows: None,
+                    })
+                    .collect(),
+                merge: route.merge,
+                writes: route.writes,
+            },
+        };
+        let targets = execution.runs.iter().map(|r| &r.target);
+        crate::route::check_main_only(self.main_only, targets, main_backend)?;
+        Ok(execution)
+    }
+
+    /// The statement a run prepares on its backend.
+    pub fn text(&self, run: &Run) -> Result<String, String> {
+        match &self.form {
+            Form::Keys { shape, .. } => apply_edits(
+                &self.sql,
+                &shape.edits,
+                &run.target,
+                &mut Splices::default(),
+                bytes,
+            ),
+            Form::Rows(rows) => {
+                let all: Vec<u32> = (0..rows.rows.len() as u32).collect();
+                let taken = run.rows.as_deref().unwrap_or(&all);
+                rows.text(&self.sql, &run.target, taken)
+            }
+            Form::Fixed(route) => route
+                .steps
+                .iter()
+                .find(|s| s.target == run.target)
+                .map(|s| s.sql.clone())
+                .ok_or_else(|| "a partition the statement was not planned for".to_string()),
+        }
+    }
+
+    /// The parameters a run's text has, of the statement's `count`: `None`
+    /// when it has them all.
+    pub fn params(&self, run: &Run, count: usize) -> Option<Vec<usize>> {
+        let (Form::Rows(rows), Some(taken)) = (&self.form, &run.rows) else {
+            return None;
+        };
+        let first = rows.rows.first()?.params.start;
+        let last = rows.rows.last()?.params.end;
+        let mut params: Vec<usize> = (0..first).collect();
+        for &r in taken {
+            params.extend(rows.rows[r as usize].params.clone());
+        }
+        params.extend(last..count);
+        Some(params)
+    }
+}

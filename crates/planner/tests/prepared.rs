@@ -1,0 +1,212 @@
+//! Prepared statements on partitioned tables: planned once into a template,
+//! routed at each execution by the bound values.
+
+use hscale_planner::{
+    plan_prepared, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
+    PartitionState, PartitionedTable, Quoting, Routing, TableDefinition, TableName, Template,
+    Value,
+};
+
+/// `app.orders` by MOD(4) of user_id (column 1): default on backend 1, p1
+/// (value 1) on backend 2, p2 (value 2) on backend 1.
+fn dictionary(version: u64) -> Dictionary {
+    let entry = |name: &str, value: &str, backend| PartitionEntry {
+        name: name.into(),
+        value: value.into(),
+        backend,
+        state: PartitionState::Active,
+    };
+    let table = PartitionedTable::new(
+        TableDefinition {
+            table: TableName {
+                db: "app".into(),
+                name: "orders".into(),
+            },
+            column: "user_id".into(),
+            column_position: 1,
+            kind: ColumnKind::Integer,
+            function: HashFunction::Mod(4),
+            default_table: "orders_default".into(),
+            default_backend: 1,
+        },
+        vec![entry("p1", "1", 2), entry("p2", "2", 1)],
+    );
+    Dictionary::new(version, vec![table])
+}
+
+fn template(sql: &str) -> Template {
+    let dictionary = dictionary(1);
+    let ctx = Context {
+        db: Some("app"),
+        quoting: Quoting::BackslashEscapes,
+        dictionary: &dictionary,
+        main_backend: 1,
+    };
+    match plan_prepared(sql.as_bytes(), &ctx).action {
+        Action::Template(template) => template,
+        other => panic!("{sql}: expected a template, got {other:?}"),
+    }
+}
+
+/// Each run's backend, text and parameters (`None`: all).
+type Runs = Vec<(u32, String, Option<Vec<usize>>)>;
+
+/// The runs for these parameter values, and how they merge.
+fn execute(template: &Template, params: &[Value<'static>]) -> (Runs, Merge) {
+    let routing = template.route(&dictionary(1), 1, |i| {
+        params
+            .get(i)
+            .cloned()
+            .ok_or_else(|| format!("no parameter {i}"))
+    });
+    let Routing::Run(execution) = routing else {
+        panic!("expected an execution, got {routing:?}");
+    };
+    let runs = execution
+        .runs
+        .iter()
+        .map(|run| {
+            let text = template.text(run).unwrap();
+            (run.target.backend, text, template.params(run, params.len()))
+        })
+        .collect();
+    (runs, execution.merge)
+}
+
+fn number(n: i64) -> Value<'static> {
+    Value::Number(n.to_string().into())
+}
+
+#[test]
+fn a_point_select_goes_to_the_partition_of_its_parameter() {
+    let t = template("SELECT * FROM orders WHERE user_id = ? AND note = ?");
+    assert!(t.by_parameters());
+    let text =
+        |table: &str| format!("SELECT * FROM `{table}` AS `orders` WHERE user_id = ? AND note = ?");
+    let (runs, merge) = execute(&t, &[number(5), Value::String("x".into())]);
+    assert_eq!(runs, [(2, text("orders_p1"), None)]);
+    assert_eq!(merge, Merge::Single);
+    let (runs, _) = execute(&t, &[number(7), Value::Null]);
+    assert_eq!(runs, [(1, text("orders_default"), None)]);
+    // The parameter the partition column is compared to, not the first one.
+    let t = template("SELECT * FROM orders WHERE note = ? AND ? = user_id");
+    let (runs, _) = execute(&t, &[Value::String("x".into()), number(2)]);
+    assert_eq!(runs[0].0, 1);
+    assert!(runs[0].1.contains("`orders_p2`"), "{runs:?}");
+}
+
+#[test]
+fn in_lists_of_parameters_reach_each_partition_once() {
+    let t = template("SELECT id FROM orders WHERE user_id IN (?, ?, ?)");
+    let (runs, merge) = execute(&t, &[number(1), number(5), number(3)]);
+    let backends: Vec<u32> = runs.iter().map(|r| r.0).collect();
+    assert_eq!(backends, [2, 1]);
+    assert_eq!(merge, Merge::Concat);
+    // What needs a merge is refused only when the values do span partitions.
+    let t = template("SELECT COUNT(*) FROM orders WHERE user_id IN (?, ?)");
+    assert_eq!(execute(&t, &[number(1), number(5)]).0.len(), 1);
+    let routing = t.route(&dictionary(1), 1, |i| Ok([number(1), number(2)][i].clone()));
+    assert!(matches!(routing, Routing::Refuse(r) if r.reason.contains("aggregate")));
+}
+
+#[test]
+fn updates_and_deletes_route_by_the_parameter_in_their_where() {
+    let t = template("UPDATE orders SET note = ? WHERE user_id = ?");
+    let (runs, _) = execute(&t, &[Value::String("n".into()), number(9)]);
+    assert_eq!(
+        runs,
+        [(
+            2,
+            "UPDATE `orders_p1` AS `orders` SET note = ? WHERE user_id = ?".into(),
+            None
+        )]
+    );
+    let t = template("DELETE FROM orders WHERE user_id IN (?, ?)");
+    let (runs, merge) = execute(&t, &[number(2), number(6)]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(merge, Merge::Single);
+    let (runs, merge) = execute(&t, &[number(1), number(2)]);
+    assert_eq!(runs.len(), 2);
+    assert_eq!(merge, Merge::AffectedRows);
+}
+
+#[test]
+fn an_insert_places_each_row_by_its_parameter_and_takes_that_rows_parameters() {
+    let t = template("INSERT INTO orders (user_id, note) VALUES (?, ?), (?, 'b'), (?, ?) ON DUPLICATE KEY UPDATE note = ?");
+    let params = [
+        number(1),
+        Value::String("a".into()),
+        number(4),
+        number(5),
+        Value::String("c".into()),
+        Value::String("d".into()),
+    ];
+    let (runs, merge) = execute(&t, &params);
+    assert_eq!(merge, Merge::AffectedRows);
+    assert_eq!(
+        runs,
+        [
+            (
+                2,
+                "INSERT INTO `orders_p1` (user_id, note) VALUES (?, ?), (?, ?) ON DUPLICATE KEY UPDATE note = ?".into(),
+                Some(vec![0, 1, 3, 4, 5])
+            ),
+            (
+                1,
+                "INSERT INTO `orders_default` (user_id, note) VALUES (?, 'b') ON DUPLICATE KEY UPDATE note = ?".into(),
+                Some(vec![2, 5])
+            ),
+        ]
+    );
+    // Rows that all go to one partition keep the text and every parameter.
+    let (runs, merge) = execute(
+        &t,
+        &[
+            number(1),
+            number(1),
+            number(5),
+            number(9),
+            number(0),
+            number(0),
+        ],
+    );
+    assert_eq!(merge, Merge::Single);
+    assert_eq!(runs[0].2, None);
+    assert!(runs[0].1.contains("(?, ?), (?, 'b'), (?, ?)"));
+    // One row: the shaped form.
+    let t = template("INSERT INTO orders SET note = ?, user_id = ?");
+    let (runs, _) = execute(&t, &[Value::String("a".into()), number(2)]);
+    assert_eq!(
+        runs[0].1,
+        "INSERT INTO `orders_p2` SET note = ?, user_id = ?"
+    );
+}
+
+#[test]
+fn literals_in_a_prepared_statement_route_as_in_a_query() {
+    let t = template("SELECT * FROM orders WHERE user_id = 5 AND note = ?");
+    assert!(!t.by_parameters());
+    let (runs, _) = execute(&t, &[Value::String("x".into())]);
+    assert_eq!(runs[0].0, 2);
+    let t = template("SELECT * FROM orders WHERE note = ?");
+    assert_eq!(execute(&t, &[Value::Null]).0.len(), 3);
+}
+
+#[test]
+fn a_changed_dictionary_or_a_bad_value_never_routes_on_an_old_plan() {
+    let t = template("SELECT * FROM orders WHERE user_id = ?");
+    let routing = t.route(&dictionary(2), 1, |_| Ok(number(1)));
+    assert!(matches!(routing, Routing::Replan), "{routing:?}");
+    let routing = t.route(&dictionary(1), 1, |_| Ok(Value::String("abc".into())));
+    assert!(matches!(routing, Routing::Refuse(_)), "{routing:?}");
+    let routing = t.route(&dictionary(1), 1, |_| Err("no value".into()));
+    assert!(matches!(routing, Routing::Refuse(r) if r.reason == "no value"));
+}
+
+#[test]
+fn user_variables_keep_a_prepared_statement_on_the_main_backend() {
+    let t = template("SELECT @x FROM orders WHERE user_id = ?");
+    assert_eq!(execute(&t, &[number(2)]).0[0].0, 1);
+    let routing = t.route(&dictionary(1), 1, |_| Ok(number(1)));
+    assert!(matches!(routing, Routing::Refuse(r) if r.reason.contains("user variables")));
+}
