@@ -34,6 +34,7 @@ fn dictionary() -> Dictionary {
                 function: HashFunction::None,
                 default_table: "small_default".into(),
                 default_backend: 1,
+                auto_column: None,
             },
             vec![
                 entry("books", 1),

@@ -94,6 +94,8 @@ pub struct PartitionedTable {
     pub function: HashFunction,
     pub default_table: String,
     pub default_backend: u32,
+    /// Its AUTO_INCREMENT column, whose ids hscale hands out.
+    pub auto_column: Option<AutoColumn>,
     pub entries: Vec<PartitionEntry>,
     /// A schema statement (ALTER, RENAME, ...) is running on its physical
     /// tables: statements on it wait.
@@ -116,6 +118,13 @@ pub struct Target {
     pub partition: Option<Arc<str>>,
 }
 
+/// An AUTO_INCREMENT column: its name and 1-based position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoColumn {
+    pub name: String,
+    pub position: usize,
+}
+
 /// What SETUP_TABLE records of a partitioned table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableDefinition {
@@ -126,6 +135,7 @@ pub struct TableDefinition {
     pub function: HashFunction,
     pub default_table: String,
     pub default_backend: u32,
+    pub auto_column: Option<AutoColumn>,
 }
 
 impl PartitionedTable {
@@ -143,6 +153,7 @@ impl PartitionedTable {
             function,
             default_table,
             default_backend,
+            auto_column,
         } = definition;
         let default = Target {
             backend: default_backend,
@@ -165,6 +176,7 @@ impl PartitionedTable {
             function,
             default_table,
             default_backend,
+            auto_column,
             entries,
             changing: false,
             by_value,
@@ -182,6 +194,7 @@ impl PartitionedTable {
             function: self.function.clone(),
             default_table: self.default_table.clone(),
             default_backend: self.default_backend,
+            auto_column: self.auto_column.clone(),
         }
     }
 
@@ -417,6 +430,7 @@ pub(crate) mod tests {
                 function: HashFunction::Prefix(3),
                 default_table: "users_default".into(),
                 default_backend: 1,
+                auto_column: None,
             },
             vec![
                 entry("nick1", "mar", 2),

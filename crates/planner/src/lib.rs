@@ -2,6 +2,7 @@
 //! snapshot to a `Plan`. Pure logic, no I/O; sqlparser's types never leave it.
 
 pub mod admin;
+mod auto;
 mod cache;
 pub mod connection_id;
 pub mod dictionary;
@@ -17,11 +18,12 @@ mod shape;
 mod show;
 mod template;
 
+pub use auto::Generate;
 pub use cache::PlanCache;
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
-    Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition, TableName,
-    Target,
+    AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition,
+    TableName, Target,
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};

@@ -44,6 +44,9 @@ pub enum Action {
     /// A prepared statement on a partitioned table (`plan_prepared` only):
     /// routed at each execution by its parameters' values.
     Template(crate::template::Template),
+    /// An INSERT that needs ids for the table's AUTO_INCREMENT column: plan
+    /// `Generate::fill`'s text once the ids are taken.
+    Generate(crate::auto::Generate),
     /// A metadata statement (SHOW TABLES, SHOW CREATE TABLE, a query on
     /// information_schema, ...) whose answer is corrected to name logical
     /// tables only.
@@ -73,6 +76,9 @@ pub struct Route {
     pub merge: Merge,
     /// The statement changes rows (what `transactions = "single"` counts).
     pub writes: bool,
+    /// The highest id an INSERT gives the table's AUTO_INCREMENT column: the
+    /// sequence moves past it.
+    pub highest_id: Option<u64>,
 }
 
 impl Route {

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use sqlparser::ast::{
     visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
     GroupByExpr, Ident, ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr,
-    Statement, TableFactor, TableObject, TableWithJoins, UnaryOperator,
+    Spanned, Statement, TableFactor, TableObject, TableWithJoins, UnaryOperator,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Span;
 
+use crate::auto::{Fill, Generate};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::lexer::{Quoting, Summary};
@@ -145,6 +146,17 @@ pub(crate) fn route(
             Ok(action) => action.into(),
             Err(reason) => refuse(Some(&table.table), reason),
         };
+    }
+    if let Statement::Insert(insert) = statement {
+        match analysis.generate(insert) {
+            Ok(Some(generate)) if params.is_none() => return Action::Generate(generate).into(),
+            Ok(Some(_)) => return refuse(
+                Some(&table.table),
+                "a prepared INSERT that leaves the AUTO_INCREMENT column to the server (give the id, or send it as a query)".into(),
+            ),
+            Ok(None) => {}
+            Err(reason) => return refuse(Some(&table.table), reason),
+        }
     }
     let shaped = match statement {
         Statement::Query(query) => analysis.select(query, summary),
@@ -479,6 +491,7 @@ impl Analysis<'_> {
             steps: smallvec::smallvec![Step { target, sql }],
             merge: Merge::Concat,
             writes: false,
+            highest_id: None,
         })
     }
 
@@ -492,6 +505,94 @@ impl Analysis<'_> {
                 .iter()
                 .position(|c| last_ident(c).is_some_and(|i| i.value.eq_ignore_ascii_case(column))),
         }
+    }
+
+    /// Where the AUTO_INCREMENT column is among the values of an INSERT's rows.
+    fn auto_index(&self, insert: &sqlparser::ast::Insert) -> Option<usize> {
+        let auto = self.table.auto_column.as_ref()?;
+        match insert.columns.is_empty() {
+            true => auto.position.checked_sub(1),
+            false => insert.columns.iter().position(|c| {
+                last_ident(c).is_some_and(|i| i.value.eq_ignore_ascii_case(&auto.name))
+            }),
+        }
+    }
+
+    /// The AUTO_INCREMENT column's value in an INSERT ... SET.
+    fn auto_assigned<'s>(&self, insert: &'s sqlparser::ast::Insert) -> Option<&'s Expr> {
+        let auto = self.table.auto_column.as_ref()?;
+        insert
+            .assignments
+            .iter()
+            .find(|a| match &a.target {
+                AssignmentTarget::ColumnName(name) => {
+                    last_ident(name).is_some_and(|i| i.value.eq_ignore_ascii_case(&auto.name))
+                }
+                AssignmentTarget::Tuple(_) => false,
+            })
+            .map(|a| &a.value)
+    }
+
+    /// The ids an INSERT leaves to the server, which hscale must give
+    /// instead (each partition table would count on its own), and where they
+    /// go in the text; `None` when it gives every id itself.
+    fn generate(&self, insert: &sqlparser::ast::Insert) -> Result<Option<Generate>, String> {
+        let Some(auto) = &self.table.auto_column else {
+            return Ok(None);
+        };
+        let lost = || "a row hscale cannot find in the text".to_string();
+        let range = |expr: &Expr| self.offsets.range(expr.span()).ok_or_else(lost);
+        let mut fills = Vec::new();
+        if let Some(last) = insert.assignments.last() {
+            match self.auto_assigned(insert) {
+                Some(value) if leaves_id_to_server(value) => fills.push(Fill::value(range(value)?)),
+                Some(_) => {}
+                None => {
+                    let name = quote_identifier(&auto.name);
+                    fills.push(Fill::added(range(&last.value)?.end, format!(", {name} = ")));
+                }
+            }
+            return Ok(Generate::new(self.table.table.clone(), fills));
+        }
+        let Some(source) = &insert.source else {
+            return Ok(None);
+        };
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return match self.auto_index(insert) {
+                Some(_) => Ok(None),
+                None => Err(format!(
+                    "INSERT ... SELECT that leaves the AUTO_INCREMENT column `{}` to the server",
+                    auto.name
+                )),
+            };
+        };
+        match self.auto_index(insert) {
+            Some(index) => {
+                for row in &values.rows {
+                    if let Some(value) = row.content.get(index).filter(|v| leaves_id_to_server(v)) {
+                        fills.push(Fill::value(range(value)?));
+                    }
+                }
+            }
+            None => {
+                let last = insert
+                    .columns
+                    .last()
+                    .and_then(last_ident)
+                    .ok_or_else(lost)?;
+                let end = self.offsets.byte(last.span.end).ok_or_else(lost)?;
+                let close = self.sql[end..].find(')').ok_or_else(lost)? + end;
+                fills.push(Fill::column(close, &auto.name));
+                for row in &values.rows {
+                    let close = self
+                        .offsets
+                        .byte(row.closing_token.0.span.start)
+                        .ok_or_else(lost)?;
+                    fills.push(Fill::added(close, ", ".into()));
+                }
+            }
+        }
+        Ok(Generate::new(self.table.table.clone(), fills))
     }
 
     /// The partition column's value in an INSERT ... SET.
@@ -511,7 +612,8 @@ impl Analysis<'_> {
         insert: &sqlparser::ast::Insert,
     ) -> Result<(ByteShape, Vec<Bound>), String> {
         let unshaped = || String::new();
-        if insert.on.is_some() {
+        // With an AUTO_INCREMENT column, `insert` notes the highest id given.
+        if insert.on.is_some() || self.table.auto_column.is_some() {
             return Err(unshaped());
         }
         let value = match (&insert.source, insert.assignments.is_empty()) {
@@ -564,11 +666,13 @@ impl Analysis<'_> {
                 key: self.bound(value)?,
                 params: 0..0,
             };
+            let highest_id = self.auto_assigned(insert).and_then(given_id);
             return Ok(Form::Rows(Rows {
                 edits,
                 span: None,
                 rows: vec![row],
                 others,
+                highest_id,
             }));
         }
         let source = insert.source.as_ref().ok_or_else(no_column)?;
@@ -580,6 +684,12 @@ impl Analysis<'_> {
             }
             _ => return Err("INSERT ... SELECT with UNION into a partitioned table".into()),
         };
+        let auto = self.auto_index(insert);
+        let highest_id = values
+            .rows
+            .iter()
+            .filter_map(|row| row.content.get(auto?).and_then(given_id))
+            .max();
         let mut rows = Vec::with_capacity(values.rows.len());
         for row in &values.rows {
             let value = row.content.get(position).ok_or_else(no_column)?;
@@ -603,6 +713,7 @@ impl Analysis<'_> {
             span,
             rows,
             others,
+            highest_id,
         }))
     }
 
@@ -630,6 +741,7 @@ impl Analysis<'_> {
             steps: smallvec::smallvec![Step { target, sql }],
             merge: Merge::Single,
             writes: true,
+            highest_id: None,
         })
     }
 
@@ -876,6 +988,23 @@ impl Analysis<'_> {
         let start = self.params.partition_point(|&p| p < range.start);
         let end = self.params.partition_point(|&p| p < range.end);
         start..end
+    }
+}
+
+/// An id given for an AUTO_INCREMENT column: a positive integer literal.
+fn given_id(expr: &Expr) -> Option<u64> {
+    match literal(expr)? {
+        Value::Number(n) => n.parse().ok().filter(|&n| n > 0),
+        _ => None,
+    }
+}
+
+/// NULL or 0 for an AUTO_INCREMENT column: the server would pick the id.
+fn leaves_id_to_server(expr: &Expr) -> bool {
+    match literal(expr) {
+        Some(Value::Null) => true,
+        Some(Value::Number(n)) => n.parse::<f64>().is_ok_and(|n| n == 0.0),
+        _ => false,
     }
 }
 

@@ -146,6 +146,7 @@ impl<R> Shape<R> {
             steps,
             merge,
             writes: self.writes,
+            highest_id: None,
         })
     }
 

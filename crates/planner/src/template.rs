@@ -34,6 +34,8 @@ pub(crate) struct Rows {
     pub rows: Vec<Row>,
     /// The statement names tables that are not partitioned too.
     pub others: bool,
+    /// The highest id its rows give an AUTO_INCREMENT column.
+    pub highest_id: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +111,7 @@ impl Rows {
             merge: rows_merge(steps.len()),
             steps,
             writes: true,
+            highest_id: self.highest_id,
         })
     }
 }

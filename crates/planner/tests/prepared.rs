@@ -28,6 +28,7 @@ fn dictionary(version: u64) -> Dictionary {
             function: HashFunction::Mod(4),
             default_table: "orders_default".into(),
             default_backend: 1,
+            auto_column: None,
         },
         vec![entry("p1", "1", 2), entry("p2", "2", 1)],
     );

@@ -1,7 +1,7 @@
 //! Routing one-liners: SQL in, physical tables and rewritten SQL out.
 
 use hscale_planner::{
-    plan, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
+    plan, Action, AutoColumn, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
     PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, TableDefinition,
     TableName,
 };
@@ -32,6 +32,7 @@ fn dictionary() -> Dictionary {
                     function: HashFunction::Prefix(3),
                     default_table: "users_default".into(),
                     default_backend: 1,
+                    auto_column: None,
                 },
                 vec![
                     entry("nick1", "mar", 2),
@@ -48,6 +49,7 @@ fn dictionary() -> Dictionary {
                     function: HashFunction::Mod(4),
                     default_table: "orders_default".into(),
                     default_backend: 1,
+                    auto_column: None,
                 },
                 vec![entry("p1", "1", 2)],
             ),
@@ -532,4 +534,78 @@ fn a_cached_shape_plans_like_a_fresh_parse() {
         "hits: {}",
         warm.hits()
     );
+}
+
+/// `app.items` by MOD(2) of its AUTO_INCREMENT `id` (column 1), p1 (1) on backend 2.
+fn with_auto_increment() -> Dictionary {
+    let table = PartitionedTable::new(
+        TableDefinition {
+            table: TableName {
+                db: "app".into(),
+                name: "items".into(),
+            },
+            column: "id".into(),
+            column_position: 1,
+            kind: ColumnKind::Integer,
+            function: HashFunction::Mod(2),
+            default_table: "items_default".into(),
+            default_backend: 1,
+            auto_column: Some(AutoColumn {
+                name: "id".into(),
+                position: 1,
+            }),
+        },
+        vec![PartitionEntry {
+            name: "p1".into(),
+            value: "1".into(),
+            backend: 2,
+            state: PartitionState::Active,
+        }],
+    );
+    Dictionary::new(1, vec![table])
+}
+
+#[test]
+fn inserts_that_leave_ids_to_the_server_get_hscales_ids_written_in() {
+    let dictionary = with_auto_increment();
+    let ctx = context(&dictionary, "app");
+    let planned = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    let filled = |sql: &str, first: u64| match planned(sql) {
+        Action::Generate(generate) => (generate.count, generate.fill(sql, first).unwrap()),
+        other => panic!("{sql}: expected ids to generate, got {other:?}"),
+    };
+    assert_eq!(
+        filled("INSERT INTO items (label) VALUES ('a'), ('b' )", 7),
+        (
+            2,
+            "INSERT INTO items (label, `id`) VALUES ('a', 7), ('b' , 8)".into()
+        )
+    );
+    assert_eq!(
+        filled(
+            "INSERT INTO items VALUES (NULL, 'a'), (5, 'b'), (0, 'c')",
+            10
+        ),
+        (
+            2,
+            "INSERT INTO items VALUES (10, 'a'), (5, 'b'), (11, 'c')".into()
+        )
+    );
+    assert_eq!(
+        filled("INSERT INTO items SET label = 'x'", 3),
+        (1, "INSERT INTO items SET label = 'x', `id` = 3".into())
+    );
+    // With the ids written in, the rows are placed by them, and the highest
+    // id given is what the sequence must move past.
+    let Action::Route(route) = planned("INSERT INTO items VALUES (10, 'a'), (5, 'b'), (11, 'c')")
+    else {
+        panic!("expected a route");
+    };
+    assert_eq!(route.steps.len(), 2);
+    assert_eq!(route.highest_id, Some(11));
+    let refused = match planned("INSERT INTO items (label) SELECT name FROM other") {
+        Action::Refuse(refusal) => refusal.reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(refused.contains("AUTO_INCREMENT"), "{refused}");
 }

@@ -171,6 +171,8 @@ pub struct Shared {
     pub counters: Counters,
     pub sessions: Sessions,
     pub dictionary: DictionaryHandle,
+    /// This instance's blocks of AUTO_INCREMENT ids.
+    pub sequences: crate::dictionary::sequences::Sequences,
     pub transactions: Transactions,
     /// How long a statement waits for a partition move on its table.
     pub lock_wait: Duration,
@@ -266,6 +268,7 @@ impl Shared {
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
             sessions: Sessions::default(),
+            sequences: Default::default(),
             dictionary: DictionaryHandle::new(
                 config.dictionary.schema.clone(),
                 Duration::from_millis(config.dictionary.refresh_ms.max(1)),

@@ -159,15 +159,19 @@ async fn finish(
     let mut changes = Vec::new();
     match &change.effect {
         SchemaEffect::Unchanged => {
-            if let Some(position) = column_position(shared, conn, table).await? {
+            if let Some((position, auto_position)) = column_positions(shared, conn, table).await? {
                 changes.push(format!(
-                    "UPDATE {s}.tables SET column_position = {position} WHERE {}",
+                    "UPDATE {s}.tables SET column_position = {position}, auto_position = {auto_position} WHERE {}",
                     of("name")
                 ));
             }
         }
         SchemaEffect::Dropped => {
             changes.push(format!("DELETE FROM {s}.tables WHERE {}", of("name")));
+            changes.push(format!(
+                "DELETE FROM {s}.sequences WHERE {}",
+                of("table_name")
+            ));
             changes.push(format!(
                 "DELETE FROM {s}.partitions WHERE {}",
                 of("table_name")
@@ -190,39 +194,56 @@ async fn finish(
                 text_literal(&default),
                 of("name")
             ));
-            changes.push(format!(
-                "UPDATE {s}.partitions SET table_name = {} WHERE {}",
-                text_literal(&new.name),
-                of("table_name")
-            ));
+            for table in ["partitions", "sequences"] {
+                changes.push(format!(
+                    "UPDATE {s}.{table} SET table_name = {} WHERE {}",
+                    text_literal(&new.name),
+                    of("table_name")
+                ));
+            }
         }
     }
     changes.push(forget(schema, table));
     store::change(conn, schema, &changes).await
 }
 
-/// Where the partition column is in the default table now: an ALTER that
-/// adds a column before it moves it, and INSERTs without a column list place
-/// their rows by it.
-async fn column_position(
+/// Where the partition column and the AUTO_INCREMENT column (`NULL` if
+/// none) are in the default table now: an ALTER that adds a column before
+/// them moves them, and INSERTs without a column list are read by them.
+async fn column_positions(
     shared: &Shared,
     conn: &mut BackendConn,
     table: &TableName,
-) -> Result<Option<String>, ProxyError> {
+) -> Result<Option<(String, String)>, ProxyError> {
     let dictionary = store::load(conn, &shared.dictionary.schema).await?;
     let Some(t) = dictionary.table(&table.db, &table.name) else {
         return Ok(None);
     };
     let slot = super::slot(shared, t.default_backend)?;
     let mut c = own_connection(shared, slot).await?;
-    let sql = format!(
-        "SELECT ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
-        text_literal(&table.db),
-        text_literal(&t.default_table),
-        text_literal(&t.column)
-    );
+    let position = |column: &str| {
+        format!(
+            "(SELECT ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {})",
+            text_literal(&table.db),
+            text_literal(&t.default_table),
+            text_literal(column)
+        )
+    };
+    let auto = match &t.auto_column {
+        Some(auto) => position(&auto.name),
+        None => "NULL".into(),
+    };
+    let sql = format!("SELECT {}, {auto}", position(&t.column));
     let rows = exec(&mut c, &sql).await?;
-    Ok((!rows.is_empty()).then(|| text(&rows, 0, 0)))
+    let found = rows
+        .first()
+        .and_then(|r| r.first())
+        .is_some_and(|v| v.is_some());
+    let auto = match rows.first().and_then(|r| r.get(1)).and_then(|v| v.as_ref()) {
+        Some(v) => String::from_utf8_lossy(v).into_owned(),
+        None => "NULL".into(),
+    };
+    Ok(found.then(|| (text(&rows, 0, 0), auto)))
 }
 
 /// Finishes every schema change the dictionary shows in progress: the steps

@@ -58,17 +58,29 @@ pub async fn run(
         .into());
     }
     let s = store::ident(&shared.dictionary.schema);
-    let insert = format!(
-        "INSERT INTO {s}.tables VALUES ({}, {}, {}, {position}, '{}', {}, {}, {backend})",
+    let auto = auto_column(&mut conn, &table).await?;
+    let (auto_name, auto_position) = match &auto {
+        Some((name, position, _)) => (store::text_literal(name), position.to_string()),
+        None => ("NULL".into(), "NULL".into()),
+    };
+    let mut changes = vec![format!(
+        "INSERT INTO {s}.tables (db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position) VALUES ({}, {}, {}, {position}, '{}', {}, {}, {backend}, {auto_name}, {auto_position})",
         store::text_literal(&table.db),
         store::text_literal(&table.name),
         store::text_literal(&column),
         kind.name(),
         store::text_literal(&function.to_string()),
         store::text_literal(&default_table),
-    );
+    )];
+    if let Some((_, _, next_id)) = auto {
+        changes.push(format!(
+            "REPLACE INTO {s}.sequences VALUES ({}, {}, {next_id})",
+            store::text_literal(&table.db),
+            store::text_literal(&table.name),
+        ));
+    }
     // The dictionary first: if the rename then fails, the entry is taken back.
-    store::change(&mut lock.conn, &shared.dictionary.schema, &[insert]).await?;
+    store::change(&mut lock.conn, &shared.dictionary.schema, &changes).await?;
     let rename = format!(
         "RENAME TABLE {db}.{} TO {db}.{}",
         store::ident(&table.name),
@@ -88,4 +100,32 @@ pub async fn run(
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
     Ok(AdminAnswer::Ok { affected_rows: 0 })
+}
+
+/// The table's AUTO_INCREMENT column, its position, and the next id its
+/// rows leave free: where the table's sequence starts.
+async fn auto_column(
+    conn: &mut crate::backend::BackendConn,
+    table: &TableName,
+) -> Result<Option<(String, String, u64)>, ProxyError> {
+    let sql = format!(
+        "SELECT COLUMN_NAME, ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND EXTRA LIKE '%auto_increment%'",
+        store::text_literal(&table.db),
+        store::text_literal(&table.name),
+    );
+    let rows = store::exec(conn, &sql).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let name = store::text(&rows, 0, 0);
+    let highest = format!(
+        "SELECT COALESCE(MAX({}), 0) FROM {}.{}",
+        store::ident(&name),
+        store::ident(&table.db),
+        store::ident(&table.name)
+    );
+    let highest: u64 = store::text(&store::exec(conn, &highest).await?, 0, 0)
+        .parse()
+        .unwrap_or(0);
+    Ok(Some((name, store::text(&rows, 0, 1), highest + 1)))
 }

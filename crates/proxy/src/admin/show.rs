@@ -205,6 +205,12 @@ pub fn explain(
             vec![row("(hscale)", shared.main_backend(), None, statement)]
         }
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
+        Action::Generate(generate) => vec![row(
+            "(AUTO_INCREMENT ids first)",
+            shared.main_backend(),
+            None,
+            &format!("{} ids of {}", generate.count, generate.table),
+        )],
     };
     Ok(AdminAnswer::Rows {
         columns: vec![

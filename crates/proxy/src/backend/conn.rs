@@ -68,7 +68,8 @@ pub struct BackendConn {
     pub db: Option<String>,
     /// Fingerprint of the session settings replayed since the last reset; 0: none.
     pub settings: u64,
-    /// What LAST_INSERT_ID() returns on this connection.
+    /// What LAST_INSERT_ID() returns on this connection (`UNKNOWN_ID`: not
+    /// known, set before it is read).
     pub last_insert_id: u64,
     pub idle_since: Instant,
     pub server_version: String,
@@ -285,6 +286,10 @@ impl BackendConn {
 
 const COM_INIT_DB: u8 = 0x02;
 const COM_STMT_PREPARE: u8 = 0x16;
+
+/// `last_insert_id` of a connection where an INSERT gave ids itself: its OK
+/// reports them, but LAST_INSERT_ID() there did not change.
+pub const UNKNOWN_ID: u64 = u64::MAX;
 const COM_STMT_CLOSE: u8 = 0x19;
 
 /// The whole answer to a COM_STMT_PREPARE, read into memory (a statement's

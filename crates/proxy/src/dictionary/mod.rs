@@ -5,6 +5,7 @@
 //! `lease_ms` stops serving partitioned tables.
 
 pub mod moves;
+pub mod sequences;
 pub mod store;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,8 +3,8 @@
 //! change bumps the version that instances poll.
 
 use hscale_planner::{
-    ColumnKind, Dictionary, HashFunction, PartitionEntry, PartitionState, PartitionedTable,
-    TableDefinition, TableName,
+    AutoColumn, ColumnKind, Dictionary, HashFunction, PartitionEntry, PartitionState,
+    PartitionedTable, TableDefinition, TableName,
 };
 
 use crate::backend::{BackendConn, Rows};
@@ -59,6 +59,11 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // A schema statement in progress on a partitioned table: its steps,
         // one per physical table. While a table has rows here it is locked.
         format!("CREATE TABLE IF NOT EXISTS {s}.schema_changes (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, step INT UNSIGNED NOT NULL, backend INT UNSIGNED NOT NULL, physical VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NULL, statement LONGTEXT NOT NULL, done BOOLEAN NOT NULL, effect VARCHAR(16) NOT NULL, renamed_to VARCHAR(64) NULL, PRIMARY KEY (db, table_name, step)) {options}"),
+        // Added after the first release: a dictionary made before gets them.
+        format!("ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS auto_column VARCHAR(64) NULL, ADD COLUMN IF NOT EXISTS auto_position INT UNSIGNED NULL"),
+        // The next id of each partitioned table's AUTO_INCREMENT column;
+        // instances take blocks of ids from it.
+        format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
     ] {
         exec(conn, &sql).await?;
@@ -82,7 +87,7 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
     exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
     let read = async {
         let version = read_version(conn, schema).await?;
-        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend FROM {s}.tables")).await?;
+        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position FROM {s}.tables")).await?;
         let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
         let changing = exec(
             conn,
@@ -127,6 +132,13 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
             function,
             default_table: t(6),
             default_backend: t(7).parse().unwrap_or(0),
+            auto_column: tables[i]
+                .get(8)
+                .and_then(|v| v.as_ref())
+                .map(|name| AutoColumn {
+                    name: String::from_utf8_lossy(name).into_owned(),
+                    position: t(9).parse().unwrap_or(0),
+                }),
         };
         let mut table = PartitionedTable::new(definition, entries);
         table.changing = (0..changing.len()).any(|c| {

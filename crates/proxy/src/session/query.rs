@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hscale_planner::{plan, Action, Context, Dictionary, Kind, Plan, Route, SessionChange, Step};
+use hscale_planner::{
+    plan, Action, Context, Dictionary, Generate, Kind, Merge, Plan, Route, SessionChange, Step,
+};
 use hscale_wire::scan::Expect;
 
 use super::slots::Needs;
@@ -89,7 +91,7 @@ impl Session {
                     let slot = self.slot_of(route.steps[0].target.backend)?;
                     self.slots[slot].binding.sticky.get_or_insert(reason);
                 }
-                self.run_route(route, needs, plan.summary.connection_id)
+                self.run_route(route, needs, plan.summary.connection_id, None)
                     .await
             }
             Action::Listing(listing) => self.listing(payload, listing).await,
@@ -104,6 +106,10 @@ impl Session {
             },
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Template(_) => unreachable!("only plan_prepared makes templates"),
+            Action::Generate(generate) => {
+                self.insert_with_ids(generate, sql, needs, plan.summary.connection_id)
+                    .await
+            }
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
     }
@@ -221,13 +227,74 @@ impl Session {
     }
 
     /// A routed statement: one step is forwarded as it is, several are merged.
+    /// An INSERT that leaves AUTO_INCREMENT ids to the server: this
+    /// instance's next ids are written into it, and it is planned again.
+    async fn insert_with_ids(
+        &mut self,
+        generate: Generate,
+        sql: &[u8],
+        needs: Needs,
+        connection_id: bool,
+    ) -> Result<(), ProxyError> {
+        if !self.shared.dictionary.fresh() {
+            return Err(ProxyError::DictionaryStale);
+        }
+        let shared = self.shared.clone();
+        let first = shared
+            .sequences
+            .take(&shared, &generate.table, generate.count)
+            .await?;
+        let filled = generate.fill(&String::from_utf8_lossy(sql), first);
+        let plan = match filled {
+            Some(filled) => {
+                self.plan_waiting(|session| session.plan(filled.as_bytes()))
+                    .await?
+            }
+            None => return Err(unroutable_with_ids(generate.table)),
+        };
+        match plan.action {
+            Action::Route(route) => {
+                self.run_route(route, needs, connection_id, Some(first))
+                    .await
+            }
+            Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
+            _ => Err(unroutable_with_ids(generate.table)),
+        }
+    }
+
+    /// A routed statement: one step is forwarded as it is, several are
+    /// merged. `generated`: the first of the AUTO_INCREMENT ids hscale wrote
+    /// into it, which its OK reports.
     async fn run_route(
+        &mut self,
+        route: Route,
+        needs: Needs,
+        connection_id: bool,
+        generated: Option<u64>,
+    ) -> Result<(), ProxyError> {
+        self.shared.counters.routed.add(1);
+        let Some(given) = route.highest_id else {
+            return self.run_steps(route, needs, connection_id, generated).await;
+        };
+        // Before the INSERT runs: nothing may be sent after its answer.
+        let shared = self.shared.clone();
+        shared.sequences.given(&shared, &route.table, given).await?;
+        let before = self.state.last_insert_id;
+        let ran = self.run_steps(route, needs, connection_id, generated).await;
+        if generated.is_none() {
+            // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
+            self.state.last_insert_id = before;
+        }
+        ran
+    }
+
+    async fn run_steps(
         &mut self,
         mut route: Route,
         needs: Needs,
         connection_id: bool,
+        generated: Option<u64>,
     ) -> Result<(), ProxyError> {
-        self.shared.counters.routed.add(1);
         let payload = |session: &Session, step: Step| {
             let payload = Bytes::from(step.into_command(COM_QUERY));
             match connection_id {
@@ -242,14 +309,25 @@ impl Session {
                 self.check_writers(&[slot])?;
             }
             let payload = payload(self, step);
-            self.execute(
-                slot,
-                &payload,
-                Some(Expect::ResultSets),
-                needs,
-                SessionChange::Nothing,
-            )
-            .await?;
+            match generated {
+                None => {
+                    self.execute(
+                        slot,
+                        &payload,
+                        Some(Expect::ResultSets),
+                        needs,
+                        SessionChange::Nothing,
+                    )
+                    .await?;
+                }
+                // Its OK must report the first id hscale wrote in.
+                Some(_) => {
+                    let command = [Command::Raw(&payload)];
+                    return self
+                        .run_merged(Merge::AffectedRows, &[slot], &command, needs, generated)
+                        .await;
+                }
+            }
             if route.writes && self.slots[slot].binding.transaction {
                 self.slots[slot].binding.wrote = true;
             }
@@ -268,6 +346,15 @@ impl Session {
             .map(|step| payload(self, step))
             .collect();
         let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
-        self.run_merged(route.merge, &slots, &commands, needs).await
+        self.run_merged(route.merge, &slots, &commands, needs, generated)
+            .await
     }
+}
+
+fn unroutable_with_ids(table: hscale_planner::TableName) -> ProxyError {
+    ProxyError::Unroutable(hscale_planner::Refusal {
+        table: Some(table),
+        reason: "an INSERT with the AUTO_INCREMENT ids hscale wrote into it that cannot be routed"
+            .into(),
+    })
 }

@@ -12,7 +12,7 @@ use hscale_wire::CapabilityFlags;
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
-use crate::backend::{BackendError, Lease};
+use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
 use crate::exec::{command_payload, relay_rows, Command, RelayError, RowsEnd};
 
@@ -24,9 +24,10 @@ impl Session {
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
+        generated: Option<u64>,
     ) -> Result<(), ProxyError> {
         match merge {
-            Merge::AffectedRows => self.sum_affected(slots, commands, needs).await,
+            Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
             Merge::Single | Merge::Concat => self.concat_rows(slots, commands, needs).await,
         }
     }
@@ -92,14 +93,18 @@ impl Session {
 
     /// One OK with the affected rows of every partition. Outside a
     /// transaction the partitions' statements run in one transaction per
-    /// backend, committed in turn once every one succeeded.
+    /// backend, committed in turn once every one succeeded. `generated`: the
+    /// first AUTO_INCREMENT id hscale wrote into the statements, which the OK
+    /// reports and LAST_INSERT_ID() returns.
     async fn sum_affected(
         &mut self,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
+        generated: Option<u64>,
     ) -> Result<(), ProxyError> {
-        let implicit = !self.in_transaction();
+        // One statement is atomic by itself.
+        let implicit = !self.in_transaction() && slots.len() > 1;
         let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
         let outcome = self
             .run_each(slots, commands, needs, implicit, &mut leases)
@@ -121,12 +126,20 @@ impl Session {
                 self.forget_connection_state(slot);
                 continue;
             }
+            let mut lease = lease;
+            if generated.is_some() {
+                lease.conn.last_insert_id = UNKNOWN_ID;
+            }
             self.finish_command(slot, lease, &completion);
             if self.slots[slot].binding.transaction {
                 self.slots[slot].binding.wrote = true;
             }
         }
-        let total = outcome?;
+        let mut total = outcome?;
+        if let Some(first) = generated {
+            total.last_insert_id = first;
+            self.state.last_insert_id = first;
+        }
         self.previous = Previous::Scattered;
         self.send_total(total).await
     }

@@ -143,7 +143,7 @@ impl Session {
                     "prepared schema statements on a partitioned table (send it as a query)",
                 )
             }
-            Action::Route(_) | Action::Wait(_) => {
+            Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
                 unreachable!("plan_prepared makes templates, plan_waiting waits")
             }
         };
@@ -448,7 +448,7 @@ impl Session {
                 rest,
             })
             .collect();
-        self.run_merged(execution.merge, &slots, &commands, needs)
+        self.run_merged(execution.merge, &slots, &commands, needs, None)
             .await
     }
 

@@ -1,0 +1,167 @@
+//! AUTO_INCREMENT columns of partitioned tables: ids unique over every
+//! partition and every hscale instance, reported as MariaDB reports them.
+
+use hscale::config::Transactions;
+use hscale_testkit::{cluster, Proxy};
+use mysql::prelude::Queryable;
+
+/// `items` partitioned by MOD(2) of its AUTO_INCREMENT id (odd ids on
+/// backend 2), with `before` rows already in it; two instances.
+fn setup(name: &str, before: u32) -> (Proxy, Proxy, String) {
+    let db = cluster().database(name);
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("CREATE TABLE items (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, label VARCHAR(32) NOT NULL)")
+        .unwrap();
+    for i in 0..before {
+        direct
+            .query_drop(format!("INSERT INTO items (label) VALUES ('old{i}')"))
+            .unwrap();
+    }
+    let config = || {
+        let mut config = cluster().config();
+        config.proxy.transactions = Transactions::Multi;
+        config
+    };
+    let first = Proxy::start(config());
+    let second = Proxy::start(config());
+    let mut c = first.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('items', 'odd', 1, 2)")
+        .unwrap();
+    (first, second, db)
+}
+
+/// Every id of both physical tables.
+fn all_ids(db: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = cluster()
+        .direct(1, Some(db))
+        .query("SELECT id FROM items_default")
+        .unwrap();
+    let odd: Vec<u64> = cluster()
+        .direct(2, Some(db))
+        .query("SELECT id FROM items_odd")
+        .unwrap();
+    assert!(odd.iter().all(|id| id % 2 == 1), "odd ids on backend 2");
+    ids.extend(odd);
+    ids.sort();
+    ids
+}
+
+#[test]
+fn ids_are_unique_across_partitions_and_instances() {
+    let (first, second, db) = setup("auto_two_instances", 3);
+    let mut clients = Vec::new();
+    for proxy in [&first, &second] {
+        for _ in 0..3 {
+            clients.push(proxy.connect(Some(&db)));
+        }
+    }
+    let threads: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut c)| {
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..40 {
+                    match i % 4 {
+                        // Two rows: the OK reports the first, as MariaDB does.
+                        0 => {
+                            c.query_drop(format!(
+                                "INSERT INTO items (label) VALUES ('c{n}r{i}a'), ('c{n}r{i}b')"
+                            ))
+                            .unwrap();
+                            let id = c.last_insert_id();
+                            mine.extend([id, id + 1]);
+                        }
+                        1 => {
+                            c.query_drop(format!("INSERT INTO items SET label = 'c{n}r{i}'"))
+                                .unwrap();
+                            mine.push(c.last_insert_id());
+                        }
+                        2 => {
+                            c.query_drop(format!("INSERT INTO items VALUES (NULL, 'c{n}r{i}')"))
+                                .unwrap();
+                            mine.push(c.last_insert_id());
+                        }
+                        _ => {
+                            c.query_drop(format!(
+                                "INSERT INTO items (label, id) VALUES ('c{n}r{i}', 0)"
+                            ))
+                            .unwrap();
+                            mine.push(c.last_insert_id());
+                        }
+                    }
+                    // The first id of the last INSERT.
+                    let first = match i % 4 {
+                        0 => mine[mine.len() - 2],
+                        _ => mine[mine.len() - 1],
+                    };
+                    let last: Option<u64> = c.query_first("SELECT LAST_INSERT_ID()").unwrap();
+                    assert_eq!(last, Some(first), "client {n}, insert {i}");
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut handed: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    handed.sort();
+    let ids = all_ids(&db);
+    assert_eq!(ids.len(), 3 + 6 * 50, "every row stored once");
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "no id twice");
+    // The ids the clients were told are the rows' ids, and new ones come
+    // after the rows the table had.
+    assert!(handed
+        .iter()
+        .all(|id| ids.binary_search(id).is_ok() && *id > 3));
+    let mut c = first.connect(Some(&db));
+    let label: Option<String> = c
+        .query_first(format!("SELECT label FROM items WHERE id = {}", handed[0]))
+        .unwrap();
+    assert!(label.is_some_and(|l| l.starts_with('c')));
+}
+
+#[test]
+fn explicit_ids_move_the_sequence_past_them() {
+    let (first, second, db) = setup("auto_explicit", 0);
+    let mut a = first.connect(Some(&db));
+    let mut b = second.connect(Some(&db));
+    a.query_drop("INSERT INTO items (label) VALUES ('a')")
+        .unwrap();
+    let from_a = a.last_insert_id();
+    a.query_drop("INSERT INTO items (id, label) VALUES (500000, 'given')")
+        .unwrap();
+    // As on MariaDB: the OK reports the id given, LAST_INSERT_ID() the one generated.
+    assert_eq!(a.last_insert_id(), 500000);
+    let last: Option<u64> = a.query_first("SELECT LAST_INSERT_ID()").unwrap();
+    assert_eq!(last, Some(from_a));
+    // The other instance's first block starts after it.
+    b.query_drop("INSERT INTO items (label) VALUES ('b')")
+        .unwrap();
+    assert!(b.last_insert_id() > 500000, "{}", b.last_insert_id());
+    // This instance skips it within its own block too.
+    a.query_drop(format!(
+        "INSERT INTO items (id, label) VALUES ({}, 'near')",
+        from_a + 1
+    ))
+    .unwrap();
+    a.query_drop("INSERT INTO items (label) VALUES ('a2')")
+        .unwrap();
+    assert_eq!(a.last_insert_id(), from_a + 2);
+    assert_eq!(all_ids(&db).len(), 5);
+    // A prepared INSERT that leaves the id to the server is refused, one that
+    // gives it is routed.
+    match a.prep("INSERT INTO items (label) VALUES (?)") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    a.exec_drop("INSERT INTO items (id, label) VALUES (?, ?)", (7, "p"))
+        .unwrap();
+    assert!(all_ids(&db).contains(&7));
+}
