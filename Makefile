@@ -1,6 +1,6 @@
 # The two set-up commands of the README, and what they need.
 SHELL := /bin/bash
-APT_PACKAGES := mariadb-server mariadb-client sysbench libmariadb-dev pkg-config python3-venv
+APT_PACKAGES := mariadb-server mariadb-client mariadb-test sysbench libmariadb-dev pkg-config python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: playground test deps check bench fuzz
@@ -14,13 +14,15 @@ test: deps
 	cargo test --workspace
 	tests/compat/run.sh
 
-# MariaDB server and client, sysbench, and what the mysqlclient suite builds
+# MariaDB server, client and test suite (mariadb-test), sysbench, and what
+# the mysqlclient suite builds
 # with, from the OS packages, when missing.
 deps:
 	@missing=""; \
 	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing="$$missing mariadb-server"; \
 	command -v mariadb >/dev/null || missing="$$missing mariadb-client"; \
 	command -v sysbench >/dev/null || missing="$$missing sysbench"; \
+	command -v mariadb-test >/dev/null || missing="$$missing mariadb-test"; \
 	pkg-config --exists libmariadb 2>/dev/null || missing="$$missing libmariadb-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
