@@ -3,7 +3,9 @@
 //! a sequence in the dictionary. An INSERT that leaves the column to the
 //! server (omits it, or gives NULL or 0) is planned in two passes: this one
 //! says how many ids it needs and where they go in the text; the proxy takes
-//! them and plans the statement again with its ids written in.
+//! them and plans the statement again with its ids written in. A prepared
+//! INSERT gets a parameter where each id goes, which hscale binds at each
+//! execution.
 
 use std::ops::Range;
 
@@ -70,13 +72,33 @@ impl Generate {
 
     /// The statement with ids `first`, `first + 1`, ... written in.
     pub fn fill(&self, sql: &str, first: u64) -> Option<String> {
-        let mut splices = Splices::default();
         let mut id = first;
+        self.fill_with(sql, || {
+            id += 1;
+            (id - 1).to_string()
+        })
+    }
+
+    /// A statement being prepared, with a parameter where each id goes; and
+    /// the indices those parameters have among all of its parameters, given
+    /// where the statement's own `?` are (`params`).
+    pub(crate) fn fill_params(&self, sql: &str, params: &[usize]) -> Option<(String, Vec<usize>)> {
+        let ids = self
+            .fills
+            .iter()
+            .filter(|f| f.id)
+            .enumerate()
+            .map(|(k, fill)| params.partition_point(|&p| p < fill.at.start) + k)
+            .collect();
+        Some((self.fill_with(sql, || "?".into())?, ids))
+    }
+
+    fn fill_with(&self, sql: &str, mut id: impl FnMut() -> String) -> Option<String> {
+        let mut splices = Splices::default();
         for fill in &self.fills {
             let mut text = fill.before.clone();
             if fill.id {
-                text.push_str(&id.to_string());
-                id += 1;
+                text.push_str(&id());
             }
             splices.replace(fill.at.clone(), text);
         }

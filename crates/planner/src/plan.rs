@@ -201,7 +201,21 @@ pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
         }
     });
     plan_summarized(sql, summary, ctx, |text, summary| {
-        crate::route::route(text, summary, ctx, Some(&params)).action
+        match crate::route::route(text, summary, ctx, Some(&params)).action {
+            // An INSERT that leaves AUTO_INCREMENT ids to the server: a
+            // parameter where each goes, which hscale binds.
+            Action::Generate(generate) => match generate.fill_params(text, &params) {
+                Some((filled, ids)) => match plan_prepared(filled.as_bytes(), ctx).action {
+                    Action::Template(template) => Action::Template(template.with_ids(ids)),
+                    other => other,
+                },
+                None => Action::Refuse(Refusal {
+                    table: Some(generate.table),
+                    reason: "an INSERT whose AUTO_INCREMENT ids hscale cannot place".into(),
+                }),
+            },
+            action => action,
+        }
     })
 }
 

@@ -149,11 +149,7 @@ pub(crate) fn route(
     }
     if let Statement::Insert(insert) = statement {
         match analysis.generate(insert) {
-            Ok(Some(generate)) if params.is_none() => return Action::Generate(generate).into(),
-            Ok(Some(_)) => return refuse(
-                Some(&table.table),
-                "a prepared INSERT that leaves the AUTO_INCREMENT column to the server (give the id, or send it as a query)".into(),
-            ),
+            Ok(Some(generate)) => return Action::Generate(generate).into(),
             Ok(None) => {}
             Err(reason) => return refuse(Some(&table.table), reason),
         }

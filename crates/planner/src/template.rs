@@ -137,6 +137,9 @@ pub struct Template {
     /// variables, user locks, FOUND_ROWS()).
     main_only: bool,
     form: Form,
+    /// The parameters hscale binds to AUTO_INCREMENT ids, which the client
+    /// does not know of: indices among all of the text's parameters.
+    ids: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -191,7 +194,19 @@ impl Template {
             default: table.default_target(),
             main_only,
             form,
+            ids: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_ids(self, ids: Vec<usize>) -> Template {
+        Template { ids, ..self }
+    }
+
+    /// The parameters hscale binds to this instance's next AUTO_INCREMENT
+    /// ids at each execution (indices among all the text's parameters; the
+    /// client's are the others, in order).
+    pub fn id_params(&self) -> &[usize] {
+        &self.ids
     }
 
     pub fn table(&self) -> &TableName {

@@ -42,10 +42,12 @@ pub enum Command<'a> {
         code: u8,
         rest: &'a [u8],
     },
-    /// COM_STMT_PREPARE, answered to the client with hscale's id for it.
+    /// COM_STMT_PREPARE, answered to the client with hscale's id for it,
+    /// without the parameters in `hidden`, which hscale binds.
     Prepare {
         statement: &'a StatementKey,
         id: u32,
+        hidden: &'a [usize],
     },
 }
 
@@ -84,7 +86,15 @@ pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Completion, RelayError> {
     let lost = |e| lost(e, false);
     match command {
-        Command::Prepare { statement, id } => {
+        Command::Prepare {
+            statement,
+            id,
+            hidden,
+        } => {
+            let deprecate_eof = conn
+                .key
+                .capabilities
+                .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
             let answer = conn.prepare(statement.sql()).await.map_err(lost)?;
             let completion = answer.completion;
             if let Some(backend_id) = answer.id() {
@@ -93,7 +103,7 @@ pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
                     .map_err(lost)?;
             }
             client
-                .write_raw(&answer.with_id(id))
+                .write_raw(&answer.for_client(id, hidden, deprecate_eof))
                 .await
                 .map_err(RelayError::Client)?;
             Ok(completion)

@@ -85,10 +85,12 @@ fn ids_are_unique_across_partitions_and_instances() {
                                 .unwrap();
                             mine.push(c.last_insert_id());
                         }
+                        // Prepared: hscale binds the id.
                         _ => {
-                            c.query_drop(format!(
-                                "INSERT INTO items (label, id) VALUES ('c{n}r{i}', 0)"
-                            ))
+                            c.exec_drop(
+                                "INSERT INTO items (label, id) VALUES (?, 0)",
+                                (format!("c{n}r{i}"),),
+                            )
                             .unwrap();
                             mine.push(c.last_insert_id());
                         }
@@ -155,13 +157,31 @@ fn explicit_ids_move_the_sequence_past_them() {
         .unwrap();
     assert_eq!(a.last_insert_id(), from_a + 2);
     assert_eq!(all_ids(&db).len(), 5);
-    // A prepared INSERT that leaves the id to the server is refused, one that
-    // gives it is routed.
-    match a.prep("INSERT INTO items (label) VALUES (?)") {
-        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+    // Prepared INSERTs that leave the ids to the server: the client sees its
+    // own parameters only, hscale binds the ids.
+    let two = a.prep("INSERT INTO items (label) VALUES (?), (?)").unwrap();
+    assert_eq!(two.num_params(), 2);
+    a.exec_drop(&two, ("p1", "p2")).unwrap();
+    let first = a.last_insert_id();
+    assert_eq!(first, from_a + 3);
+    let last: Option<u64> = a.query_first("SELECT LAST_INSERT_ID()").unwrap();
+    assert_eq!(last, Some(first));
+    let none = a.prep("INSERT INTO items (label) VALUES ('p3')").unwrap();
+    assert_eq!(none.num_params(), 0);
+    a.exec_drop(&none, ()).unwrap();
+    assert_eq!(a.last_insert_id(), first + 2);
+    let labels: Vec<(u64, String)> = a
+        .query(format!(
+            "SELECT id, label FROM items WHERE id IN ({first}, {}, {})",
+            first + 1,
+            first + 2
+        ))
+        .unwrap();
+    let mut labels: Vec<String> = labels.into_iter().map(|(_, l)| l).collect();
+    labels.sort();
+    assert_eq!(labels, ["p1", "p2", "p3"]);
     a.exec_drop("INSERT INTO items (id, label) VALUES (?, ?)", (7, "p"))
         .unwrap();
     assert!(all_ids(&db).contains(&7));
+    assert_eq!(all_ids(&db).len(), 9);
 }

@@ -148,31 +148,60 @@ impl<'a> Parameters<'a> {
     /// What follows the statement id for a statement that has only the
     /// parameters `which` (in that order) of this one, types bound.
     pub fn select(&self, which: &[usize], keep_cursor: bool) -> Vec<u8> {
-        let bitmap_len = which.len().div_ceil(8);
-        let mut out = Vec::with_capacity(self.rest.len());
+        let sources: Vec<Source> = which.iter().map(|&i| Source::Client(i)).collect();
+        self.rebuild(&sources, keep_cursor)
+    }
+
+    /// What follows the statement id for a statement whose parameters are
+    /// `sources`, types bound.
+    pub fn rebuild(&self, sources: &[Source], keep_cursor: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rest.len() + 10 * sources.len());
         out.extend_from_slice(&self.rest[..BITMAP_AT]);
         if !keep_cursor {
             out[0] &= !CURSOR_FLAGS;
         }
-        if which.is_empty() {
+        if sources.is_empty() {
             return out;
         }
-        out.resize(BITMAP_AT + bitmap_len, 0);
-        for (n, &i) in which.iter().enumerate() {
-            if self.rest[BITMAP_AT + i / 8] & (1 << (i % 8)) != 0 {
+        out.resize(BITMAP_AT + sources.len().div_ceil(8), 0);
+        for (n, source) in sources.iter().enumerate() {
+            let null = match *source {
+                Source::Client(i) => self.rest[BITMAP_AT + i / 8] & (1 << (i % 8)) != 0,
+                Source::Id(_) => false,
+            };
+            if null {
                 out[BITMAP_AT + n / 8] |= 1 << (n % 8);
             }
         }
         out.push(1);
-        for &i in which {
-            let kind = self.types_at + 2 * i;
-            out.extend_from_slice(&self.rest[kind..kind + 2]);
+        for source in sources {
+            match *source {
+                Source::Client(i) => {
+                    let kind = self.types_at + 2 * i;
+                    out.extend_from_slice(&self.rest[kind..kind + 2]);
+                }
+                Source::Id(_) => {
+                    out.extend_from_slice(&[ColumnType::MYSQL_TYPE_LONGLONG as u8, UNSIGNED])
+                }
+            }
         }
-        for &i in which {
-            out.extend_from_slice(&self.rest[self.values[i].clone()]);
+        for source in sources {
+            match *source {
+                Source::Client(i) => out.extend_from_slice(&self.rest[self.values[i].clone()]),
+                Source::Id(id) => out.extend_from_slice(&id.to_le_bytes()),
+            }
         }
         out
     }
+}
+
+/// Where a parameter of a rebuilt command comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The client's parameter of this index.
+    Client(usize),
+    /// An id hscale binds (BIGINT UNSIGNED).
+    Id(u64),
 }
 
 /// The same command with no cursor asked for: rows of several partitions
@@ -307,6 +336,10 @@ mod tests {
         assert_eq!(again.get(0).unwrap(), Param::Null);
         assert_eq!(again.get(1).unwrap(), Param::Bytes(b"hi"));
         assert_eq!(without_cursor(&rest)[1..], rest[1..]);
+        let with_id = params.rebuild(&[Source::Id(7), Source::Client(0)], true);
+        let again = Parameters::parse(&with_id, 2).unwrap();
+        assert_eq!(again.get(0).unwrap(), Param::UInt(7));
+        assert_eq!(again.get(1).unwrap(), Param::Int(9));
     }
 
     #[test]

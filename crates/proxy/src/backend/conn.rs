@@ -317,6 +317,50 @@ impl PrepareAnswer {
         }
         self.frames
     }
+
+    /// The answer for a client that does not know of the parameters
+    /// `hidden` (hscale binds them): hscale's id, their definitions left out.
+    pub fn for_client(self, id: u32, hidden: &[usize], deprecate_eof: bool) -> Vec<u8> {
+        if hidden.is_empty() || self.id().is_none() {
+            return self.with_id(id);
+        }
+        let frames = self.with_id(id);
+        let mut payloads = Vec::new();
+        let mut at = 0;
+        while let Some(header) = frames.get(at..).and_then(FrameHeader::parse) {
+            let start = at + HEADER_LEN;
+            payloads.push(&frames[start..(start + header.len).min(frames.len())]);
+            at = start + header.len;
+        }
+        let Some(ok) = payloads.first() else {
+            return frames;
+        };
+        let params = usize::from(u16::from_le_bytes([ok[7], ok[8]]));
+        let shown = params.saturating_sub(hidden.len());
+        let mut ok = ok.to_vec();
+        ok[7..9].copy_from_slice(&(shown as u16).to_le_bytes());
+        let mut kept: Vec<&[u8]> = vec![&ok];
+        for (i, definition) in payloads.iter().enumerate().skip(1).take(params) {
+            if !hidden.contains(&(i - 1)) {
+                kept.push(definition);
+            }
+        }
+        // The parameters' EOF goes with the last of them.
+        let rest_at = 1 + params + usize::from(params > 0 && !deprecate_eof);
+        if shown > 0 && !deprecate_eof {
+            kept.extend(payloads.get(1 + params).copied());
+        }
+        kept.extend(payloads.iter().skip(rest_at).copied());
+        let first_seq = frames[3];
+        let mut out = Vec::with_capacity(frames.len());
+        for (n, payload) in kept.iter().enumerate() {
+            let len = payload.len() as u32;
+            out.extend_from_slice(&len.to_le_bytes()[..3]);
+            out.push(first_seq.wrapping_add(n as u8));
+            out.extend_from_slice(payload);
+        }
+        out
+    }
 }
 
 impl BackendConn {
@@ -483,4 +527,57 @@ async fn next_packet(
         .await
         .map_err(lost)?
         .ok_or(lost(WireError::Closed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames numbered from 1, as a server answers a command.
+    fn frames(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (n, payload) in payloads.iter().enumerate() {
+            out.extend_from_slice(&(payload.len() as u32).to_le_bytes()[..3]);
+            out.push(n as u8 + 1);
+            out.extend_from_slice(payload);
+        }
+        out
+    }
+
+    fn answer(payloads: &[&[u8]]) -> PrepareAnswer {
+        PrepareAnswer {
+            frames: frames(payloads),
+            completion: Completion {
+                statement_id: Some(9),
+                params: 2,
+                ..Completion::default()
+            },
+        }
+    }
+
+    /// OK: statement 9, one column, two parameters.
+    const OK: &[u8] = &[0, 9, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0];
+    const EOF: &[u8] = &[0xfe, 0, 0, 2, 0];
+
+    #[test]
+    fn parameters_hscale_binds_are_left_out_of_the_clients_answer() {
+        let shown_ok = [0, 5, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+        let with_eof = answer(&[OK, b"param0", b"param1", EOF, b"column", EOF]);
+        assert_eq!(
+            with_eof.for_client(5, &[1], false),
+            frames(&[&shown_ok, b"param0", EOF, b"column", EOF])
+        );
+        let without_eof = answer(&[OK, b"param0", b"param1", b"column"]);
+        assert_eq!(
+            without_eof.for_client(5, &[0], true),
+            frames(&[&shown_ok, b"param1", b"column"])
+        );
+        // No parameter left: no parameter EOF either.
+        let none_ok = [0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        let with_eof = answer(&[OK, b"param0", b"param1", EOF, b"column", EOF]);
+        assert_eq!(
+            with_eof.for_client(5, &[0, 1], false),
+            frames(&[&none_ok, b"column", EOF])
+        );
+    }
 }

@@ -8,9 +8,9 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use hscale_planner::{
-    plan_prepared, Action, Context, Kind, Plan, Routing, Run, SessionChange, Template, Value,
+    plan_prepared, Action, Context, Kind, Merge, Plan, Routing, Run, SessionChange, Template, Value,
 };
-use hscale_wire::execute::{without_cursor, Param, Parameters};
+use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
@@ -148,9 +148,14 @@ impl Session {
             }
         };
         let id = self.statements.next_id();
+        let hidden = routed
+            .as_ref()
+            .map(|r| r.template.id_params().to_vec())
+            .unwrap_or_default();
         let command = Command::Prepare {
             statement: &statement,
             id,
+            hidden: &hidden,
         };
         let completion = self
             .execute_command(
@@ -164,7 +169,7 @@ impl Session {
         if !completion.error {
             let prepared = Prepared {
                 statement,
-                params: completion.params,
+                params: completion.params.saturating_sub(hidden.len() as u16),
                 types: None,
                 binds: plan.binds,
                 change: plan.change,
@@ -356,8 +361,37 @@ impl Session {
                 "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table",
             ));
         }
+        let table = routed.template.table().clone();
+        let ids = routed.template.id_params().to_vec();
         let count = usize::from(self.statements.by_id[&id].params);
-        let params = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
+        let client = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
+        // AUTO_INCREMENT ids hscale binds where the INSERT left them out.
+        let (rest, generated) = match ids.as_slice() {
+            [] => (Cow::Borrowed(rest), None),
+            ids => {
+                let shared = self.shared.clone();
+                let first = shared
+                    .sequences
+                    .take(&shared, &table, ids.len() as u64)
+                    .await?;
+                let (mut next_id, mut next_param) = (first, 0);
+                let sources: Vec<Source> = (0..count + ids.len())
+                    .map(|i| match ids.contains(&i) {
+                        true => {
+                            next_id += 1;
+                            Source::Id(next_id - 1)
+                        }
+                        false => {
+                            next_param += 1;
+                            Source::Client(next_param - 1)
+                        }
+                    })
+                    .collect();
+                (Cow::Owned(client.rebuild(&sources, true)), Some(first))
+            }
+        };
+        let count = count + ids.len();
+        let params = Parameters::parse(&rest, count).map_err(|_| wrong_arguments())?;
         let main_backend = self.shared.main_backend();
         let mut waited_since = None;
         let execution = loop {
@@ -415,12 +449,12 @@ impl Session {
             // Rows of several partitions come as one result set: no cursor.
             let rest = match routed.template.params(run, count) {
                 Some(which) => Cow::Owned(params.select(&which, !several)),
-                None if several => Cow::Owned(without_cursor(rest)),
-                None => Cow::Borrowed(rest),
+                None if several => Cow::Owned(without_cursor(&rest)),
+                None => Cow::Borrowed(&rest[..]),
             };
             runs.push((run.target.backend, statement, rest));
         }
-        if let [(backend, statement, rest)] = runs.as_slice() {
+        if let ([(backend, statement, rest)], None) = (runs.as_slice(), generated) {
             let slot = self.slot_of(*backend)?;
             self.execute_on(slot, id, statement.clone(), rest).await?;
             self.routed_mut(id).expect("checked").last = Some(statement.clone());
@@ -448,7 +482,12 @@ impl Session {
                 rest,
             })
             .collect();
-        self.run_merged(execution.merge, &slots, &commands, needs, None)
+        // With ids hscale bound, the OK reports the first.
+        let merge = match generated {
+            Some(_) => Merge::AffectedRows,
+            None => execution.merge,
+        };
+        self.run_merged(merge, &slots, &commands, needs, generated)
             .await
     }
 
