@@ -236,3 +236,28 @@ async fn a_cursor_holds_its_connection_until_its_last_row() {
         .await
         .unwrap();
 }
+
+#[test]
+fn change_user_closes_prepared_statements_as_on_mariadb() {
+    let db = database_with_rows("prepared_change_user", 2);
+    let proxy = proxy_with(4, 128);
+    let outcome = |port: u16| {
+        let mut c = hscale_testkit::connect(port, "root", "", Some(&db));
+        let stmt = c.prep("SELECT COUNT(*) FROM t WHERE id > ?").unwrap();
+        let before: Option<i64> = c.exec_first(&stmt, (0,)).unwrap();
+        c.change_user(mysql::ChangeUserOpts::default().with_db_name(Some(db.clone())))
+            .unwrap();
+        let after = match c.exec_first::<i64, _, _>(&stmt, (0,)) {
+            Err(mysql::Error::MySqlError(e)) => Err(e.code),
+            Ok(n) => Ok(n),
+            Err(other) => panic!("{other:?}"),
+        };
+        // Prepared again, it runs.
+        let again = c.prep("SELECT COUNT(*) FROM t WHERE id > ?").unwrap();
+        let n: Option<i64> = c.exec_first(&again, (1,)).unwrap();
+        (before, after, n)
+    };
+    let direct = outcome(cluster().port(1));
+    assert_eq!(direct.0, Some(2));
+    assert_eq!(outcome(proxy.port), direct);
+}
