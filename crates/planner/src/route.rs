@@ -662,13 +662,13 @@ impl Analysis<'_> {
                 key: self.bound(value)?,
                 params: 0..0,
             };
-            let highest_id = self.auto_assigned(insert).and_then(given_id);
+            let ids = self.auto_assigned(insert).and_then(|e| self.given_id(e));
             return Ok(Form::Rows(Rows {
                 edits,
                 span: None,
                 rows: vec![row],
                 others,
-                highest_id,
+                ids: ids.into_iter().collect(),
             }));
         }
         let source = insert.source.as_ref().ok_or_else(no_column)?;
@@ -681,11 +681,11 @@ impl Analysis<'_> {
             _ => return Err("INSERT ... SELECT with UNION into a partitioned table".into()),
         };
         let auto = self.auto_index(insert);
-        let highest_id = values
+        let ids = values
             .rows
             .iter()
-            .filter_map(|row| row.content.get(auto?).and_then(given_id))
-            .max();
+            .filter_map(|row| row.content.get(auto?).and_then(|e| self.given_id(e)))
+            .collect();
         let mut rows = Vec::with_capacity(values.rows.len());
         for row in &values.rows {
             let value = row.content.get(position).ok_or_else(no_column)?;
@@ -709,7 +709,7 @@ impl Analysis<'_> {
             span,
             rows,
             others,
-            highest_id,
+            ids,
         }))
     }
 
@@ -967,6 +967,18 @@ impl Analysis<'_> {
         Some((index, at))
     }
 
+    /// An id given for an AUTO_INCREMENT column: a positive integer literal,
+    /// or a parameter.
+    fn given_id(&self, expr: &Expr) -> Option<Bound> {
+        match self.literal_key(expr)?.0 {
+            Bound::Literal(Value::Number(n)) if n.parse::<u64>().is_ok_and(|n| n > 0) => {
+                Some(Bound::Literal(Value::Number(n)))
+            }
+            param @ Bound::Param(_) => Some(param),
+            Bound::Literal(_) => None,
+        }
+    }
+
     /// The partition column's value in a row: a literal or a parameter.
     fn bound(&self, expr: &Expr) -> Result<Bound, String> {
         self.literal_key(expr)
@@ -984,14 +996,6 @@ impl Analysis<'_> {
         let start = self.params.partition_point(|&p| p < range.start);
         let end = self.params.partition_point(|&p| p < range.end);
         start..end
-    }
-}
-
-/// An id given for an AUTO_INCREMENT column: a positive integer literal.
-fn given_id(expr: &Expr) -> Option<u64> {
-    match literal(expr)? {
-        Value::Number(n) => n.parse().ok().filter(|&n| n > 0),
-        _ => None,
     }
 }
 

@@ -34,8 +34,8 @@ pub(crate) struct Rows {
     pub rows: Vec<Row>,
     /// The statement names tables that are not partitioned too.
     pub others: bool,
-    /// The highest id its rows give an AUTO_INCREMENT column.
-    pub highest_id: Option<u64>,
+    /// The ids its rows give an AUTO_INCREMENT column.
+    pub ids: Vec<Bound>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,8 +111,25 @@ impl Rows {
             merge: rows_merge(steps.len()),
             steps,
             writes: true,
-            highest_id: self.highest_id,
+            highest_id: self.highest_id(|_| None),
         })
+    }
+}
+
+impl Rows {
+    /// The highest id the rows give, with `param(i)` the parameters' values.
+    fn highest_id<'p>(&self, param: impl Fn(usize) -> Option<Value<'p>>) -> Option<u64> {
+        let id = |value: Value| match value {
+            Value::Number(n) | Value::String(n) => n.trim().parse::<u64>().ok(),
+            Value::Null => None,
+        };
+        self.ids
+            .iter()
+            .filter_map(|bound| match bound {
+                Bound::Literal(value) => id(value.reborrow()),
+                Bound::Param(i) => param(*i).and_then(id),
+            })
+            .max()
     }
 }
 
@@ -331,6 +348,15 @@ impl Template {
         let targets = execution.runs.iter().map(|r| &r.target);
         crate::route::check_main_only(self.main_only, targets, main_backend)?;
         Ok(execution)
+    }
+
+    /// The highest id an INSERT gives the table's AUTO_INCREMENT column, its
+    /// parameters' values read with `param(i)`: the sequence moves past it.
+    pub fn highest_id<'p>(&self, param: impl Fn(usize) -> Option<Value<'p>>) -> Option<u64> {
+        match &self.form {
+            Form::Rows(rows) => rows.highest_id(param),
+            _ => None,
+        }
     }
 
     /// The statement a run prepares on its backend.

@@ -147,15 +147,17 @@ fn explicit_ids_move_the_sequence_past_them() {
     b.query_drop("INSERT INTO items (label) VALUES ('b')")
         .unwrap();
     assert!(b.last_insert_id() > 500000, "{}", b.last_insert_id());
-    // This instance skips it within its own block too.
-    a.query_drop(format!(
-        "INSERT INTO items (id, label) VALUES ({}, 'near')",
-        from_a + 1
-    ))
-    .unwrap();
+    // This instance's ids grow past it: its block ended there.
     a.query_drop("INSERT INTO items (label) VALUES ('a2')")
         .unwrap();
-    assert_eq!(a.last_insert_id(), from_a + 2);
+    let a2 = a.last_insert_id();
+    assert!(a2 > b.last_insert_id(), "{a2}");
+    // An id given within the block is skipped.
+    a.query_drop(format!(
+        "INSERT INTO items (id, label) VALUES ({}, 'near')",
+        a2 + 1
+    ))
+    .unwrap();
     assert_eq!(all_ids(&db).len(), 5);
     // Prepared INSERTs that leave the ids to the server: the client sees its
     // own parameters only, hscale binds the ids.
@@ -163,7 +165,7 @@ fn explicit_ids_move_the_sequence_past_them() {
     assert_eq!(two.num_params(), 2);
     a.exec_drop(&two, ("p1", "p2")).unwrap();
     let first = a.last_insert_id();
-    assert_eq!(first, from_a + 3);
+    assert_eq!(first, a2 + 2, "after the id skipped");
     let last: Option<u64> = a.query_first("SELECT LAST_INSERT_ID()").unwrap();
     assert_eq!(last, Some(first));
     let none = a.prep("INSERT INTO items (label) VALUES ('p3')").unwrap();
@@ -184,4 +186,20 @@ fn explicit_ids_move_the_sequence_past_them() {
         .unwrap();
     assert!(all_ids(&db).contains(&7));
     assert_eq!(all_ids(&db).len(), 9);
+    // An id given as a parameter moves the sequence too, and ids of this
+    // instance keep growing past it.
+    a.exec_drop(
+        "INSERT INTO items (id, label) VALUES (?, ?)",
+        (900_000, "far"),
+    )
+    .unwrap();
+    let last: Option<u64> = a.query_first("SELECT LAST_INSERT_ID()").unwrap();
+    assert_eq!(
+        last,
+        Some(first + 2),
+        "ids given leave LAST_INSERT_ID() as it was"
+    );
+    a.query_drop("INSERT INTO items (label) VALUES ('after')")
+        .unwrap();
+    assert!(a.last_insert_id() > 900_000, "{}", a.last_insert_id());
 }

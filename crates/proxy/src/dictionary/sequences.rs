@@ -64,8 +64,9 @@ impl Sequences {
     ) -> Result<(), ProxyError> {
         let mut tables = self.tables.lock().await;
         let sequence = tables.entry(table.clone()).or_default();
-        if (sequence.next..sequence.end).contains(&id) {
-            sequence.next = id + 1;
+        // Past the block: the next id comes from a new one, after `id`.
+        if id >= sequence.next {
+            sequence.next = (id + 1).min(sequence.end);
         }
         if id >= sequence.floor {
             sequence.floor = move_past(shared, table, id).await?;

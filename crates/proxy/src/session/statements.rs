@@ -348,20 +348,14 @@ impl Session {
         if !self.shared.dictionary.fresh() {
             return Err(ProxyError::DictionaryStale);
         }
-        let refusal = |routed: &Routed, reason: &str| {
-            ProxyError::Unroutable(hscale_planner::Refusal {
-                table: Some(routed.template.table().clone()),
-                reason: reason.into(),
-            })
-        };
         let routed = self.routed_mut(id).expect("checked");
-        if std::mem::take(&mut routed.long_data) {
-            return Err(refusal(
-                routed,
-                "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table",
-            ));
-        }
         let table = routed.template.table().clone();
+        if std::mem::take(&mut routed.long_data) {
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: Some(table),
+                reason: "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table".into(),
+            }));
+        }
         let ids = routed.template.id_params().to_vec();
         let count = usize::from(self.statements.by_id[&id].params);
         let client = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
@@ -392,6 +386,42 @@ impl Session {
         };
         let count = count + ids.len();
         let params = Parameters::parse(&rest, count).map_err(|_| wrong_arguments())?;
+        let routed = self.routed_mut(id).expect("checked");
+        let given = routed
+            .template
+            .highest_id(|i| params.get(i).ok().and_then(|p| param_value(p).ok()));
+        if let Some(given) = given {
+            // Before the INSERT runs: nothing may be sent after its answer.
+            let shared = self.shared.clone();
+            shared.sequences.given(&shared, &table, given).await?;
+        }
+        let before = self.state.last_insert_id;
+        let ran = self
+            .run_routed(id, count, &rest, &params, generated, &table)
+            .await;
+        if given.is_some() && generated.is_none() {
+            // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
+            self.state.last_insert_id = before;
+        }
+        ran
+    }
+
+    /// Where an EXECUTE of a routed statement goes, and its runs there.
+    async fn run_routed(
+        &mut self,
+        id: u32,
+        count: usize,
+        rest: &[u8],
+        params: &Parameters<'_>,
+        generated: Option<u64>,
+        table: &hscale_planner::TableName,
+    ) -> Result<(), ProxyError> {
+        let refusal = |reason: &str| {
+            ProxyError::Unroutable(hscale_planner::Refusal {
+                table: Some(table.clone()),
+                reason: reason.into(),
+            })
+        };
         let main_backend = self.shared.main_backend();
         let mut waited_since = None;
         let execution = loop {
@@ -419,7 +449,6 @@ impl Session {
                         Action::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
                         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
                         _ => return Err(refusal(
-                            routed,
                             "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)",
                         )),
                     }
@@ -437,7 +466,7 @@ impl Session {
                     let text = routed
                         .template
                         .text(run)
-                        .map_err(|reason| refusal(routed, &reason))?;
+                        .map_err(|reason| refusal(&reason))?;
                     let statement = StatementKey::new(routed.db.as_deref(), text.as_bytes());
                     if routed.texts.len() >= ROUTED_TEXTS {
                         routed.texts.clear();
@@ -449,8 +478,8 @@ impl Session {
             // Rows of several partitions come as one result set: no cursor.
             let rest = match routed.template.params(run, count) {
                 Some(which) => Cow::Owned(params.select(&which, !several)),
-                None if several => Cow::Owned(without_cursor(&rest)),
-                None => Cow::Borrowed(&rest[..]),
+                None if several => Cow::Owned(without_cursor(rest)),
+                None => Cow::Borrowed(rest),
             };
             runs.push((run.target.backend, statement, rest));
         }
