@@ -7,17 +7,25 @@
 # each against MariaDB direct on the plain table; clients connect over TCP,
 # and hscale reaches MariaDB over TCP too (--path unix: its unix socket).
 #
-#   bench/partitions.sh [--runs N] [--queries N] [--path tcp|unix]
+#   bench/partitions.sh [--runs N] [--queries N] [--path tcp|unix] [--pin]
+#
+# --pin puts hscale's threads on CPU 1 and MariaDB and the clients on CPU 0:
+# on a 2-core machine hscale's CPU per query otherwise follows how often the
+# scheduler migrates its threads (docs/benchmarks.md), which hides a
+# difference of a few µs between columns. Pinned, direct runs share one core
+# with the client, so read the time ratios from an unpinned run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=5
+PIN=0
 QUERIES=10000
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
     --queries) QUERIES=$2; shift 2 ;;
     --path) export BACKEND_PATH=$2; shift 2 ;;
+    --pin) PIN=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -30,6 +38,11 @@ trap 'stop_everything; rm -f "$LOG"' EXIT
 start_playground "$PORT" "$LOG"
 HSCALE_PID=$PLAYGROUND_PID
 create_seed_table
+if [ "$PIN" = 1 ]; then
+  taskset -a -p -c 1 "$HSCALE_PID" >/dev/null
+  taskset -a -p -c 0 "$MARIADB_PID" >/dev/null
+  taskset -p -c 0 $$ >/dev/null # the clients this script starts inherit it
+fi
 
 direct_sql() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e "$1"; }
 proxy_sql() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N "${@:2}" -e "$1"; }
@@ -57,7 +70,7 @@ set_dictionary() { # empty | demo (only demo.users) | full
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(direct_sql 'SELECT VERSION()'), hscale: $(target/release/hscale --version)"
-echo "seed query, $QUERIES queries per run, median of $RUNS runs; each column beside its own direct runs; hscale reaches MariaDB over $BACKEND_PATH"
+echo "seed query, $QUERIES queries per run, median of $RUNS runs; each column beside its own direct runs; hscale reaches MariaDB over $BACKEND_PATH$([ "$PIN" = 1 ] && echo '; pinned: hscale on CPU 1, MariaDB and clients on CPU 0')"
 echo
 
 declare -A DIRECT_RUNS PROXY_RUNS CPU_NS

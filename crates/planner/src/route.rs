@@ -115,7 +115,7 @@ pub(crate) fn route(
         match (schema_table, partitioned.as_slice()) {
             (Some((reference, table)), _) => (reference, table, 0),
             (None, []) if reads_information_schema(&statements, ctx) => {
-                return Action::Listing(crate::show::information_schema(ctx)).into()
+                return Action::Listing(crate::show::information_schema(&statements, ctx)).into()
             }
             (None, []) => return Action::Main.into(),
             (None, [(reference, table)]) => (reference.clone(), *table, others),

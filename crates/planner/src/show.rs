@@ -4,7 +4,12 @@
 //! `Listing`: where the statement runs, and how its answer is corrected so
 //! that it names logical tables, never physical ones.
 
-use sqlparser::ast::{ShowStatementFilter, ShowStatementFilterPosition, Statement};
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    visit_expressions_mut, BinaryOperator, Expr, ShowStatementFilter, ShowStatementFilterPosition,
+    Statement, Value as SqlValue,
+};
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
@@ -101,18 +106,143 @@ pub(crate) fn listing(sql: &str, ctx: &Context) -> Option<Listing> {
 }
 
 /// A query on information_schema (that names no partitioned table): its
-/// rows that name physical tables are corrected.
-pub(crate) fn information_schema(ctx: &Context) -> Listing {
+/// rows that name physical tables are corrected, and a filter on TABLE_NAME
+/// that names a logical table matches its default table too, which stands for
+/// it (on the main backend no table has the logical name).
+pub(crate) fn information_schema(statements: &[Statement], ctx: &Context) -> Listing {
     let tables = ctx.dictionary.tables();
+    let stands_for = |name: &str, pattern: bool| -> Vec<String> {
+        let name = name.to_lowercase();
+        tables
+            .iter()
+            .filter(|t| t.default_backend == ctx.main_backend)
+            .filter(|t| {
+                let logical = t.table.name.to_lowercase();
+                match pattern {
+                    true => like(name.as_bytes(), logical.as_bytes()),
+                    false => name == logical,
+                }
+            })
+            .map(|t| t.default_table.clone())
+            .collect()
+    };
+    let mut statements = statements.to_vec();
+    let mut widened = false;
+    let _ = visit_expressions_mut(&mut statements, |expr| {
+        if let Some(wider) = widen_table_filter(expr, &stands_for) {
+            *expr = wider;
+            widened = true;
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let sql = widened.then(|| {
+        statements
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
     Listing {
         backend: ctx.main_backend,
-        sql: None,
+        sql,
         column: NameColumn::Named("TABLE_NAME"),
         schema_column: Some("TABLE_SCHEMA"),
         physical: tables.iter().flat_map(|t| physical(t, ctx)).collect(),
         add: Vec::new(),
         like: None,
         create_statement: false,
+    }
+}
+
+/// `TABLE_NAME = 'users'` (or `<>`, `IN`, `LIKE`, their negations) where
+/// `users` is partitioned, rewritten so that the default tables standing for
+/// the names it matches match too (`stands_for(name, is_pattern)`). Other
+/// tables the filter matched still match.
+fn widen_table_filter(expr: &Expr, stands_for: &dyn Fn(&str, bool) -> Vec<String>) -> Option<Expr> {
+    let is_table_name = |e: &Expr| match e {
+        Expr::Identifier(ident) => ident.value.eq_ignore_ascii_case("table_name"),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .is_some_and(|ident| ident.value.eq_ignore_ascii_case("table_name")),
+        _ => false,
+    };
+    let text = |e: &Expr| match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::SingleQuotedString(s) | SqlValue::DoubleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let names = |defaults: Vec<String>| -> Vec<Expr> {
+        defaults
+            .into_iter()
+            .map(|name| Expr::value(SqlValue::SingleQuotedString(name)))
+            .collect()
+    };
+    let in_list = |column: &Expr, list: Vec<Expr>, negated: bool| Expr::InList {
+        expr: Box::new(column.clone()),
+        list,
+        negated,
+    };
+    match expr {
+        Expr::BinaryOp { left, op, right }
+            if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) =>
+        {
+            let (column, literal) = match (is_table_name(left), is_table_name(right)) {
+                (true, _) => (left, right),
+                (_, true) => (right, left),
+                _ => return None,
+            };
+            let defaults = names(stands_for(&text(literal)?, false));
+            if defaults.is_empty() {
+                return None;
+            }
+            let list = std::iter::once((**literal).clone())
+                .chain(defaults)
+                .collect();
+            Some(in_list(column, list, *op == BinaryOperator::NotEq))
+        }
+        Expr::InList {
+            expr: column,
+            list,
+            negated,
+        } if is_table_name(column) => {
+            let defaults: Vec<Expr> = list
+                .iter()
+                .filter_map(text)
+                .flat_map(|name| names(stands_for(&name, false)))
+                .collect();
+            if defaults.is_empty() {
+                return None;
+            }
+            Some(in_list(
+                column,
+                list.iter().cloned().chain(defaults).collect(),
+                *negated,
+            ))
+        }
+        Expr::Like {
+            negated,
+            any: false,
+            expr: column,
+            pattern,
+            escape_char: None,
+        } if is_table_name(column) => {
+            let defaults = names(stands_for(&text(pattern)?, true));
+            if defaults.is_empty() {
+                return None;
+            }
+            let (op, negated) = match negated {
+                false => (BinaryOperator::Or, false),
+                true => (BinaryOperator::And, true),
+            };
+            Some(Expr::Nested(Box::new(Expr::BinaryOp {
+                left: Box::new(expr.clone()),
+                op,
+                right: Box::new(in_list(column, defaults, negated)),
+            })))
+        }
+        _ => None,
     }
 }
 

@@ -45,7 +45,7 @@ fn error_of(conn: &mut Conn, sql: &str) -> (u16, String) {
     }
 }
 
-fn columns(backend: usize, db: &str, table: &str) -> Vec<String> {
+fn columns_of(backend: usize, db: &str, table: &str) -> Vec<String> {
     cluster()
         .direct(backend, None)
         .exec(
@@ -80,7 +80,7 @@ fn alter_and_indexes_reach_every_partition() {
         .unwrap();
     for (backend, table) in PHYSICAL {
         assert_eq!(
-            columns(backend, &db, table),
+            columns_of(backend, &db, table),
             ["id", "nickname", "created", "age"],
             "{table}"
         );
@@ -145,8 +145,8 @@ fn a_failing_schema_statement_names_the_partitions_that_changed() {
             && message.contains("not changed: users_nick2 (backend 1)"),
         "{message}"
     );
-    assert!(columns(1, &db, "users_default").contains(&"extra".to_string()));
-    assert!(!columns(1, &db, "users_nick2").contains(&"extra".to_string()));
+    assert!(columns_of(1, &db, "users_default").contains(&"extra".to_string()));
+    assert!(!columns_of(1, &db, "users_nick2").contains(&"extra".to_string()));
     // The table is not left locked.
     let found: Vec<u32> = c
         .query("SELECT id FROM users WHERE nickname = 'peter'")
@@ -278,4 +278,26 @@ fn metadata_names_the_logical_table_never_a_physical_one() {
         columns,
         [("notes".into(), db.clone()), ("users".into(), db.clone())]
     );
+
+    // What ORMs and drivers ask about one table: its logical name finds it,
+    // whatever the filter's form, and excludes it where negated.
+    let mut named = |filter: &str| -> Vec<String> {
+        c.query(format!("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}' AND {filter} ORDER BY TABLE_NAME"))
+            .unwrap()
+    };
+    assert_eq!(named("TABLE_NAME = 'users'"), ["users"]);
+    assert_eq!(named("'USERS' = TABLES.table_name"), ["users"]);
+    assert_eq!(named("TABLE_NAME LIKE 'us%'"), ["users"]);
+    assert_eq!(
+        named("TABLE_NAME IN ('notes', 'users')"),
+        ["notes", "users"]
+    );
+    assert_eq!(named("TABLE_NAME <> 'users'"), ["notes"]);
+    assert_eq!(named("TABLE_NAME NOT LIKE 'u%'"), ["notes"]);
+    assert_eq!(named("TABLE_NAME NOT IN ('users')"), ["notes"]);
+    let logical: Vec<String> = c
+        .query(format!("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'users' ORDER BY ORDINAL_POSITION"))
+        .unwrap();
+    assert_eq!(logical, columns_of(1, &db, "users_default"));
+    assert!(!logical.is_empty());
 }
