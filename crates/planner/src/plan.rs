@@ -111,12 +111,13 @@ impl Step {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merge {
     /// One step: its answer is forwarded as it is.
     Single,
-    /// The rows of every step, one result set.
-    Concat,
+    /// The rows of every step, one result set: concatenated, or merged in
+    /// order, with OFFSET and LIMIT applied by hscale (`Spec`).
+    Rows(hscale_merge::Spec),
     /// One OK whose affected rows are the sum of the steps'.
     AffectedRows,
 }

@@ -19,6 +19,10 @@ pub(crate) struct Shape<R> {
     pub keys: Option<Vec<Key<R>>>,
     /// Where the text changes.
     pub edits: Vec<Edit<R>>,
+    /// Where the text changes too when it runs on several partitions: the
+    /// columns a merge compares, LIMIT raised by OFFSET. Their text depends
+    /// on literals, so such a shape is never cached.
+    pub scan_edits: Vec<Edit<R>>,
     /// With several partitions: how their answers combine, or why they cannot.
     pub many: Result<Merge, String>,
     pub writes: bool,
@@ -63,16 +67,16 @@ pub(crate) type TokenShape = Shape<TokenRange>;
 /// The statement with the physical table of `target` spliced in; `locate`
 /// gives an edit's bytes. Edits are in text order (`Analysis::edits`); with
 /// no other splices the text is written in one pass, one allocation.
-pub(crate) fn apply_edits<R>(
+pub(crate) fn apply_edits<'e, R: 'e>(
     sql: &str,
-    edits: &[Edit<R>],
+    edits: impl IntoIterator<Item = &'e Edit<R>> + Clone,
     target: &Target,
     splices: &mut Splices,
     locate: impl Fn(&R) -> Option<Range<usize>>,
 ) -> Result<String, String> {
     let lost = || "a name hscale cannot find in the text".to_string();
     if splices.is_empty() {
-        let grows: usize = edits.iter().map(|e| e.text.len(target)).sum();
+        let grows: usize = edits.clone().into_iter().map(|e| e.text.len(target)).sum();
         // + 1: the command code `Step::into_command` puts in front.
         let mut out = String::with_capacity(sql.len() + grows + 1);
         let mut at = 0;
@@ -136,9 +140,20 @@ impl<R> Shape<R> {
         locate: impl Fn(&R) -> Option<Range<usize>>,
     ) -> Result<Route, String> {
         let (targets, merge) = self.targets(table, main_backend, values)?;
+        let mut edits: Vec<&Edit<R>> = self.edits.iter().collect();
+        if targets.len() > 1 && !self.scan_edits.is_empty() {
+            edits.extend(&self.scan_edits);
+            edits.sort_by_key(|e| locate(&e.at).map_or(0, |r| r.start));
+        }
         let mut steps = SmallVec::with_capacity(targets.len());
         for target in targets {
-            let sql = apply_edits(sql, &self.edits, &target, &mut Splices::default(), &locate)?;
+            let sql = apply_edits(
+                sql,
+                edits.iter().copied(),
+                &target,
+                &mut Splices::default(),
+                &locate,
+            )?;
             steps.push(Step { target, sql });
         }
         Ok(Route {
@@ -209,6 +224,9 @@ impl ByteShape {
     /// The same shape with positions as ranges of token indices, if every
     /// position falls on token boundaries.
     pub fn to_tokens(&self, starts: &[usize], ends: &[usize]) -> Option<TokenShape> {
+        if !self.scan_edits.is_empty() {
+            return None;
+        }
         let index = |at: &Range<usize>| -> Option<TokenRange> {
             let first = starts.binary_search(&at.start).ok()?;
             let last = ends.binary_search(&at.end).ok()?;
@@ -240,6 +258,7 @@ impl ByteShape {
                     })
                 })
                 .collect::<Option<Vec<_>>>()?,
+            scan_edits: Vec::new(),
             many: self.many.clone(),
             writes: self.writes,
             others: self.others,

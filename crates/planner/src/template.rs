@@ -341,7 +341,7 @@ impl Template {
                         rows: None,
                     })
                     .collect(),
-                merge: route.merge,
+                merge: route.merge.clone(),
                 writes: route.writes,
             },
         };

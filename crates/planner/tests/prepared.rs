@@ -102,7 +102,7 @@ fn in_lists_of_parameters_reach_each_partition_once() {
     let (runs, merge) = execute(&t, &[number(1), number(5), number(3)]);
     let backends: Vec<u32> = runs.iter().map(|r| r.0).collect();
     assert_eq!(backends, [2, 1]);
-    assert_eq!(merge, Merge::Concat);
+    assert_eq!(merge, Merge::Rows(Default::default()));
     // What needs a merge is refused only when the values do span partitions.
     let t = template("SELECT COUNT(*) FROM orders WHERE user_id IN (?, ?)");
     assert_eq!(execute(&t, &[number(1), number(5)]).0.len(), 1);

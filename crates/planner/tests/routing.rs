@@ -150,7 +150,7 @@ fn in_lists_go_to_each_partition_once_and_concatenate() {
     let r = route("SELECT id FROM users WHERE nickname IN ('martin', 'marvin', 'paula', 'zoe')");
     let tables: Vec<&str> = r.steps.iter().map(|s| &*s.target.table).collect();
     assert_eq!(tables, ["users_nick1", "users_nick2", "users_default"]);
-    assert_eq!(r.merge, Merge::Concat);
+    assert_eq!(r.merge, Merge::Rows(Default::default()));
 }
 
 #[test]
@@ -163,19 +163,16 @@ fn a_where_without_the_partition_column_scans_every_partition() {
 }
 
 #[test]
-fn scans_that_need_a_merge_are_refused_until_full_scans() {
+fn scans_that_need_a_merge_hscale_lacks_are_refused() {
     for (sql, what) in [
-        ("SELECT * FROM users ORDER BY id", "ORDER BY"),
-        ("SELECT * FROM users LIMIT 3", "LIMIT"),
         ("SELECT COUNT(*) FROM users", "aggregate"),
         ("SELECT DISTINCT nickname FROM users", "DISTINCT"),
         ("SELECT id FROM users GROUP BY id", "GROUP BY"),
-        (
-            "SELECT id FROM users WHERE nickname IN ('mar', 'zoe') ORDER BY id",
-            "ORDER BY",
-        ),
+        ("SELECT id FROM users LIMIT 1 + 1", "LIMIT"),
+        ("SELECT * FROM users ORDER BY 3", "position of `*`"),
+        ("SELECT id FROM users ORDER BY id NULLS FIRST", "NULLS"),
     ] {
-        assert!(refusal(sql).contains(what), "{sql}");
+        assert!(refusal(sql).contains(what), "{sql}: {}", refusal(sql));
     }
     // One partition answers them all itself.
     assert_eq!(
@@ -183,6 +180,51 @@ fn scans_that_need_a_merge_are_refused_until_full_scans() {
             .steps
             .len(),
         1
+    );
+}
+
+#[test]
+fn order_by_and_limit_over_several_partitions_send_keys_and_raise_the_limit() {
+    let r = route(
+        "SELECT id, nickname AS nick FROM users WHERE id > 1 ORDER BY nick DESC, 1 LIMIT 5, 10",
+    );
+    let spec = match &r.merge {
+        Merge::Rows(spec) => spec.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((spec.offset, spec.limit, spec.hidden), (5, Some(10), 6));
+    assert!(spec.keys[0].descending && !spec.keys[1].descending);
+    let second = spec.keys[1];
+    assert_eq!((second.value, second.weight, second.collation), (3, 4, 5));
+    assert_eq!(
+        r.steps[0].sql,
+        "SELECT id, nickname AS nick , (nickname) AS `__hscale_k0`, \
+         WEIGHT_STRING((nickname)) AS `__hscale_w0`, COLLATION((nickname)) AS `__hscale_c0`, \
+         (id) AS `__hscale_k1`, WEIGHT_STRING((id)) AS `__hscale_w1`, \
+         COLLATION((id)) AS `__hscale_c1` FROM `users_default` AS `users` \
+         WHERE id > 1 ORDER BY nick DESC, 1 LIMIT 15"
+    );
+    let r = route("SELECT * FROM users /* c */ LIMIT 3 OFFSET 2");
+    assert_eq!(
+        r.merge,
+        Merge::Rows(hscale_merge::Spec {
+            offset: 2,
+            limit: Some(3),
+            ..Default::default()
+        })
+    );
+    assert_eq!(
+        r.steps[1].sql,
+        "SELECT * FROM `users_nick1` AS `users` /* c */ LIMIT 5"
+    );
+    // On one partition the statement stays as the client wrote it.
+    assert_eq!(
+        steps("SELECT id FROM users WHERE nickname = 'mar' ORDER BY id LIMIT 2, 1"),
+        [(
+            2,
+            "SELECT id FROM `users_nick1` AS `users` WHERE nickname = 'mar' ORDER BY id LIMIT 2, 1"
+                .into()
+        )]
     );
 }
 

@@ -289,75 +289,8 @@ async fn relay_local_file<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// How one partition's part of a concatenated result set ended.
-#[derive(Debug)]
-pub enum RowsEnd {
-    /// Its rows are forwarded; the end packet said this.
-    Done(Completion),
-    /// The backend refused the statement or failed it midway: its ERR packet.
-    Error(Bytes),
-}
-
-/// Runs one partition's SELECT and forwards its rows as part of one result
-/// set: the column count and definitions only when `with_header` (the first
-/// partition), never the end packet, which the caller writes once. Packets
-/// are renumbered from `seq`. Rows are copied, not decoded.
-pub async fn relay_rows<C: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketStream<C>,
-    conn: &mut BackendConn,
-    command: Command<'_>,
-    with_header: bool,
-    seq: &mut u8,
-) -> Result<RowsEnd, RelayError> {
-    let answered = *seq > 1;
-    let failed = |source| RelayError::Backend { source, answered };
-    let payload = match command_payload(conn, command).await {
-        Ok(Ok(payload)) => payload,
-        Ok(Err(refusal)) => {
-            let mut packet = Vec::with_capacity(refusal.message.len() + 9);
-            refusal.write(&mut packet);
-            return Ok(RowsEnd::Error(packet.into()));
-        }
-        Err(e) => return Err(lost(e, answered)),
-    };
-    conn.send_command(&payload).await.map_err(failed)?;
-    let deprecate_eof = conn
-        .key
-        .capabilities
-        .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
-    let first = next_packet(conn, answered).await?;
-    let malformed = |what| failed(WireError::Malformed { what });
-    let columns = match first.first() {
-        Some(&ERR_HEADER) => return Ok(RowsEnd::Error(first)),
-        Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
-        _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
-    };
-    if with_header {
-        *seq = client.queue_packet(*seq, &first);
-    }
-    for _ in 0..columns + u64::from(!deprecate_eof) {
-        let packet = next_packet(conn, answered).await?;
-        if with_header {
-            *seq = client.queue_packet(*seq, &packet);
-        }
-    }
-    loop {
-        let packet = next_packet(conn, *seq > 1).await?;
-        if packet.first() == Some(&ERR_HEADER) {
-            return Ok(RowsEnd::Error(packet));
-        }
-        if is_result_end(&packet, deprecate_eof) {
-            return Ok(RowsEnd::Done(end_completion(&packet, deprecate_eof)));
-        }
-        *seq = client.queue_packet(*seq, &packet);
-        if client.write_buffer().len() >= FLUSH_AT {
-            client.flush().await.map_err(RelayError::Client)?;
-        }
-    }
-}
-
 /// Rows are written to the client in batches of about this many bytes.
-const FLUSH_AT: usize = 64 * 1024;
+pub const FLUSH_AT: usize = 64 * 1024;
 
 async fn next_packet(conn: &mut BackendConn, answered: bool) -> Result<Bytes, RelayError> {
     let failed = |source| RelayError::Backend { source, answered };
@@ -368,7 +301,7 @@ async fn next_packet(conn: &mut BackendConn, answered: bool) -> Result<Bytes, Re
     }
 }
 
-fn end_completion(packet: &[u8], deprecate_eof: bool) -> Completion {
+pub fn end_completion(packet: &[u8], deprecate_eof: bool) -> Completion {
     let (status, warnings) = match deprecate_eof {
         true => OkInfo::parse(packet).map_or((0, 0), |ok| (ok.status, ok.warnings)),
         false => (

@@ -179,6 +179,8 @@ pub struct Shared {
     /// The main backend's global wait_timeout and interactive_timeout, in
     /// seconds: a new session's idle limit (interactive clients get the second).
     pub wait_timeouts: (u64, u64),
+    /// The main backend's collations: how ORDER BY merges compare strings.
+    pub collations: Arc<hscale_merge::Collations>,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
@@ -277,6 +279,7 @@ impl Shared {
             transactions: config.proxy.transactions,
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
+            collations: Arc::default(),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
             idle_clock_ms: AtomicU64::new(0),
@@ -305,6 +308,12 @@ impl Shared {
                     if let (Some(wait), Some(interactive)) = (number(0), number(1)) {
                         self.wait_timeouts = (wait, interactive);
                     }
+                }
+                match learn_collations(&mut conn).await {
+                    Some(collations) => self.collations = Arc::new(collations),
+                    None => tracing::warn!(
+                        "could not read the main backend's collations: ORDER BY a string column over several partitions is refused"
+                    ),
                 }
                 pool.release(conn);
             }
@@ -356,4 +365,37 @@ impl Shared {
             questions as f64 / uptime as f64
         )
     }
+}
+
+/// What an ORDER BY merge needs of each collation the main backend has: the
+/// weight of a space in it (`WEIGHT_STRING`), and whether it pads.
+async fn learn_collations(
+    conn: &mut crate::backend::BackendConn,
+) -> Option<hscale_merge::Collations> {
+    let names = "SELECT COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS \
+                 WHERE ID IS NOT NULL AND CHARACTER_SET_NAME <> 'binary'";
+    let rows = conn.query(names).await.ok()?.ok()?;
+    let text = |v: &Option<Vec<u8>>| String::from_utf8(v.clone()?).ok();
+    let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let weights = rows
+        .iter()
+        .filter_map(|row| Some((text(&row[0])?, text(&row[1])?)))
+        .filter(|(name, charset)| plain(name) && plain(charset))
+        .map(|(name, charset)| {
+            format!(
+                "SELECT '{name}', WEIGHT_STRING(CONVERT(_utf8mb4' ' USING {charset}) COLLATE {name})"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let rows = conn.query(&weights).await.ok()?.ok()?;
+    let mut collations = hscale_merge::Collations::new();
+    for row in rows {
+        let (Some(name), Some(space)) = (text(&row[0]), row[1].clone()) else {
+            continue;
+        };
+        let pad = !name.contains("_nopad_");
+        collations.insert(name, hscale_merge::Collation { space, pad });
+    }
+    Some(collations)
 }

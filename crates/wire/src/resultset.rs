@@ -2,6 +2,10 @@
 //! its own queries (dictionary, admin commands) and the answers of admin
 //! commands. Forwarded results never come through here.
 
+use std::ops::Range;
+
+use smallvec::SmallVec;
+
 use crate::frame::{read_lenenc, write_lenenc};
 use crate::packets::{write_result_end, EOF_HEADER};
 
@@ -22,23 +26,52 @@ pub enum ColumnType {
 /// One value of a text-protocol row: `None` is NULL.
 pub type TextValue = Option<Vec<u8>>;
 
+/// NULL in a text-protocol row.
+const NULL_VALUE: u8 = 0xfb;
+
 /// The values of a text-protocol row packet, `columns` of them.
 pub fn parse_text_row(payload: &[u8], columns: usize) -> Option<Vec<TextValue>> {
-    let mut values = Vec::with_capacity(columns);
+    let values = text_values(payload, columns)?;
+    Some(
+        values
+            .into_iter()
+            .map(|v| v.map(|range| payload[range].to_vec()))
+            .collect(),
+    )
+}
+
+/// The byte range of each of the first `count` values of a row packet
+/// (`None`: NULL), read in place; `None` when the packet is shorter.
+pub fn text_values(row: &[u8], count: usize) -> Option<SmallVec<[Option<Range<usize>>; 8]>> {
+    let mut values = SmallVec::with_capacity(count);
     let mut at = 0;
-    for _ in 0..columns {
-        if payload.get(at) == Some(&0xfb) {
-            values.push(None);
-            at += 1;
-            continue;
-        }
-        let (len, n) = read_lenenc(payload.get(at..)?)?;
-        let start = at + n;
-        let end = start.checked_add(usize::try_from(len).ok()?)?;
-        values.push(Some(payload.get(start..end)?.to_vec()));
-        at = end;
+    for _ in 0..count {
+        let value = next_value(row, at)?;
+        at = value.as_ref().map_or(at + 1, |v| v.end);
+        values.push(value);
     }
     Some(values)
+}
+
+/// How many bytes of a row packet its first `visible` values take: the row
+/// without the columns hscale added for itself after them.
+pub fn visible_prefix(row: &[u8], visible: usize) -> Option<usize> {
+    let mut at = 0;
+    for _ in 0..visible {
+        at = next_value(row, at)?.map_or(at + 1, |v| v.end);
+    }
+    Some(at)
+}
+
+/// The value starting at `at`: `Some(None)` is NULL.
+fn next_value(row: &[u8], at: usize) -> Option<Option<Range<usize>>> {
+    if *row.get(at)? == NULL_VALUE {
+        return Some(None);
+    }
+    let (len, n) = read_lenenc(row.get(at..)?)?;
+    let start = at + n;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    (end <= row.len()).then_some(Some(start..end))
 }
 
 /// Whether a packet inside a result set ends it (EOF, or OK with header 0xfe
@@ -135,6 +168,21 @@ pub fn text_result(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_found_in_place() {
+        let row = [1, b'7', NULL_VALUE, 0, 3, b'a', b'b', b'c'];
+        let values = text_values(&row, 4).unwrap();
+        assert_eq!(
+            values.as_slice(),
+            [Some(1..2), None, Some(4..4), Some(5..8)]
+        );
+        assert_eq!(visible_prefix(&row, 2), Some(3));
+        assert_eq!(visible_prefix(&row, 4), Some(8));
+        assert!(text_values(&row[..7], 4).is_none());
+        assert!(visible_prefix(&row[..7], 4).is_none());
+        assert!(visible_prefix(&row[..2], 2).is_none());
+    }
 
     #[test]
     fn rows_written_read_back_with_nulls() {

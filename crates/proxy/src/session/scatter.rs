@@ -1,20 +1,24 @@
-//! Statements that run on several partitions, one after the other: rows
-//! concatenated into one result set, or affected rows summed into one OK.
-//! Parallel fan-out and real merges come with full partition scans.
+//! Statements that run on several partitions: rows merged into one result
+//! set (concatenated, or in ORDER BY order, with LIMIT), or affected rows
+//! summed into one OK.
 
 use std::collections::BTreeMap;
 
-use hscale_planner::Merge;
-use hscale_wire::packets::{write_result_end, OkInfo, OK_HEADER};
+use bytes::Bytes;
+use hscale_merge::{MergeError, Merger, Next, Spec};
+use hscale_planner::{Merge, Refusal};
+use hscale_wire::frame::{read_lenenc, write_lenenc};
+use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
+use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect};
-use hscale_wire::CapabilityFlags;
+use hscale_wire::{CapabilityFlags, WireError};
 
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
-use crate::exec::{command_payload, relay_rows, Command, RelayError, RowsEnd};
+use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
 
 impl Session {
     /// Commands on several partitions, their answers merged into one.
@@ -28,65 +32,350 @@ impl Session {
     ) -> Result<(), ProxyError> {
         match merge {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
-            Merge::Single | Merge::Concat => self.concat_rows(slots, commands, needs).await,
+            Merge::Single => {
+                self.merge_rows(Spec::default(), slots, commands, needs)
+                    .await
+            }
+            Merge::Rows(spec) => self.merge_rows(spec, slots, commands, needs).await,
         }
     }
 
-    /// One result set: the first partition's columns, every partition's rows.
-    async fn concat_rows(
+    /// One result set out of several partitions' result sets, as `spec`
+    /// merges them (`hscale_merge::Merger`): every partition's statement is
+    /// sent at once, and every answer's columns are read before the client
+    /// sees anything, so that an error from any partition is the whole
+    /// answer. Partitions on one backend need a connection each when their
+    /// rows are merged in order; otherwise they take turns on the session's.
+    async fn merge_rows(
         &mut self,
+        spec: Spec,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
     ) -> Result<(), ProxyError> {
-        let mut seq = 1u8;
-        let mut last = Completion::default();
-        let mut warnings = 0u16;
-        for (i, (&slot, &command)) in slots.iter().zip(commands).enumerate() {
-            let mut lease = self.checkout(slot, needs).await?;
-            let relayed =
-                relay_rows(&mut self.client, &mut lease.conn, command, i == 0, &mut seq).await;
-            match relayed {
-                Ok(RowsEnd::Done(completion)) => {
-                    warnings = warnings.saturating_add(completion.warnings);
-                    last = completion;
-                    self.finish_command(slot, lease, &completion);
-                }
-                Ok(RowsEnd::Error(packet)) => {
-                    let failed = Completion {
-                        error: true,
-                        ..Completion::default()
-                    };
-                    self.finish_command(slot, lease, &failed);
-                    self.previous = Previous::Scattered;
-                    // Mid-result, the ERR takes the end packet's place, as when
-                    // the server itself fails a statement after sending rows.
-                    self.client.send_packet(seq, &packet).await?;
-                    return Ok(());
-                }
-                Err(RelayError::Backend { source, answered }) => {
-                    let backend = lease.conn.backend;
-                    self.forget_connection_state(slot);
-                    let error = BackendError::Lost { backend, source };
-                    return Err(match answered {
-                        true => ProxyError::BackendMidAnswer { source: error },
-                        false => ProxyError::Backend(error),
-                    });
-                }
-                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
+        let shared_backend = slots
+            .iter()
+            .enumerate()
+            .any(|(i, slot)| slots[..i].contains(slot));
+        let may_borrow = !self.in_transaction()
+            && slots
+                .iter()
+                .all(|&s| self.slots[s].held.is_none() && !self.slots[s].binding.holds());
+        if shared_backend && !may_borrow && !spec.keys.is_empty() {
+            return Err(ProxyError::Unroutable(Refusal {
+                table: None,
+                reason: "ORDER BY over several partitions on one backend inside a transaction \
+                         or while the session holds a connection there (each partition needs \
+                         its own connection)"
+                    .into(),
+            }));
+        }
+        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone());
+        let mut sources: Vec<Source> = slots
+            .iter()
+            .map(|&slot| Source {
+                slot,
+                lease: None,
+                reading: Reading::NotSent,
+            })
+            .collect();
+        let mut out = Output {
+            seq: 1,
+            header_sent: false,
+            warnings: 0,
+            status: None,
+        };
+        let outcome = self
+            .drive(
+                &mut merger,
+                &mut sources,
+                commands,
+                needs,
+                may_borrow,
+                &mut out,
+            )
+            .await;
+        let outcome = match outcome {
+            Ok(()) => Ok(()),
+            Err(Abort::Answer(packet)) => Err(packet),
+            Err(Abort::Failed(e)) => {
+                self.drop_sources(&mut sources);
+                return Err(e);
+            }
+        };
+        // Partitions still sending (the LIMIT was reached, or another failed)
+        // are read to their end, so that their connections are clean.
+        for i in 0..sources.len() {
+            if let Err(e) = self.drain(&mut sources[i], out.seq > 1).await {
+                self.drop_sources(&mut sources);
+                return Err(e);
             }
         }
-        let deprecate_eof = self
-            .capabilities
-            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
-        let mut end = Vec::with_capacity(16);
-        write_result_end(deprecate_eof, last.status.unwrap_or(0), &mut end);
-        if !deprecate_eof {
-            end[1..3].copy_from_slice(&warnings.to_le_bytes());
-        }
-        self.client.send_packet(seq, &end).await?;
         if slots.len() > 1 {
             self.previous = Previous::Scattered;
+        }
+        match outcome {
+            Ok(()) => {
+                self.send_header(&merger, &mut out).await?;
+                let deprecate_eof = self
+                    .capabilities
+                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+                let mut end = Vec::with_capacity(16);
+                write_result_end(deprecate_eof, out.status.unwrap_or(0), &mut end);
+                if !deprecate_eof {
+                    end[1..3].copy_from_slice(&out.warnings.to_le_bytes());
+                }
+                self.client.send_packet(out.seq, &end).await?;
+            }
+            // Mid-result, the ERR takes the end packet's place, as when the
+            // server itself fails a statement after sending rows.
+            Err(packet) => {
+                self.client.send_packet(out.seq, &packet).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds the merger from the partitions as it asks and sends the client
+    /// what it gives.
+    async fn drive(
+        &mut self,
+        merger: &mut Merger,
+        sources: &mut [Source],
+        commands: &[Command<'_>],
+        needs: Needs,
+        may_borrow: bool,
+        out: &mut Output,
+    ) -> Result<(), Abort> {
+        let upfront: Vec<usize> = (0..sources.len())
+            .filter(|&i| may_borrow || !sources[..i].iter().any(|s| s.slot == sources[i].slot))
+            .collect();
+        for &i in &upfront {
+            self.start_source(&mut sources[i], commands[i], needs)
+                .await?;
+        }
+        for &i in &upfront {
+            self.read_columns(merger, i, &mut sources[i]).await?;
+        }
+        loop {
+            let i = match merger.step().map_err(merge_error)? {
+                Next::Row(row) => {
+                    self.send_header(merger, out).await.map_err(Abort::Failed)?;
+                    out.seq = self.client.queue_packet(out.seq, &row);
+                    if self.client.write_buffer().len() >= FLUSH_AT {
+                        self.client
+                            .flush()
+                            .await
+                            .map_err(|e| Abort::Failed(ProxyError::Client(e)))?;
+                    }
+                    continue;
+                }
+                Next::Done => return Ok(()),
+                Next::Need(i) => i,
+                Next::NeedAny => sources
+                    .iter()
+                    .position(|s| !matches!(s.reading, Reading::Ended))
+                    .expect("the merger asks only while a partition is open"),
+            };
+            if matches!(sources[i].reading, Reading::NotSent) {
+                self.start_source(&mut sources[i], commands[i], needs)
+                    .await?;
+                self.read_columns(merger, i, &mut sources[i]).await?;
+                continue;
+            }
+            let answered = out.seq > 1;
+            let packet = self.next_of(&mut sources[i], answered).await?;
+            let deprecate_eof = sources[i].deprecate_eof();
+            if packet.first() == Some(&ERR_HEADER) {
+                self.finish_source(&mut sources[i], true);
+                return Err(Abort::Answer(packet));
+            }
+            if is_result_end(&packet, deprecate_eof) {
+                let completion = end_completion(&packet, deprecate_eof);
+                out.warnings = out.warnings.saturating_add(completion.warnings);
+                out.status = completion.status;
+                self.finish_completed(&mut sources[i], &completion);
+                merger.end(i);
+                continue;
+            }
+            merger.row(i, packet).map_err(merge_error)?;
+        }
+    }
+
+    /// Checks a connection out for a partition and sends its statement.
+    async fn start_source(
+        &mut self,
+        source: &mut Source,
+        command: Command<'_>,
+        needs: Needs,
+    ) -> Result<(), Abort> {
+        let mut lease = self
+            .checkout(source.slot, needs)
+            .await
+            .map_err(Abort::Failed)?;
+        let payload = match command_payload(&mut lease.conn, command).await {
+            Ok(Ok(payload)) => payload,
+            Ok(Err(refusal)) => {
+                self.finish_command(source.slot, lease, &Completion::default());
+                let mut packet = Vec::with_capacity(refusal.message.len() + 9);
+                refusal.write(&mut packet);
+                return Err(Abort::Answer(packet.into()));
+            }
+            Err(e) => {
+                self.forget_connection_state(source.slot);
+                return Err(Abort::Failed(ProxyError::Backend(e)));
+            }
+        };
+        let sent = lease.conn.send_command(&payload).await;
+        source.lease = Some(lease);
+        source.reading = Reading::Columns;
+        if let Err(e) = sent {
+            return Err(Abort::Failed(self.lost(source, e, false)));
+        }
+        Ok(())
+    }
+
+    /// A partition's column definitions, for the merger.
+    async fn read_columns(
+        &mut self,
+        merger: &mut Merger,
+        i: usize,
+        source: &mut Source,
+    ) -> Result<(), Abort> {
+        let first = self.next_of(source, false).await?;
+        let malformed = |what| {
+            Abort::Failed(ProxyError::Backend(BackendError::Lost {
+                backend: 0,
+                source: WireError::Malformed { what },
+            }))
+        };
+        let count = match first.first() {
+            Some(&ERR_HEADER) => {
+                self.finish_source(source, true);
+                return Err(Abort::Answer(first));
+            }
+            Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
+            _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
+        };
+        let mut definitions = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            definitions.push(self.next_of(source, false).await?);
+        }
+        if !source.deprecate_eof() {
+            self.next_of(source, false).await?;
+        }
+        source.reading = Reading::Rows;
+        merger.columns(i, definitions).map_err(merge_error)
+    }
+
+    async fn next_of(&mut self, source: &mut Source, answered: bool) -> Result<Bytes, Abort> {
+        let lease = source
+            .lease
+            .as_mut()
+            .expect("a partition being read has a connection");
+        match lease.conn.stream.read_packet().await {
+            Ok(Some(packet)) => Ok(packet.payload),
+            Ok(None) => Err(Abort::Failed(self.lost(
+                source,
+                WireError::Closed,
+                answered,
+            ))),
+            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
+        }
+    }
+
+    /// The error for a partition whose connection failed; its connection is
+    /// gone, with whatever state the session had there.
+    fn lost(&mut self, source: &mut Source, error: WireError, answered: bool) -> ProxyError {
+        let backend = source.lease.take().map_or(0, |l| l.conn.backend);
+        source.reading = Reading::Ended;
+        self.forget_connection_state(source.slot);
+        let error = BackendError::Lost {
+            backend,
+            source: error,
+        };
+        match answered {
+            true => ProxyError::BackendMidAnswer { source: error },
+            false => ProxyError::Backend(error),
+        }
+    }
+
+    fn finish_completed(&mut self, source: &mut Source, completion: &Completion) {
+        source.reading = Reading::Ended;
+        if let Some(lease) = source.lease.take() {
+            self.finish_command(source.slot, lease, completion);
+        }
+    }
+
+    fn finish_source(&mut self, source: &mut Source, failed: bool) {
+        let completion = Completion {
+            error: failed,
+            ..Completion::default()
+        };
+        self.finish_completed(source, &completion);
+    }
+
+    /// Reads what a partition still sends, to its end.
+    async fn drain(&mut self, source: &mut Source, answered: bool) -> Result<(), ProxyError> {
+        loop {
+            match source.reading {
+                Reading::NotSent | Reading::Ended => return Ok(()),
+                Reading::Columns | Reading::Rows => {}
+            }
+            let packet = match self.next_of(source, answered).await {
+                Ok(packet) => packet,
+                Err(Abort::Failed(e)) => return Err(e),
+                Err(Abort::Answer(_)) => unreachable!("reading a packet only fails"),
+            };
+            let deprecate_eof = source.deprecate_eof();
+            if packet.first() == Some(&ERR_HEADER) {
+                self.finish_source(source, true);
+            } else if source.reading == Reading::Columns {
+                // The column count: skip the definitions too.
+                let count = read_lenenc(&packet).map_or(0, |(n, _)| n);
+                for _ in 0..count + u64::from(!deprecate_eof) {
+                    if let Err(Abort::Failed(e)) = self.next_of(source, answered).await {
+                        return Err(e);
+                    }
+                }
+                source.reading = Reading::Rows;
+            } else if is_result_end(&packet, deprecate_eof) {
+                let completion = end_completion(&packet, deprecate_eof);
+                self.finish_completed(source, &completion);
+            }
+        }
+    }
+
+    /// Connections in the middle of an answer cannot be reused: closed.
+    fn drop_sources(&mut self, sources: &mut [Source]) {
+        for source in sources {
+            if source.lease.take().is_some() {
+                self.forget_connection_state(source.slot);
+            }
+            source.reading = Reading::Ended;
+        }
+    }
+
+    /// The column count and definitions, once, before the first row.
+    async fn send_header(&mut self, merger: &Merger, out: &mut Output) -> Result<(), ProxyError> {
+        if out.header_sent {
+            return Ok(());
+        }
+        out.header_sent = true;
+        let columns = merger.client_columns();
+        let mut count = Vec::with_capacity(9);
+        write_lenenc(columns.len() as u64, &mut count);
+        out.seq = self.client.queue_packet(out.seq, &count);
+        for definition in columns {
+            out.seq = self.client.queue_packet(out.seq, definition);
+        }
+        if !self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+        {
+            let mut eof = Vec::with_capacity(5);
+            write_eof(0, 0, &mut eof);
+            out.seq = self.client.queue_packet(out.seq, &eof);
         }
         Ok(())
     }
@@ -251,4 +540,67 @@ async fn run(lease: &mut Lease, command: Command<'_>) -> Result<Completion, Prox
 
 async fn run_query(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {
     run(lease, Command::Raw(&command(COM_QUERY, sql))).await
+}
+
+/// One partition's part of a merged result set.
+struct Source {
+    slot: usize,
+    lease: Option<Lease>,
+    reading: Reading,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    NotSent,
+    Columns,
+    Rows,
+    Ended,
+}
+
+impl Source {
+    fn deprecate_eof(&self) -> bool {
+        self.lease.as_ref().is_some_and(|l| {
+            l.conn
+                .key
+                .capabilities
+                .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+        })
+    }
+}
+
+/// What the client got so far of a merged result set.
+struct Output {
+    seq: u8,
+    header_sent: bool,
+    warnings: u16,
+    status: Option<u16>,
+}
+
+/// Why a merged result set stopped early.
+enum Abort {
+    /// A partition's ERR (or hscale's refusal): the client's answer.
+    Answer(Bytes),
+    Failed(ProxyError),
+}
+
+impl From<ProxyError> for Abort {
+    fn from(e: ProxyError) -> Abort {
+        Abort::Failed(e)
+    }
+}
+
+fn merge_error(e: MergeError) -> Abort {
+    let reason = match e {
+        MergeError::Malformed(what) => {
+            return Abort::Failed(ProxyError::Backend(BackendError::Lost {
+                backend: 0,
+                source: WireError::Malformed { what },
+            }))
+        }
+        other => other.to_string(),
+    };
+    Abort::Failed(ProxyError::Unroutable(Refusal {
+        table: None,
+        reason,
+    }))
 }

@@ -1,0 +1,11 @@
+//! Merging the answers of several partitions into the one result set a single
+//! table would give, without I/O: the proxy pushes what each partition sends
+//! (its column definitions, its rows, its end) and pops the rows the client
+//! gets, and the merger says which partition it must hear from next. Rows stay
+//! the backends' packets; only the columns a merge compares are read.
+
+mod merger;
+mod order;
+
+pub use merger::{MergeError, Merger, Next, SortKey, Spec};
+pub use order::{Collation, Collations};

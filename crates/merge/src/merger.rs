@@ -1,0 +1,324 @@
+//! The merger: one result set out of the partitions' result sets, fed one
+//! event at a time. It holds at most one row per partition (an ordered
+//! merge) or the rows pushed since the last pop (a concatenation), so memory
+//! stays bounded however many rows pass.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hscale_wire::resultset::{text_values, visible_prefix};
+use mysql_common::io::ParseBuf;
+use mysql_common::packets::Column;
+use smallvec::SmallVec;
+
+use crate::order::{Collations, KeyOrder};
+
+/// What the merge does, decided when the statement was planned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spec {
+    /// ORDER BY keys, most significant first; none: rows in arrival order.
+    pub keys: Vec<SortKey>,
+    /// Rows skipped before the first one sent (OFFSET).
+    pub offset: u64,
+    /// Rows sent at most (LIMIT).
+    pub limit: Option<u64>,
+    /// Columns after the client's that hscale added for itself; never sent.
+    pub hidden: usize,
+}
+
+/// One ORDER BY key: positions among the hidden columns of its value, of
+/// its `WEIGHT_STRING`, which strings with a collation compare by, and of its
+/// `COLLATION()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    pub value: usize,
+    pub weight: usize,
+    pub collation: usize,
+    pub descending: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    /// A merge hscale cannot do exactly (refused, never guessed).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Partitions that describe their columns differently: their tables no
+    /// longer have the same definition.
+    #[error("partitions answer with different columns: {0}")]
+    ColumnsDiffer(String),
+    #[error("a partition sent a malformed row ({0})")]
+    Malformed(&'static str),
+}
+
+/// What the merger wants or gives next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// A row for the client: the backend's packet without hidden columns.
+    Row(Bytes),
+    /// Nothing can be sent before this partition's next event.
+    Need(usize),
+    /// The next event of any partition that has not ended.
+    NeedAny,
+    /// Every row is sent (or the LIMIT reached): what partitions still send
+    /// is not needed.
+    Done,
+}
+
+#[derive(Debug)]
+enum Source {
+    /// Its column definitions have not come yet.
+    Starting,
+    /// Its next row, where an ordered merge waits for it.
+    Open(Option<Head>),
+    Ended,
+}
+
+#[derive(Debug)]
+struct Head {
+    row: Bytes,
+    /// What each key compares: the value's or the weight's bytes; `None`: NULL.
+    keys: SmallVec<[Option<Range<usize>>; 4]>,
+}
+
+#[derive(Debug)]
+struct Header {
+    definitions: Vec<Bytes>,
+    columns: Vec<Column>,
+    orders: Vec<KeyOrder>,
+}
+
+#[derive(Debug)]
+pub struct Merger {
+    spec: Spec,
+    collations: Arc<Collations>,
+    sources: Vec<Source>,
+    header: Option<Header>,
+    /// Rows of a concatenation not yet popped.
+    queue: VecDeque<Bytes>,
+    skipped: u64,
+    sent: u64,
+}
+
+impl Merger {
+    pub fn new(spec: Spec, partitions: usize, collations: Arc<Collations>) -> Merger {
+        Merger {
+            spec,
+            collations,
+            sources: (0..partitions).map(|_| Source::Starting).collect(),
+            header: None,
+            queue: VecDeque::new(),
+            skipped: 0,
+            sent: 0,
+        }
+    }
+
+    /// A partition's column definitions (without the count or EOF packets).
+    /// The first partition's are the client's; every other must agree.
+    pub fn columns(&mut self, partition: usize, definitions: Vec<Bytes>) -> Result<(), MergeError> {
+        let columns = definitions
+            .iter()
+            .map(|d| {
+                ParseBuf(d)
+                    .parse::<Column>(())
+                    .map_err(|_| MergeError::Malformed("a column definition"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if columns.len() < self.spec.hidden {
+            return Err(MergeError::Malformed("fewer columns than hscale added"));
+        }
+        match &self.header {
+            None => {
+                let visible = columns.len() - self.spec.hidden;
+                let orders = self
+                    .spec
+                    .keys
+                    .iter()
+                    .map(|key| {
+                        let column = columns
+                            .get(visible + key.value)
+                            .ok_or(MergeError::Malformed("a sort key column"))?;
+                        KeyOrder::of(column)
+                    })
+                    .collect::<Result<_, _>>()?;
+                self.header = Some(Header {
+                    definitions,
+                    columns,
+                    orders,
+                });
+            }
+            Some(first) => agree(&first.columns, &columns)?,
+        }
+        self.sources[partition] = Source::Open(None);
+        Ok(())
+    }
+
+    /// The column definitions the client gets: the first partition's,
+    /// without hidden columns.
+    pub fn client_columns(&self) -> &[Bytes] {
+        match &self.header {
+            Some(header) => &header.definitions[..header.definitions.len() - self.spec.hidden],
+            None => &[],
+        }
+    }
+
+    /// A row of a partition.
+    pub fn row(&mut self, partition: usize, row: Bytes) -> Result<(), MergeError> {
+        let header = self
+            .header
+            .as_mut()
+            .ok_or(MergeError::Malformed("a row before the columns"))?;
+        if self.spec.keys.is_empty() {
+            self.queue.push_back(row);
+            return Ok(());
+        }
+        let total = header.columns.len();
+        let visible = total - self.spec.hidden;
+        let values = text_values(&row, total).ok_or(MergeError::Malformed("a row"))?;
+        let mut keys = SmallVec::new();
+        for (key, order) in self.spec.keys.iter().zip(&mut header.orders) {
+            if let Some(name) = &values[visible + key.collation] {
+                order.learn(&row[name.clone()], &self.collations)?;
+            }
+            let at = visible
+                + if order.by_weight() {
+                    key.weight
+                } else {
+                    key.value
+                };
+            keys.push(values[at].clone());
+        }
+        match &mut self.sources[partition] {
+            Source::Open(head @ None) => *head = Some(Head { row, keys }),
+            _ => return Err(MergeError::Malformed("a row out of turn")),
+        }
+        Ok(())
+    }
+
+    /// A partition's result set ended.
+    pub fn end(&mut self, partition: usize) {
+        self.sources[partition] = Source::Ended;
+    }
+
+    /// Whether the LIMIT is reached.
+    fn full(&self) -> bool {
+        self.spec.limit.is_some_and(|limit| self.sent >= limit)
+    }
+
+    pub fn step(&mut self) -> Result<Next, MergeError> {
+        loop {
+            if self.full() {
+                return Ok(Next::Done);
+            }
+            let row = match self.spec.keys.is_empty() {
+                true => match self.queue.pop_front() {
+                    Some(row) => row,
+                    None => {
+                        let open = self.sources.iter().any(|s| !matches!(s, Source::Ended));
+                        return Ok(if open { Next::NeedAny } else { Next::Done });
+                    }
+                },
+                false => match self.lowest()? {
+                    Ok(Some(partition)) => {
+                        match std::mem::replace(&mut self.sources[partition], Source::Open(None)) {
+                            Source::Open(Some(head)) => head.row,
+                            _ => unreachable!("lowest names a partition with a row"),
+                        }
+                    }
+                    Ok(None) => return Ok(Next::Done),
+                    Err(waiting) => return Ok(Next::Need(waiting)),
+                },
+            };
+            if self.skipped < self.spec.offset {
+                self.skipped += 1;
+                continue;
+            }
+            self.sent += 1;
+            return Ok(Next::Row(self.without_hidden(row)?));
+        }
+    }
+
+    /// The partition whose row comes next (`None`: all ended), or
+    /// `Err(partition)` when one has not sent its next row yet.
+    fn lowest(&self) -> Result<Result<Option<usize>, usize>, MergeError> {
+        let mut lowest: Option<(usize, &Head)> = None;
+        for (i, source) in self.sources.iter().enumerate() {
+            let head = match source {
+                Source::Ended => continue,
+                Source::Starting | Source::Open(None) => return Ok(Err(i)),
+                Source::Open(Some(head)) => head,
+            };
+            lowest = match lowest {
+                Some((_, best)) if self.compare(head, best)? != Ordering::Less => lowest,
+                _ => Some((i, head)),
+            };
+        }
+        Ok(Ok(lowest.map(|(i, _)| i)))
+    }
+
+    fn compare(&self, a: &Head, b: &Head) -> Result<Ordering, MergeError> {
+        let header = self.header.as_ref().expect("rows come after columns");
+        for ((key, order), (x, y)) in self
+            .spec
+            .keys
+            .iter()
+            .zip(&header.orders)
+            .zip(a.keys.iter().zip(&b.keys))
+        {
+            // NULL sorts first, as in MariaDB.
+            let ordering = match (x, y) {
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Less,
+                (Some(_), None) => Ordering::Greater,
+                (Some(x), Some(y)) => order.compare(&a.row[x.clone()], &b.row[y.clone()])?,
+            };
+            let ordering = if key.descending {
+                ordering.reverse()
+            } else {
+                ordering
+            };
+            if ordering != Ordering::Equal {
+                return Ok(ordering);
+            }
+        }
+        Ok(Ordering::Equal)
+    }
+
+    fn without_hidden(&self, row: Bytes) -> Result<Bytes, MergeError> {
+        if self.spec.hidden == 0 {
+            return Ok(row);
+        }
+        let header = self.header.as_ref().expect("rows come after columns");
+        let visible = header.columns.len() - self.spec.hidden;
+        let end = visible_prefix(&row, visible).ok_or(MergeError::Malformed("a row"))?;
+        Ok(row.slice(..end))
+    }
+}
+
+/// Column definitions of two partitions describe the same columns (their
+/// tables' names aside).
+fn agree(first: &[Column], other: &[Column]) -> Result<(), MergeError> {
+    if first.len() != other.len() {
+        return Err(MergeError::ColumnsDiffer(format!(
+            "{} columns and {}",
+            first.len(),
+            other.len()
+        )));
+    }
+    for (a, b) in first.iter().zip(other) {
+        let same = a.name_ref() == b.name_ref()
+            && a.column_type() == b.column_type()
+            && a.character_set() == b.character_set()
+            && a.flags() == b.flags()
+            && a.decimals() == b.decimals();
+        if !same {
+            return Err(MergeError::ColumnsDiffer(format!(
+                "column `{}`",
+                a.name_str()
+            )));
+        }
+    }
+    Ok(())
+}

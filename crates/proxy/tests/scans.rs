@@ -1,0 +1,247 @@
+//! Full partition scans against an oracle: the same random rows in one plain
+//! table on one server and in a table partitioned over two backends (two
+//! partitions on each, the default one among them) must give the same
+//! answers, row for row where ORDER BY makes the order total.
+
+use hscale_testkit::{cluster, Proxy};
+use mysql::prelude::Queryable;
+use mysql::{Conn, Row};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, grp INT, \
+    name VARCHAR(32) COLLATE utf8mb4_general_ci, price DECIMAL(8,2), made DATETIME, \
+    t TIME, f DOUBLE, b VARBINARY(8), label VARCHAR(16) COLLATE utf8mb4_unicode_ci)";
+
+/// `items` in `db` partitioned by MOD(4) of id (0 in the default table and 2
+/// on backend 1, 1 and 3 on backend 2), and in `<db>_oracle` as one table on
+/// backend 1, both with the same random rows.
+fn setup(db: &str, seed: u64) -> (Proxy, String, Conn) {
+    let db = cluster().database(db);
+    let oracle_db = cluster().database(&format!("{db}_oracle"));
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    oracle.query_drop(ITEMS).unwrap();
+    cluster().direct(1, Some(&db)).query_drop(ITEMS).unwrap();
+    let proxy = Proxy::for_cluster();
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, 'MOD(4)')")
+        .unwrap();
+    for (name, value, backend) in [("p1", 1, 2), ("p2", 2, 1), ("p3", 3, 2)] {
+        c.query_drop(format!(
+            "HSCALE ADD_PARTITION('items', '{name}', {value}, {backend})"
+        ))
+        .unwrap();
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let names = [
+        "apple", "Apple", "apple ", "ÄPFEL", "banana", "b", "", "zebra",
+    ];
+    let labels = ["a", "ä", "ß", "ss", "Z", "z "];
+    let mut values = Vec::new();
+    for id in 1..=120 {
+        let grp = rng.random_range(0..5).to_string();
+        let name = format!("'{}'", names[rng.random_range(0..names.len())]);
+        let cents: i64 = rng.random_range(-50_000..50_000);
+        let price = format!(
+            "{}{}.{:02}",
+            if cents < 0 { "-" } else { "" },
+            cents.abs() / 100,
+            cents.abs() % 100
+        );
+        let made = format!(
+            "'20{:02}-{:02}-{:02} {:02}:{:02}:00'",
+            rng.random_range(0..30),
+            rng.random_range(1..13),
+            rng.random_range(1..29),
+            rng.random_range(0..24),
+            rng.random_range(0..60)
+        );
+        let t = format!(
+            "'{}:{:02}:00'",
+            rng.random_range(-200..200),
+            rng.random_range(0..60)
+        );
+        let f = format!("{:e}", rng.random_range(-1e6..1e6f64));
+        let b = format!("0x{:04x}", rng.random_range(0..0x10000));
+        let label = format!("'{}'", labels[rng.random_range(0..labels.len())]);
+        // Each value NULL now and then.
+        let [grp, name, price, made, t, f, b, label] = [grp, name, price, made, t, f, b, label]
+            .map(|v| match rng.random_bool(0.85) {
+                true => v,
+                false => "NULL".into(),
+            });
+        values.push(format!(
+            "({id}, {grp}, {name}, {price}, {made}, {t}, {f}, {b}, {label})"
+        ));
+    }
+    let insert = format!("INSERT INTO items VALUES {}", values.join(", "));
+    oracle.query_drop(&insert).unwrap();
+    let mut writer = proxy.connect(Some(&db));
+    writer
+        .query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES'")
+        .unwrap();
+    // Multi-row inserts over both backends need one transaction per backend.
+    for row in values {
+        writer
+            .query_drop(format!("INSERT INTO items VALUES {row}"))
+            .unwrap();
+    }
+    (proxy, db, oracle)
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("HSCALE_SCAN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("seed {seed} (HSCALE_SCAN_SEED replays it)");
+    seed
+}
+
+fn rows(conn: &mut Conn, sql: &str) -> Vec<Vec<mysql::Value>> {
+    let rows: Vec<Row> = conn.query(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.into_iter().map(Row::unwrap).collect()
+}
+
+#[test]
+fn ordered_and_limited_scans_match_one_table() {
+    let seed = seed();
+    let (proxy, db, mut oracle) = setup("scan_order", seed);
+    let mut c = proxy.connect(Some(&db));
+    let orders = [
+        "id",
+        "id DESC",
+        "name, id",
+        "name DESC, id DESC",
+        "price, id",
+        "price DESC, id",
+        "made DESC, id",
+        "t, id",
+        "f DESC, id",
+        "b, id",
+        "label, id",
+        "grp, name DESC, price, id",
+        "2, 1",
+        "nick DESC, id",
+        "price * -1, id",
+        "LOWER(name), id",
+    ];
+    let limits = [
+        "",
+        " LIMIT 7",
+        " LIMIT 3, 5",
+        " LIMIT 4 OFFSET 110",
+        " LIMIT 1000",
+        " LIMIT 0",
+    ];
+    let filters = [
+        "",
+        " WHERE grp > 1",
+        " WHERE id < 0",
+        " WHERE id IN (3, 4, 7, 8)",
+    ];
+    let mut checked = 0;
+    for order in orders {
+        for limit in limits {
+            for filter in filters {
+                let sql = format!(
+                    "SELECT id, name AS nick, price, made, t, f, b, label FROM items{filter} ORDER BY {order}{limit}"
+                );
+                let expected = rows(&mut oracle, &sql);
+                let got = rows(&mut c, &sql);
+                assert_eq!(got, expected, "seed {seed}: {sql}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, orders.len() * limits.len() * filters.len());
+    // Every column, in the order of the definition.
+    let sql = "SELECT * FROM items ORDER BY id DESC LIMIT 10";
+    assert_eq!(rows(&mut c, sql), rows(&mut oracle, sql));
+}
+
+#[test]
+fn a_scan_answers_with_the_columns_of_one_table() {
+    let (proxy, db, mut oracle) = setup("scan_columns", 1);
+    let mut c = proxy.connect(Some(&db));
+    let sql = "SELECT id, name, price, made FROM items ORDER BY name, id LIMIT 3";
+    let describe = |conn: &mut Conn| {
+        let result = conn.query_iter(sql).unwrap();
+        let columns: Vec<_> = result
+            .columns()
+            .as_ref()
+            .iter()
+            .map(|c| {
+                (
+                    c.name_str().to_string(),
+                    c.table_str().to_string(),
+                    c.column_type(),
+                    c.flags(),
+                    c.character_set(),
+                    c.decimals(),
+                )
+            })
+            .collect();
+        drop(result);
+        columns
+    };
+    assert_eq!(describe(&mut c), describe(&mut oracle));
+}
+
+#[test]
+fn limits_without_order_stop_early_and_lose_no_row() {
+    let (proxy, db, mut oracle) = setup("scan_limit", 2);
+    let mut c = proxy.connect(Some(&db));
+    let all: Vec<i64> = oracle.query("SELECT id FROM items").unwrap();
+    for (sql, count) in [
+        ("SELECT id FROM items LIMIT 5", 5),
+        ("SELECT id FROM items LIMIT 100, 50", 20),
+        ("SELECT id FROM items LIMIT 500", 120),
+        ("SELECT id FROM items", 120),
+    ] {
+        let mut got: Vec<i64> = c.query(sql).unwrap();
+        assert_eq!(got.len(), count, "{sql}");
+        assert!(got.iter().all(|id| all.contains(id)), "{sql}");
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), count, "{sql}: a row twice");
+    }
+}
+
+#[test]
+fn a_failing_partition_fails_the_whole_scan_and_the_session_goes_on() {
+    let (proxy, db, _oracle) = setup("scan_errors", 3);
+    let mut c = proxy.connect(Some(&db));
+    match c.query_drop("SELECT id, nosuch FROM items ORDER BY id LIMIT 3") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1054, "{}", e.message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    // A partition whose table no longer has the column: its error, whole.
+    cluster()
+        .direct(2, Some(&db))
+        .query_drop("ALTER TABLE items_p3 DROP COLUMN label")
+        .unwrap();
+    match c.query_drop("SELECT id, label FROM items ORDER BY id") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1054, "{}", e.message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let count: Vec<i64> = c.query("SELECT id FROM items ORDER BY id LIMIT 2").unwrap();
+    assert_eq!(count, [1, 2]);
+}
+
+#[test]
+fn inside_a_transaction_an_ordered_scan_needing_two_connections_on_one_backend_is_refused() {
+    let (proxy, db, _oracle) = setup("scan_tx", 4);
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("BEGIN").unwrap();
+    match c.query_drop("SELECT id FROM items ORDER BY id") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Concatenated, partitions take turns on the transaction's connections.
+    let ids: Vec<i64> = c.query("SELECT id FROM items LIMIT 200").unwrap();
+    assert_eq!(ids.len(), 120);
+    c.query_drop("COMMIT").unwrap();
+    let ids: Vec<i64> = c.query("SELECT id FROM items ORDER BY id").unwrap();
+    assert_eq!(ids, (1..=120).collect::<Vec<_>>());
+}
