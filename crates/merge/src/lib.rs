@@ -4,8 +4,10 @@
 //! gets, and the merger says which partition it must hear from next. Rows stay
 //! the backends' packets; only the columns a merge compares are read.
 
+mod aggregate;
 mod merger;
 mod order;
 
+pub use aggregate::Combine;
 pub use merger::{MergeError, Merger, Next, SortKey, Spec};
 pub use order::{Collation, Collations};

@@ -14,6 +14,7 @@ use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
+use crate::aggregate::{self, Combine, Fold, Partial};
 use crate::order::{Collations, KeyOrder};
 
 /// What the merge does, decided when the statement was planned.
@@ -27,6 +28,10 @@ pub struct Spec {
     pub limit: Option<u64>,
     /// Columns after the client's that hscale added for itself; never sent.
     pub hidden: usize,
+    /// A grouped answer (GROUP BY, aggregates, DISTINCT): how each of the
+    /// client's columns combines the rows of one group, which are the rows
+    /// whose keys are equal (all rows, without keys).
+    pub groups: Option<Vec<Combine>>,
 }
 
 /// One ORDER BY key: positions among the hidden columns of its value, of
@@ -90,8 +95,26 @@ struct Header {
     orders: Vec<KeyOrder>,
 }
 
+/// The group being combined: its first row decides its keys.
+#[derive(Debug)]
+struct Group {
+    first: Head,
+    rows: Vec<Bytes>,
+    partials: Vec<Partial>,
+    /// How MIN and MAX compare, per column, once known.
+    orders: Vec<Option<KeyOrder>>,
+}
+
+/// What comes next from the partitions.
+enum Input {
+    Row(Head),
+    Wait(Next),
+    End,
+}
+
 #[derive(Debug)]
 pub struct Merger {
+    group: Option<Group>,
     spec: Spec,
     collations: Arc<Collations>,
     sources: Vec<Source>,
@@ -105,6 +128,7 @@ pub struct Merger {
 impl Merger {
     pub fn new(spec: Spec, partitions: usize, collations: Arc<Collations>) -> Merger {
         Merger {
+            group: None,
             spec,
             collations,
             sources: (0..partitions).map(|_| Source::Starting).collect(),
@@ -212,23 +236,17 @@ impl Merger {
             if self.full() {
                 return Ok(Next::Done);
             }
-            let row = match self.spec.keys.is_empty() {
-                true => match self.queue.pop_front() {
-                    Some(row) => row,
-                    None => {
-                        let open = self.sources.iter().any(|s| !matches!(s, Source::Ended));
-                        return Ok(if open { Next::NeedAny } else { Next::Done });
-                    }
+            let row = match (self.input()?, self.spec.groups.is_some()) {
+                (Input::Wait(next), _) => return Ok(next),
+                (Input::End, false) => return Ok(Next::Done),
+                (Input::End, true) => match self.group.take() {
+                    Some(done) => self.finish(done)?,
+                    None => return Ok(Next::Done),
                 },
-                false => match self.lowest()? {
-                    Ok(Some(partition)) => {
-                        match std::mem::replace(&mut self.sources[partition], Source::Open(None)) {
-                            Source::Open(Some(head)) => head.row,
-                            _ => unreachable!("lowest names a partition with a row"),
-                        }
-                    }
-                    Ok(None) => return Ok(Next::Done),
-                    Err(waiting) => return Ok(Next::Need(waiting)),
+                (Input::Row(head), false) => self.without_hidden(head.row)?,
+                (Input::Row(head), true) => match self.group_row(head)? {
+                    Some(done) => self.finish(done)?,
+                    None => continue,
                 },
             };
             if self.skipped < self.spec.offset {
@@ -236,8 +254,86 @@ impl Merger {
                 continue;
             }
             self.sent += 1;
-            return Ok(Next::Row(self.without_hidden(row)?));
+            return Ok(Next::Row(row));
         }
+    }
+
+    /// The next row from the partitions in the merge's order, or what it
+    /// waits for.
+    fn input(&mut self) -> Result<Input, MergeError> {
+        if self.spec.keys.is_empty() {
+            return Ok(match self.queue.pop_front() {
+                Some(row) => Input::Row(Head {
+                    row,
+                    keys: SmallVec::new(),
+                }),
+                None if self.sources.iter().any(|s| !matches!(s, Source::Ended)) => {
+                    Input::Wait(Next::NeedAny)
+                }
+                None => Input::End,
+            });
+        }
+        Ok(match self.lowest()? {
+            Ok(Some(partition)) => {
+                match std::mem::replace(&mut self.sources[partition], Source::Open(None)) {
+                    Source::Open(Some(head)) => Input::Row(head),
+                    _ => unreachable!("lowest names a partition with a row"),
+                }
+            }
+            Ok(None) => Input::End,
+            Err(waiting) => Input::Wait(Next::Need(waiting)),
+        })
+    }
+
+    /// Folds a row into the current group; a row of the next group finishes
+    /// it, which is returned.
+    fn group_row(&mut self, head: Head) -> Result<Option<Group>, MergeError> {
+        if let Some(group) = &self.group {
+            if self.compare(&head, &group.first)? == Ordering::Equal {
+                let mut group = self.group.take().expect("checked above");
+                let folded = self.fold(&mut group, head.row);
+                self.group = Some(group);
+                return folded.map(|()| None);
+            }
+        }
+        let combines = self.spec.groups.as_deref().unwrap_or_default();
+        let mut group = Group {
+            rows: Vec::new(),
+            partials: combines.iter().map(|&c| Partial::start(c)).collect(),
+            orders: combines.iter().map(|_| None).collect(),
+            first: Head {
+                row: head.row.clone(),
+                keys: head.keys,
+            },
+        };
+        self.fold(&mut group, head.row)?;
+        Ok(self.group.replace(group))
+    }
+
+    fn fold(&self, group: &mut Group, row: Bytes) -> Result<(), MergeError> {
+        let header = self.header.as_ref().expect("rows come after columns");
+        let total = header.columns.len();
+        let values = text_values(&row, total).ok_or(MergeError::Malformed("a row"))?;
+        group.rows.push(row);
+        let combines = self.spec.groups.as_deref().unwrap_or_default();
+        aggregate::fold(
+            &mut group.partials,
+            combines,
+            &mut group.orders,
+            &group.rows,
+            group.rows.len() - 1,
+            &values,
+            &Fold {
+                columns: &header.columns,
+                visible: total - self.spec.hidden,
+                collations: &self.collations,
+            },
+        )
+    }
+
+    fn finish(&self, group: Group) -> Result<Bytes, MergeError> {
+        let header = self.header.as_ref().expect("rows come after columns");
+        aggregate::finish(&group.partials, &group.rows, &header.columns).map(Bytes::from)
     }
 
     /// The partition whose row comes next (`None`: all ended), or

@@ -169,14 +169,19 @@ fn ids(rows: &[Bytes]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-#[test]
-fn ordered_merges_equal_one_sorted_table() {
+/// A random generator from MERGE_SEED, or a new seed, printed to replay.
+fn seeded() -> (u64, StdRng) {
     let seed: u64 = std::env::var("MERGE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
-    println!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    println!("seed {seed} (MERGE_SEED replays it)");
+    (seed, StdRng::seed_from_u64(seed))
+}
+
+#[test]
+fn ordered_merges_equal_one_sorted_table() {
+    let (seed, mut rng) = seeded();
     let names = [
         "apple", "Apple", "apple ", "banana", "BANANA", "cherry", "", " x",
     ];
@@ -219,6 +224,7 @@ fn ordered_merges_equal_one_sorted_table() {
             offset,
             limit,
             hidden: 6,
+            groups: None,
         };
         let got = run(
             spec,
@@ -262,6 +268,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         offset: 2,
         limit: Some(3),
         hidden: 0,
+        groups: None,
     };
     let got = run(spec, vec![part(&[1, 2, 3]), part(&[4, 5, 6])], &definitions).unwrap();
     assert_eq!(got.len(), 3);
@@ -270,6 +277,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         offset: 0,
         limit: None,
         hidden: 0,
+        groups: None,
     };
     let got = run(
         spec,
@@ -304,18 +312,24 @@ fn partitions_must_describe_the_same_columns() {
     assert!(matches!(fewer, Err(MergeError::ColumnsDiffer(_))));
 }
 
-#[test]
-fn what_cannot_be_ordered_exactly_is_refused() {
-    let spec = Spec {
+/// Ordered ascending by one key, the first three hidden columns.
+fn by_first_hidden_key() -> Spec {
+    Spec {
         keys: vec![SortKey {
             value: 0,
             weight: 1,
             collation: 2,
             descending: false,
         }],
-        offset: 0,
-        limit: None,
+        ..Spec::default()
+    }
+}
+
+#[test]
+fn what_cannot_be_ordered_exactly_is_refused() {
+    let spec = Spec {
         hidden: 3,
+        ..by_first_hidden_key()
     };
     let hidden = |flags| {
         vec![
@@ -337,4 +351,169 @@ fn what_cannot_be_ordered_exactly_is_refused() {
         matches!(refused, Err(MergeError::Unsupported(_))),
         "{refused:?}"
     );
+}
+
+/// GROUP BY grp with COUNT(*), SUM(price), MIN(name), MAX(price), AVG(price)
+/// computed per partition as MariaDB would, combined by the merger, against
+/// the same aggregates over all rows.
+#[test]
+fn grouped_partials_combine_into_one_tables_groups() {
+    use hscale_merge::Combine;
+    use std::collections::BTreeMap;
+    let (seed, mut rng) = seeded();
+    let names = ["pear", "Apple", "apple", "fig", "Kiwi"];
+    let definitions = vec![
+        definition("grp", LONGLONG, BINARY, 0),
+        definition("COUNT(*)", LONGLONG, BINARY, 0),
+        decimal_definition("SUM(price)", 2),
+        definition("MIN(name)", VAR_STRING, GENERAL_CI, 0),
+        decimal_definition("MAX(price)", 2),
+        decimal_definition("AVG(price)", 6),
+        // hidden: grp's key, weight, collation; MIN(name)'s weight and
+        // collation; AVG's SUM and COUNT.
+        definition("k0", LONGLONG, BINARY, 0),
+        definition("w0", VAR_STRING, BINARY, 0),
+        definition("c0", VAR_STRING, GENERAL_CI, 0),
+        definition("w1", VAR_STRING, BINARY, 0),
+        definition("c1", VAR_STRING, GENERAL_CI, 0),
+        decimal_definition("s", 2),
+        definition("n", LONGLONG, BINARY, 0),
+    ];
+    let spec = Spec {
+        hidden: 7,
+        groups: Some(vec![
+            Combine::First,
+            Combine::Count,
+            Combine::Sum,
+            Combine::Min {
+                weight: 3,
+                collation: 4,
+            },
+            Combine::Max {
+                weight: 3,
+                collation: 4,
+            },
+            Combine::Avg { sum: 5, count: 6 },
+        ]),
+        ..by_first_hidden_key()
+    };
+    for case in 0..100 {
+        let partitions = rng.random_range(1..5);
+        // (grp, name, cents) per partition
+        let mut split: Vec<Vec<(i64, &str, i64)>> = vec![Vec::new(); partitions];
+        for _ in 0..rng.random_range(0..40) {
+            let row = (
+                rng.random_range(0..6),
+                names[rng.random_range(0..names.len())],
+                rng.random_range(-10_000..10_000),
+            );
+            split[rng.random_range(0..partitions)].push(row);
+        }
+        let summarize = |rows: &[(i64, &str, i64)]| {
+            let mut groups: BTreeMap<i64, Vec<(String, i64)>> = BTreeMap::new();
+            for (g, n, c) in rows {
+                groups.entry(*g).or_default().push((n.to_string(), *c));
+            }
+            groups
+        };
+        let cents = |c: i64| price(c);
+        let partial_rows = |rows: &[(i64, &str, i64)]| -> Vec<Bytes> {
+            summarize(rows)
+                .into_iter()
+                .map(|(g, members)| {
+                    let count = members.len() as i64;
+                    let sum: i64 = members.iter().map(|m| m.1).sum();
+                    let min = members
+                        .iter()
+                        .map(|m| m.0.clone())
+                        .min_by_key(|n| n.to_uppercase())
+                        .unwrap();
+                    let max = members.iter().map(|m| m.1).max().unwrap();
+                    let (g, count_text, sum_text) = (g.to_string(), count.to_string(), cents(sum));
+                    let (max_text, weight) = (cents(max), min.to_uppercase());
+                    // A partition's AVG is rounded to 6 places: hscale must not use it.
+                    let avg = "123.456789";
+                    row(&[
+                        Some(g.as_bytes()),
+                        Some(count_text.as_bytes()),
+                        Some(sum_text.as_bytes()),
+                        Some(min.as_bytes()),
+                        Some(max_text.as_bytes()),
+                        Some(avg.as_bytes()),
+                        Some(g.as_bytes()),
+                        Some(g.as_bytes()),
+                        Some(b"binary"),
+                        Some(weight.as_bytes()),
+                        Some(b"upper_ci"),
+                        Some(sum_text.as_bytes()),
+                        Some(count_text.as_bytes()),
+                    ])
+                })
+                .collect()
+        };
+        let got = run(
+            spec.clone(),
+            split.iter().map(|p| partial_rows(p)).collect(),
+            &definitions,
+        )
+        .unwrap();
+        let all: Vec<(i64, &str, i64)> = split.concat();
+        let expected: Vec<Vec<String>> = summarize(&all)
+            .into_iter()
+            .map(|(g, members)| {
+                let count = members.len() as i128;
+                let sum: i128 = members.iter().map(|m| i128::from(m.1)).sum();
+                let min = members.iter().map(|m| m.0.to_uppercase()).min().unwrap();
+                let max = members.iter().map(|m| m.1).max().unwrap();
+                // AVG to 6 places, half away from zero, from cents (scale 2).
+                let scaled = sum * 100_000 / count;
+                let rounded = match scaled % 10 {
+                    r if r >= 5 => scaled / 10 + 1,
+                    r if r <= -5 => scaled / 10 - 1,
+                    _ => scaled / 10,
+                };
+                let sign = if rounded < 0 { "-" } else { "" };
+                let avg = format!(
+                    "{sign}{}.{:06}",
+                    rounded.abs() / 1_000_000,
+                    rounded.abs() % 1_000_000
+                );
+                vec![
+                    g.to_string(),
+                    count.to_string(),
+                    price(sum as i64),
+                    min,
+                    price(max),
+                    avg,
+                ]
+            })
+            .collect();
+        let got: Vec<Vec<String>> = got
+            .iter()
+            .map(|r| {
+                let values = parse_text_row(r, 6).unwrap();
+                assert!(parse_text_row(r, 7).is_none(), "hidden columns were sent");
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let text = String::from_utf8(v.unwrap()).unwrap();
+                        if i == 3 {
+                            text.to_uppercase()
+                        } else {
+                            text
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(got, expected, "seed {seed} case {case}");
+    }
+}
+
+fn decimal_definition(name: &str, decimals: u8) -> Bytes {
+    let mut d = definition(name, NEWDECIMAL, BINARY, 0).to_vec();
+    let at = d.len() - 3;
+    d[at] = decimals;
+    d.into()
 }

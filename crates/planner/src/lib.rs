@@ -12,6 +12,7 @@ pub mod lexer;
 pub mod plan;
 mod rewrite;
 mod route;
+mod scan;
 mod schema;
 pub mod set;
 mod shape;

@@ -6,10 +6,9 @@ use std::ops::{ControlFlow, Range};
 use std::sync::Arc;
 
 use sqlparser::ast::{
-    visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
-    GroupByExpr, Ident, LimitClause, ObjectName, ObjectNamePart, OnInsert, OrderBy, OrderByKind,
-    OrderBySort, Query, Select, SelectItem, SetExpr, Spanned, Statement, TableFactor, TableObject,
-    TableWithJoins, UnaryOperator, Value as Literal,
+    visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable, Ident,
+    ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr, Spanned, Statement,
+    TableFactor, TableObject, TableWithJoins, UnaryOperator, Value as Literal,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -18,7 +17,7 @@ use sqlparser::tokenizer::Span;
 use crate::auto::{Fill, Generate};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
-use crate::lexer::{Quoting, Summary, TokenKind, Tokens};
+use crate::lexer::{Quoting, Summary};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
@@ -26,31 +25,6 @@ use crate::shape::{
     apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, Key, Shape,
 };
 use crate::template::{Bound, Form, Row, Rows, Template};
-
-/// An edit at a byte range of the statement.
-type ByteEdit = Edit<Range<usize>>;
-
-/// Aggregate functions: their results over several partitions need a merge.
-const AGGREGATES: &[&str] = &[
-    "count",
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "group_concat",
-    "std",
-    "stddev",
-    "stddev_pop",
-    "stddev_samp",
-    "variance",
-    "var_pop",
-    "var_samp",
-    "bit_and",
-    "bit_or",
-    "bit_xor",
-    "json_arrayagg",
-    "json_objectagg",
-];
 
 /// The plan of a statement that may name a partitioned table, and the shape
 /// the plan cache may keep for statements like it.
@@ -189,9 +163,13 @@ pub(crate) fn route(
             Ok(mut form) => {
                 // Binary rows are not merged yet: only concatenated.
                 if let Form::Keys { shape, .. } = &mut form {
-                    if !std::mem::take(&mut shape.scan_edits).is_empty() {
+                    let merges =
+                        matches!(&shape.many, Ok(Merge::Rows(spec)) if *spec != Default::default());
+                    if merges {
+                        shape.scan_edits.clear();
                         shape.many = Err(
-                            "ORDER BY or LIMIT over several partitions in a prepared statement"
+                            "ORDER BY, LIMIT, DISTINCT, GROUP BY or an aggregate over several \
+                             partitions in a prepared statement"
                                 .into(),
                         );
                     }
@@ -383,17 +361,9 @@ impl Analysis<'_> {
             return Err("UNION, INTERSECT or EXCEPT".into());
         };
         let alias = self.top_level_alias(&select.from)?;
-        let (many, scan_edits) = match needs_merge(select, summary) {
-            Some(what) => (
-                Err(format!(
-                    "{what} over several partitions (a merge, which comes with full partition scans)"
-                )),
-                Vec::new(),
-            ),
-            None => match self.rows_merge(query, select) {
-                Ok((spec, edits)) => (Ok(Merge::Rows(spec)), edits),
-                Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
-            },
+        let (many, scan_edits) = match self.scan_merge(query, select, summary) {
+            Ok((spec, edits)) => (Ok(Merge::Rows(spec)), edits),
+            Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
         };
         let naming = alias.is_none().then_some(Naming::Aliased);
         let (mut shape, values) = self.shape(
@@ -407,184 +377,6 @@ impl Analysis<'_> {
         Ok((shape, values))
     }
 
-    /// How the rows of several partitions merge for the query's ORDER BY and
-    /// LIMIT, and how each partition's statement changes for it: every ORDER
-    /// BY key is sent along after the client's columns, with its
-    /// `WEIGHT_STRING` and `COLLATION` (strings compare by their collation's
-    /// weights), and
-    /// each partition returns up to LIMIT + OFFSET rows, of which hscale skips
-    /// OFFSET.
-    fn rows_merge(
-        &self,
-        query: &Query,
-        select: &Select,
-    ) -> Result<(hscale_merge::Spec, Vec<ByteEdit>), String> {
-        if query.fetch.is_some() {
-            return Err("FETCH".into());
-        }
-        let lost = || "a clause hscale cannot find in the text".to_string();
-        let mut spec = hscale_merge::Spec::default();
-        let mut edits = Vec::new();
-        let keys = match &query.order_by {
-            None => &[][..],
-            Some(OrderBy {
-                kind: OrderByKind::Expressions(exprs),
-                interpolate: None,
-            }) => exprs.as_slice(),
-            Some(_) => return Err("this ORDER BY".into()),
-        };
-        if !keys.is_empty() {
-            let mut hidden = String::new();
-            for (i, key) in keys.iter().enumerate() {
-                if key.options.nulls_first.is_some()
-                    || key.with_fill.is_some()
-                    || matches!(key.options.sort, Some(OrderBySort::Using(_)))
-                {
-                    return Err("ORDER BY ... NULLS or WITH FILL".into());
-                }
-                let text = self.order_key_text(&key.expr, select)?;
-                hidden.push_str(&format!(
-                    ", ({text}) AS `__hscale_k{i}`, WEIGHT_STRING(({text})) AS `__hscale_w{i}`, \
-                     COLLATION(({text})) AS `__hscale_c{i}`"
-                ));
-                spec.keys.push(hscale_merge::SortKey {
-                    value: 3 * i,
-                    weight: 3 * i + 1,
-                    collation: 3 * i + 2,
-                    descending: matches!(key.options.sort, Some(OrderBySort::Desc)),
-                });
-            }
-            spec.hidden = 3 * keys.len();
-            let last = select.projection.last().ok_or_else(lost)?;
-            let last = self.offsets.range(last.span()).ok_or_else(lost)?;
-            let after = self.with_closing_parentheses(last).end;
-            let from = self.keyword_after(after, "from").ok_or_else(lost)?;
-            hidden.push_str(" FROM");
-            edits.push(Edit {
-                at: from,
-                text: EditText::Fixed(hidden),
-            });
-        }
-        if let Some(clause) = &query.limit_clause {
-            let number = |e: &Expr| -> Result<u64, String> {
-                match e {
-                    Expr::Value(v) => match &v.value {
-                        Literal::Number(n, _) => n.parse().map_err(|_| "this LIMIT".to_string()),
-                        _ => Err("LIMIT with a parameter or expression".into()),
-                    },
-                    _ => Err("LIMIT with a parameter or expression".into()),
-                }
-            };
-            let (limit, offset) = match clause {
-                LimitClause::LimitOffset {
-                    limit: Some(limit),
-                    offset,
-                    limit_by,
-                } if limit_by.is_empty() => (limit, offset.as_ref().map(|o| &o.value)),
-                LimitClause::OffsetCommaLimit { offset, limit } => (limit, Some(offset)),
-                _ => return Err("this LIMIT".into()),
-            };
-            let (n, m) = (number(limit)?, offset.map(number).transpose()?.unwrap_or(0));
-            let mut end = self.offsets.range(limit.span()).ok_or_else(lost)?;
-            if let Some(offset) = offset {
-                let o = self.offsets.range(offset.span()).ok_or_else(lost)?;
-                end.end = end.end.max(o.end);
-            }
-            let keyword = self.keyword_before(end.start, "limit").ok_or_else(lost)?;
-            spec.offset = m;
-            spec.limit = Some(n);
-            edits.push(Edit {
-                at: keyword.start..end.end,
-                text: EditText::Fixed(format!("LIMIT {}", n.saturating_add(m))),
-            });
-        }
-        Ok((spec, edits))
-    }
-
-    /// The text of an ORDER BY key as an expression: a select item's when it
-    /// names one by alias or position.
-    fn order_key_text(&self, key: &Expr, select: &Select) -> Result<String, String> {
-        let lost = || "an ORDER BY key hscale cannot find in the text".to_string();
-        fn item_expr(item: &SelectItem) -> Option<&Expr> {
-            match item {
-                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
-                _ => None,
-            }
-        }
-        let expr = match key {
-            Expr::Value(v) => match &v.value {
-                Literal::Number(n, _) => {
-                    let position: usize = n.parse().map_err(|_| "this ORDER BY".to_string())?;
-                    position
-                        .checked_sub(1)
-                        .and_then(|i| select.projection.get(i))
-                        .and_then(item_expr)
-                        .ok_or("ORDER BY the position of `*` or of no column")?
-                }
-                _ => key,
-            },
-            Expr::Identifier(name) => select
-                .projection
-                .iter()
-                .find_map(|item| match item {
-                    SelectItem::ExprWithAlias { expr, alias }
-                        if alias.value.eq_ignore_ascii_case(&name.value) =>
-                    {
-                        Some(expr)
-                    }
-                    _ => None,
-                })
-                .unwrap_or(key),
-            _ => key,
-        };
-        let range = self.offsets.range(expr.span()).ok_or_else(lost)?;
-        let range = self.with_closing_parentheses(range);
-        if !self.params_within(&range).is_empty() {
-            return Err("ORDER BY a parameter".into());
-        }
-        Ok(self.sql[range].to_string())
-    }
-
-    /// sqlparser's span of a function call can end before its closing
-    /// parenthesis: the range grown to the parenthesis that balances it.
-    fn with_closing_parentheses(&self, range: Range<usize>) -> Range<usize> {
-        let mut depth = 0i32;
-        let mut end = range.end;
-        for token in Tokens::new(&self.sql.as_bytes()[range.start..], self.ctx.quoting) {
-            let at = range.start + token.end;
-            if at > range.end && depth <= 0 {
-                break;
-            }
-            match token.kind {
-                TokenKind::Symbol(b'(') => depth += 1,
-                TokenKind::Symbol(b')') => depth -= 1,
-                _ => {}
-            }
-            end = end.max(at);
-        }
-        range.start..end
-    }
-
-    /// The first word token `word` (lower case) at or after byte `from`.
-    fn keyword_after(&self, from: usize, word: &str) -> Option<Range<usize>> {
-        Tokens::new(&self.sql.as_bytes()[from..], self.ctx.quoting)
-            .find(|t| {
-                t.kind == TokenKind::Word
-                    && self.sql[from + t.start..from + t.end].eq_ignore_ascii_case(word)
-            })
-            .map(|t| from + t.start..from + t.end)
-    }
-
-    /// The last word token `word` (lower case) that ends before byte `before`.
-    fn keyword_before(&self, before: usize, word: &str) -> Option<Range<usize>> {
-        Tokens::new(&self.sql.as_bytes()[..before], self.ctx.quoting)
-            .filter(|t| {
-                t.kind == TokenKind::Word && self.sql[t.start..t.end].eq_ignore_ascii_case(word)
-            })
-            .last()
-            .map(|t| t.start..t.end)
-    }
-
     /// INSERT INTO plain SELECT ... FROM the partitioned table: the SELECT
     /// routed as it would be, each partition's rows inserted where the plain
     /// table lives (which `others` holds to the main backend).
@@ -594,7 +386,17 @@ impl Analysis<'_> {
         summary: &Summary,
     ) -> Result<(ByteShape, Vec<Bound>), String> {
         let (mut shape, values) = self.select(source, summary)?;
-        shape.many = shape.many.map(|_| Merge::AffectedRows);
+        // Each partition inserts its own rows: nothing may need merging.
+        shape.many = match shape.many {
+            Ok(Merge::Rows(spec)) if spec == Default::default() => Ok(Merge::AffectedRows),
+            Ok(_) => Err(
+                "an INSERT ... SELECT whose SELECT merges partitions (ORDER BY, LIMIT, DISTINCT, \
+                 GROUP BY, aggregates) over several partitions"
+                    .into(),
+            ),
+            Err(reason) => Err(reason),
+        };
+        shape.scan_edits.clear();
         shape.writes = true;
         Ok((shape, values))
     }
@@ -1193,7 +995,7 @@ impl Analysis<'_> {
     }
 
     /// The parameters whose `?` stands within `range`.
-    fn params_within(&self, range: &Range<usize>) -> Range<usize> {
+    pub(crate) fn params_within(&self, range: &Range<usize>) -> Range<usize> {
         let start = self.params.partition_point(|&p| p < range.start);
         let end = self.params.partition_point(|&p| p < range.end);
         start..end
@@ -1211,42 +1013,6 @@ fn leaves_id_to_server(expr: &Expr) -> bool {
 
 fn last_ident(name: &ObjectName) -> Option<&Ident> {
     name.0.last().and_then(ObjectNamePart::as_ident)
-}
-
-/// What in a SELECT needs a merge hscale does not do yet.
-fn needs_merge(select: &Select, summary: &Summary) -> Option<&'static str> {
-    if select.distinct.is_some() {
-        return Some("DISTINCT");
-    }
-    match &select.group_by {
-        GroupByExpr::All(_) => return Some("GROUP BY"),
-        GroupByExpr::Expressions(exprs, _) if !exprs.is_empty() => return Some("GROUP BY"),
-        GroupByExpr::Expressions(..) => {}
-    }
-    if select.having.is_some() {
-        return Some("HAVING");
-    }
-    if select.into.is_some() {
-        return Some("SELECT ... INTO");
-    }
-    if summary.found_rows {
-        return Some("SQL_CALC_FOUND_ROWS");
-    }
-    let mut aggregate = false;
-    for item in &select.projection {
-        let expr = match item {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
-            _ => continue,
-        };
-        let _ = visit_expressions(expr, |e: &Expr| {
-            if let Expr::Function(f) = e {
-                let name = f.name.to_string().to_ascii_lowercase();
-                aggregate |= f.over.is_some() || AGGREGATES.contains(&name.as_str());
-            }
-            ControlFlow::<()>::Continue(())
-        });
-    }
-    aggregate.then_some("an aggregate or window function")
 }
 
 fn conjuncts(expr: &Expr) -> Vec<&Expr> {

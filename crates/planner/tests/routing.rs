@@ -165,9 +165,17 @@ fn a_where_without_the_partition_column_scans_every_partition() {
 #[test]
 fn scans_that_need_a_merge_hscale_lacks_are_refused() {
     for (sql, what) in [
-        ("SELECT COUNT(*) FROM users", "aggregate"),
-        ("SELECT DISTINCT nickname FROM users", "DISTINCT"),
-        ("SELECT id FROM users GROUP BY id", "GROUP BY"),
+        ("SELECT COUNT(*) + 1 FROM users", "inside an expression"),
+        ("SELECT COUNT(DISTINCT id) FROM users", "DISTINCT"),
+        (
+            "SELECT id FROM users GROUP BY id HAVING COUNT(*) > 1",
+            "HAVING",
+        ),
+        (
+            "SELECT id FROM users GROUP BY id ORDER BY nickname",
+            "grouped columns",
+        ),
+        ("SELECT *, COUNT(*) FROM users", "*"),
         ("SELECT id FROM users LIMIT 1 + 1", "LIMIT"),
         ("SELECT * FROM users ORDER BY 3", "position of `*`"),
         ("SELECT id FROM users ORDER BY id NULLS FIRST", "NULLS"),
@@ -180,6 +188,48 @@ fn scans_that_need_a_merge_hscale_lacks_are_refused() {
             .steps
             .len(),
         1
+    );
+}
+
+#[test]
+fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
+    let r = route(
+        "SELECT grp, COUNT(*), MIN(nickname), AVG(id) FROM users WHERE id > 1 GROUP BY grp LIMIT 3",
+    );
+    let spec = match &r.merge {
+        Merge::Rows(spec) => spec.clone(),
+        other => panic!("{other:?}"),
+    };
+    use hscale_merge::Combine;
+    assert_eq!(
+        spec.groups,
+        Some(vec![
+            Combine::First,
+            Combine::Count,
+            Combine::Min {
+                weight: 0,
+                collation: 1
+            },
+            Combine::Avg { sum: 2, count: 3 },
+        ])
+    );
+    assert_eq!(
+        (spec.keys[0].value, spec.hidden, spec.limit),
+        (4, 7, Some(3))
+    );
+    assert_eq!(
+        r.steps[0].sql,
+        "SELECT grp, COUNT(*), MIN(nickname), AVG(id) , WEIGHT_STRING(MIN(nickname)) AS `__hscale_0`, \
+         COLLATION(MIN(nickname)) AS `__hscale_1`, SUM(id) AS `__hscale_2`, COUNT(id) AS `__hscale_3`, \
+         (grp) AS `__hscale_4`, WEIGHT_STRING((grp)) AS `__hscale_5`, COLLATION((grp)) AS `__hscale_6` \
+         FROM `users_default` AS `users` WHERE id > 1 GROUP BY grp ORDER BY `__hscale_4` LIMIT 3"
+    );
+    // DISTINCT: a group per distinct row.
+    let r = route("SELECT DISTINCT nickname FROM users");
+    assert_eq!(
+        r.steps[0].sql,
+        "SELECT DISTINCT nickname , (nickname) AS `__hscale_0`, WEIGHT_STRING((nickname)) AS `__hscale_1`, \
+         COLLATION((nickname)) AS `__hscale_2` FROM `users_default` AS `users` ORDER BY `__hscale_0`"
     );
 }
 
@@ -198,10 +248,10 @@ fn order_by_and_limit_over_several_partitions_send_keys_and_raise_the_limit() {
     assert_eq!((second.value, second.weight, second.collation), (3, 4, 5));
     assert_eq!(
         r.steps[0].sql,
-        "SELECT id, nickname AS nick , (nickname) AS `__hscale_k0`, \
-         WEIGHT_STRING((nickname)) AS `__hscale_w0`, COLLATION((nickname)) AS `__hscale_c0`, \
-         (id) AS `__hscale_k1`, WEIGHT_STRING((id)) AS `__hscale_w1`, \
-         COLLATION((id)) AS `__hscale_c1` FROM `users_default` AS `users` \
+        "SELECT id, nickname AS nick , (nickname) AS `__hscale_0`, \
+         WEIGHT_STRING((nickname)) AS `__hscale_1`, COLLATION((nickname)) AS `__hscale_2`, \
+         (id) AS `__hscale_3`, WEIGHT_STRING((id)) AS `__hscale_4`, \
+         COLLATION((id)) AS `__hscale_5` FROM `users_default` AS `users` \
          WHERE id > 1 ORDER BY nick DESC, 1 LIMIT 15"
     );
     let r = route("SELECT * FROM users /* c */ LIMIT 3 OFFSET 2");

@@ -1,0 +1,387 @@
+//! Aggregates over the partial answers of several partitions: each partition
+//! aggregates its own rows, and hscale combines one group's partial rows
+//! into the row one table would give. COUNT and SUM add up (DECIMAL exactly,
+//! in scaled integers), MIN and MAX compare as ORDER BY does, AVG divides the
+//! summed SUM by the summed COUNT, which each partition sends alongside, and
+//! rounds to the AVG column's scale as MariaDB does.
+
+use std::cmp::Ordering;
+use std::ops::Range;
+
+use mysql_common::constants::ColumnType;
+use mysql_common::packets::Column;
+
+use crate::merger::MergeError;
+use crate::order::{Collations, KeyOrder};
+
+/// How one column of a grouped answer combines the partitions' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// A GROUP BY column, or one whose value any row of the group gives.
+    First,
+    Count,
+    Sum,
+    /// MIN or MAX; strings compare by the hidden `WEIGHT_STRING` and
+    /// `COLLATION` of the partition's result (positions among the hidden
+    /// columns).
+    Min {
+        weight: usize,
+        collation: usize,
+    },
+    Max {
+        weight: usize,
+        collation: usize,
+    },
+    /// AVG: the hidden SUM and COUNT of its argument.
+    Avg {
+        sum: usize,
+        count: usize,
+    },
+}
+
+/// A value of one group's column as it is being combined.
+#[derive(Debug)]
+pub(crate) enum Partial {
+    /// The first row's bytes (`None`: NULL).
+    First(Option<Range<usize>>),
+    Count(i128),
+    /// `None` until a partition gives a non-NULL value.
+    Sum(Option<Number>),
+    /// The row (index into the group's rows) of the value kept, the value's
+    /// range and the range it compares by (its weight, for a string).
+    Extreme(Option<(usize, Range<usize>, Range<usize>)>),
+    Avg {
+        sum: Option<Number>,
+        count: i128,
+    },
+}
+
+/// A number as SUM and AVG add it up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Number {
+    /// Digits scaled by 10^scale.
+    Exact(i128, u32),
+    Float(f64),
+}
+
+fn malformed() -> MergeError {
+    MergeError::Malformed("an aggregate")
+}
+
+fn overflow() -> MergeError {
+    MergeError::Unsupported("a SUM or AVG beyond 38 digits across partitions".into())
+}
+
+impl Number {
+    /// A value as the column's type writes it.
+    pub(crate) fn parse(text: &[u8], column: &Column) -> Result<Number, MergeError> {
+        let text = std::str::from_utf8(text).map_err(|_| malformed())?;
+        match column.column_type() {
+            ColumnType::MYSQL_TYPE_DOUBLE | ColumnType::MYSQL_TYPE_FLOAT => {
+                text.parse().map(Number::Float).map_err(|_| malformed())
+            }
+            _ => exact(text).ok_or_else(malformed),
+        }
+    }
+
+    pub(crate) fn add(self, other: Number) -> Result<Number, MergeError> {
+        Ok(match (self, other) {
+            (Number::Float(a), Number::Float(b)) => Number::Float(a + b),
+            (Number::Exact(a, s), Number::Exact(b, t)) => {
+                let scale = s.max(t);
+                let a = rescale(a, s, scale).ok_or_else(overflow)?;
+                let b = rescale(b, t, scale).ok_or_else(overflow)?;
+                Number::Exact(a.checked_add(b).ok_or_else(overflow)?, scale)
+            }
+            _ => return Err(malformed()),
+        })
+    }
+
+    /// The number as MariaDB writes a column of this type and scale.
+    pub(crate) fn write(self, column: &Column) -> Result<String, MergeError> {
+        match self {
+            Number::Float(f) => Ok(write_double(f)),
+            Number::Exact(v, s) => {
+                let scale = u32::from(column.decimals()).min(38);
+                let v = rescale(v, s, scale).ok_or_else(overflow)?;
+                Ok(write_exact(v, scale))
+            }
+        }
+    }
+
+    /// SUM / COUNT at the scale of the AVG column (`decimals`), rounded half
+    /// away from zero; a float stays a float.
+    pub(crate) fn divide(self, count: i128, column: &Column) -> Result<String, MergeError> {
+        match self {
+            Number::Float(f) => Ok(write_double(f / count as f64)),
+            Number::Exact(v, s) => {
+                let scale = u32::from(column.decimals()).min(38);
+                // One more digit than kept, to round.
+                let scaled = rescale(v, s, scale + 1).ok_or_else(overflow)?;
+                let q = scaled / count;
+                let rounded = match q % 10 {
+                    r if r >= 5 => q / 10 + 1,
+                    r if r <= -5 => q / 10 - 1,
+                    _ => q / 10,
+                };
+                Ok(write_exact(rounded, scale))
+            }
+        }
+    }
+}
+
+/// `-12.34` as (-1234, 2).
+fn exact(text: &str) -> Option<Number> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for c in int.bytes().chain(frac.bytes()) {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(i128::from(c - b'0'))?;
+    }
+    Some(Number::Exact(
+        if negative { -value } else { value },
+        frac.len() as u32,
+    ))
+}
+
+fn rescale(v: i128, from: u32, to: u32) -> Option<i128> {
+    match to.cmp(&from) {
+        Ordering::Equal => Some(v),
+        Ordering::Greater => v.checked_mul(10i128.checked_pow(to - from)?),
+        // Fewer digits than given cannot happen with one column's values;
+        // truncating would be wrong, so refuse.
+        Ordering::Less => {
+            let divisor = 10i128.checked_pow(from - to)?;
+            (v % divisor == 0).then(|| v / divisor)
+        }
+    }
+}
+
+fn write_exact(v: i128, scale: u32) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let scale = scale as usize;
+    let digits = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = digits.split_at(digits.len() - scale);
+    let sign = if v < 0 { "-" } else { "" };
+    match scale {
+        0 => format!("{sign}{int}"),
+        _ => format!("{sign}{int}.{frac}"),
+    }
+}
+
+/// A DOUBLE as MariaDB writes it: the shortest digits that read back the
+/// same, fixed-point for exponents from -15 to 14, else `1.5e15`.
+pub(crate) fn write_double(f: f64) -> String {
+    if f == 0.0 {
+        return "0".into();
+    }
+    let scientific = format!("{f:e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("an integer exponent");
+    match (-15..=14).contains(&exponent) {
+        true => format!("{f}"),
+        false => format!("{mantissa}e{exponent}"),
+    }
+}
+
+impl Partial {
+    pub(crate) fn start(combine: Combine) -> Partial {
+        match combine {
+            Combine::First => Partial::First(None),
+            Combine::Count => Partial::Count(0),
+            Combine::Sum => Partial::Sum(None),
+            Combine::Min { .. } | Combine::Max { .. } => Partial::Extreme(None),
+            Combine::Avg { .. } => Partial::Avg {
+                sum: None,
+                count: 0,
+            },
+        }
+    }
+}
+
+/// What folding one row into a group needs to know of the columns.
+pub(crate) struct Fold<'a> {
+    pub columns: &'a [Column],
+    pub visible: usize,
+    pub collations: &'a Collations,
+}
+
+/// Folds row `index` (its bytes and value ranges) into the group's partials.
+pub(crate) fn fold(
+    partials: &mut [Partial],
+    combines: &[Combine],
+    orders: &mut [Option<KeyOrder>],
+    rows: &[bytes::Bytes],
+    index: usize,
+    values: &[Option<Range<usize>>],
+    fold: &Fold,
+) -> Result<(), MergeError> {
+    let row = &rows[index];
+    for (column, ((partial, combine), order)) in partials
+        .iter_mut()
+        .zip(combines)
+        .zip(orders.iter_mut())
+        .enumerate()
+    {
+        let value = &values[column];
+        let definition = &fold.columns[column];
+        match (partial, combine) {
+            (Partial::First(first), _) => {
+                if index == 0 {
+                    *first = value.clone();
+                }
+            }
+            (Partial::Count(total), _) => {
+                if let Some(v) = value {
+                    let n: i128 = std::str::from_utf8(&row[v.clone()])
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(malformed)?;
+                    *total = total.checked_add(n).ok_or_else(overflow)?;
+                }
+            }
+            (Partial::Sum(sum), _) => {
+                if let Some(v) = value {
+                    let n = Number::parse(&row[v.clone()], definition)?;
+                    *sum = Some(match sum.take() {
+                        Some(s) => s.add(n)?,
+                        None => n,
+                    });
+                }
+            }
+            (
+                Partial::Avg { sum, count },
+                Combine::Avg {
+                    sum: at_sum,
+                    count: at_count,
+                },
+            ) => {
+                let hidden_sum = &values[fold.visible + at_sum];
+                let hidden_count = &values[fold.visible + at_count];
+                if let (Some(s), Some(c)) = (hidden_sum, hidden_count) {
+                    let n = Number::parse(&row[s.clone()], &fold.columns[fold.visible + at_sum])?;
+                    *sum = Some(match sum.take() {
+                        Some(total) => total.add(n)?,
+                        None => n,
+                    });
+                    let c: i128 = std::str::from_utf8(&row[c.clone()])
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(malformed)?;
+                    *count = count.checked_add(c).ok_or_else(overflow)?;
+                }
+            }
+            (
+                Partial::Extreme(kept),
+                Combine::Min { weight, collation } | Combine::Max { weight, collation },
+            ) => {
+                let Some(v) = value else { continue };
+                let order = match order {
+                    Some(order) => order,
+                    None => order.insert(KeyOrder::of(definition)?),
+                };
+                if let Some(name) = &values[fold.visible + collation] {
+                    order.learn(&row[name.clone()], fold.collations)?;
+                }
+                let compared = match order.by_weight() {
+                    true => values[fold.visible + weight]
+                        .clone()
+                        .ok_or_else(malformed)?,
+                    false => v.clone(),
+                };
+                let better = match kept {
+                    None => true,
+                    Some((at, _, range)) => {
+                        let ordering =
+                            order.compare(&row[compared.clone()], &rows[*at][range.clone()])?;
+                        match combine {
+                            Combine::Min { .. } => ordering == Ordering::Less,
+                            _ => ordering == Ordering::Greater,
+                        }
+                    }
+                };
+                if better {
+                    *kept = Some((index, v.clone(), compared));
+                }
+            }
+            _ => return Err(malformed()),
+        }
+    }
+    Ok(())
+}
+
+/// The row one table would give for a group: its partials written out.
+pub(crate) fn finish(
+    partials: &[Partial],
+    rows: &[bytes::Bytes],
+    columns: &[Column],
+) -> Result<Vec<u8>, MergeError> {
+    let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(partials.len());
+    for (partial, column) in partials.iter().zip(columns) {
+        values.push(match partial {
+            Partial::First(value) => value.clone().map(|v| rows[0][v].to_vec()),
+            Partial::Count(n) => Some(n.to_string().into_bytes()),
+            Partial::Sum(sum) => sum
+                .map(|s| s.write(column))
+                .transpose()?
+                .map(String::into_bytes),
+            Partial::Extreme(kept) => kept.clone().map(|(at, v, _)| rows[at][v].to_vec()),
+            Partial::Avg { sum, count } => match (sum, *count) {
+                (Some(sum), count) if count > 0 => Some(sum.divide(count, column)?.into_bytes()),
+                _ => None,
+            },
+        });
+    }
+    let mut row = Vec::new();
+    hscale_wire::resultset::write_text_row(&values, &mut row);
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_are_written_as_mariadb_writes_them() {
+        for (f, text) in [
+            (1e20, "1e20"),
+            (1.5e-7, "0.00000015"),
+            (1.0 / 3.0, "0.3333333333333333"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (100000.0, "100000"),
+            (1e15, "1e15"),
+            (1e14 + 0.5, "100000000000000.5"),
+            (-2.5e-5, "-0.000025"),
+            (1e-15, "0.000000000000001"),
+            (1e-16, "1e-16"),
+            (1.5e15, "1.5e15"),
+            (-0.0, "0"),
+            (1.2345678901234568e16, "1.2345678901234568e16"),
+        ] {
+            assert_eq!(write_double(f), text, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn decimals_add_and_divide_exactly() {
+        let n = |s: &str| exact(s).unwrap();
+        let Number::Exact(v, s) = n("1.11").add(n("2.22")).unwrap().add(n("-0.5")).unwrap() else {
+            panic!()
+        };
+        assert_eq!(write_exact(v, s), "2.83");
+        assert_eq!(write_exact(-5, 2), "-0.05");
+        assert_eq!(write_exact(0, 0), "0");
+        assert!(n("99999999999999999999999999999999999999")
+            .add(n("99999999999999999999999999999999999999"))
+            .is_err());
+    }
+}
