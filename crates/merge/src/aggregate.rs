@@ -12,7 +12,8 @@ use mysql_common::constants::ColumnType;
 use mysql_common::packets::Column;
 
 use crate::merger::MergeError;
-use crate::order::{Collations, KeyOrder};
+use crate::order::{binary_integer, Collations, KeyOrder};
+use crate::rows::{write_row, Encoding};
 
 /// How one column of a grouped answer combines the partitions' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,13 +75,40 @@ fn overflow() -> MergeError {
 
 impl Number {
     /// A value as the column's type writes it.
-    pub(crate) fn parse(text: &[u8], column: &Column) -> Result<Number, MergeError> {
-        let text = std::str::from_utf8(text).map_err(|_| malformed())?;
-        match column.column_type() {
-            ColumnType::MYSQL_TYPE_DOUBLE | ColumnType::MYSQL_TYPE_FLOAT => {
-                text.parse().map(Number::Float).map_err(|_| malformed())
-            }
-            _ => exact(text).ok_or_else(malformed),
+    pub(crate) fn parse(
+        value: &[u8],
+        column: &Column,
+        encoding: Encoding,
+    ) -> Result<Number, MergeError> {
+        use ColumnType::*;
+        let float = matches!(column.column_type(), MYSQL_TYPE_DOUBLE | MYSQL_TYPE_FLOAT);
+        let decimal = matches!(
+            column.column_type(),
+            MYSQL_TYPE_DECIMAL | MYSQL_TYPE_NEWDECIMAL
+        );
+        if encoding == Encoding::Binary && !decimal {
+            return match (float, value.len()) {
+                (true, 8) => Ok(Number::Float(f64::from_le_bytes(
+                    value.try_into().unwrap_or_default(),
+                ))),
+                (true, 4) => Ok(Number::Float(f64::from(f32::from_le_bytes(
+                    value.try_into().unwrap_or_default(),
+                )))),
+                (true, _) => Err(malformed()),
+                (false, _) => {
+                    let unsigned = column
+                        .flags()
+                        .contains(mysql_common::constants::ColumnFlags::UNSIGNED_FLAG);
+                    binary_integer(value, unsigned)
+                        .map(|v| Number::Exact(v, 0))
+                        .ok_or_else(malformed)
+                }
+            };
+        }
+        let text = std::str::from_utf8(value).map_err(|_| malformed())?;
+        match float {
+            true => text.parse().map(Number::Float).map_err(|_| malformed()),
+            false => exact(text).ok_or_else(malformed),
         }
     }
 
@@ -97,23 +125,28 @@ impl Number {
         })
     }
 
-    /// The number as MariaDB writes a column of this type and scale.
-    pub(crate) fn write(self, column: &Column) -> Result<String, MergeError> {
+    /// The number as MariaDB sends a column of this type and scale.
+    pub(crate) fn write(self, column: &Column, encoding: Encoding) -> Result<Vec<u8>, MergeError> {
         match self {
-            Number::Float(f) => Ok(write_double(f)),
+            Number::Float(f) => Ok(write_float(f, encoding)),
             Number::Exact(v, s) => {
                 let scale = u32::from(column.decimals()).min(38);
                 let v = rescale(v, s, scale).ok_or_else(overflow)?;
-                Ok(write_exact(v, scale))
+                Ok(write_exact(v, scale).into_bytes())
             }
         }
     }
 
     /// SUM / COUNT at the scale of the AVG column (`decimals`), rounded half
     /// away from zero; a float stays a float.
-    pub(crate) fn divide(self, count: i128, column: &Column) -> Result<String, MergeError> {
+    pub(crate) fn divide(
+        self,
+        count: i128,
+        column: &Column,
+        encoding: Encoding,
+    ) -> Result<Vec<u8>, MergeError> {
         match self {
-            Number::Float(f) => Ok(write_double(f / count as f64)),
+            Number::Float(f) => Ok(write_float(f / count as f64, encoding)),
             Number::Exact(v, s) => {
                 let scale = u32::from(column.decimals()).min(38);
                 // One more digit than kept, to round.
@@ -124,7 +157,7 @@ impl Number {
                     r if r <= -5 => q / 10 - 1,
                     _ => q / 10,
                 };
-                Ok(write_exact(rounded, scale))
+                Ok(write_exact(rounded, scale).into_bytes())
             }
         }
     }
@@ -178,6 +211,13 @@ fn write_exact(v: i128, scale: u32) -> String {
     }
 }
 
+fn write_float(f: f64, encoding: Encoding) -> Vec<u8> {
+    match encoding {
+        Encoding::Text => write_double(f).into_bytes(),
+        Encoding::Binary => f.to_le_bytes().to_vec(),
+    }
+}
+
 /// A DOUBLE as MariaDB writes it: the shortest digits that read back the
 /// same, fixed-point for exponents from -15 to 14, else `1.5e15`.
 pub(crate) fn write_double(f: f64) -> String {
@@ -213,6 +253,7 @@ pub(crate) struct Fold<'a> {
     pub columns: &'a [Column],
     pub visible: usize,
     pub collations: &'a Collations,
+    pub encoding: Encoding,
 }
 
 /// Folds row `index` (its bytes and value ranges) into the group's partials.
@@ -242,16 +283,13 @@ pub(crate) fn fold(
             }
             (Partial::Count(total), _) => {
                 if let Some(v) = value {
-                    let n: i128 = std::str::from_utf8(&row[v.clone()])
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(malformed)?;
+                    let n = count(&row[v.clone()], fold.encoding)?;
                     *total = total.checked_add(n).ok_or_else(overflow)?;
                 }
             }
             (Partial::Sum(sum), _) => {
                 if let Some(v) = value {
-                    let n = Number::parse(&row[v.clone()], definition)?;
+                    let n = Number::parse(&row[v.clone()], definition, fold.encoding)?;
                     *sum = Some(match sum.take() {
                         Some(s) => s.add(n)?,
                         None => n,
@@ -268,15 +306,16 @@ pub(crate) fn fold(
                 let hidden_sum = &values[fold.visible + at_sum];
                 let hidden_count = &values[fold.visible + at_count];
                 if let (Some(s), Some(c)) = (hidden_sum, hidden_count) {
-                    let n = Number::parse(&row[s.clone()], &fold.columns[fold.visible + at_sum])?;
+                    let n = Number::parse(
+                        &row[s.clone()],
+                        &fold.columns[fold.visible + at_sum],
+                        fold.encoding,
+                    )?;
                     *sum = Some(match sum.take() {
                         Some(total) => total.add(n)?,
                         None => n,
                     });
-                    let c: i128 = std::str::from_utf8(&row[c.clone()])
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(malformed)?;
+                    let c = self::count(&row[c.clone()], fold.encoding)?;
                     *count = count.checked_add(c).ok_or_else(overflow)?;
                 }
             }
@@ -301,8 +340,11 @@ pub(crate) fn fold(
                 let better = match kept {
                     None => true,
                     Some((at, _, range)) => {
-                        let ordering =
-                            order.compare(&row[compared.clone()], &rows[*at][range.clone()])?;
+                        let ordering = order.compare(
+                            &row[compared.clone()],
+                            &rows[*at][range.clone()],
+                            fold.encoding,
+                        )?;
                         match combine {
                             Combine::Min { .. } => ordering == Ordering::Less,
                             _ => ordering == Ordering::Greater,
@@ -324,26 +366,34 @@ pub(crate) fn finish(
     partials: &[Partial],
     rows: &[bytes::Bytes],
     columns: &[Column],
+    encoding: Encoding,
 ) -> Result<Vec<u8>, MergeError> {
     let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(partials.len());
     for (partial, column) in partials.iter().zip(columns) {
         values.push(match partial {
             Partial::First(value) => value.clone().map(|v| rows[0][v].to_vec()),
-            Partial::Count(n) => Some(n.to_string().into_bytes()),
-            Partial::Sum(sum) => sum
-                .map(|s| s.write(column))
-                .transpose()?
-                .map(String::into_bytes),
+            Partial::Count(n) => Some(match encoding {
+                Encoding::Text => n.to_string().into_bytes(),
+                Encoding::Binary => (*n as i64).to_le_bytes().to_vec(),
+            }),
+            Partial::Sum(sum) => sum.map(|s| s.write(column, encoding)).transpose()?,
             Partial::Extreme(kept) => kept.clone().map(|(at, v, _)| rows[at][v].to_vec()),
             Partial::Avg { sum, count } => match (sum, *count) {
-                (Some(sum), count) if count > 0 => Some(sum.divide(count, column)?.into_bytes()),
+                (Some(sum), count) if count > 0 => Some(sum.divide(count, column, encoding)?),
                 _ => None,
             },
         });
     }
-    let mut row = Vec::new();
-    hscale_wire::resultset::write_text_row(&values, &mut row);
-    Ok(row)
+    Ok(write_row(&values, &columns[..partials.len()], encoding))
+}
+
+/// A COUNT's value.
+fn count(value: &[u8], encoding: Encoding) -> Result<i128, MergeError> {
+    match encoding {
+        Encoding::Text => std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()),
+        Encoding::Binary => binary_integer(value, false),
+    }
+    .ok_or_else(malformed)
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 mod aggregate;
 mod merger;
 mod order;
+mod rows;
 
 pub use aggregate::Combine;
 pub use merger::{MergeError, Merger, Next, SortKey, Spec};
 pub use order::{Collation, Collations};
+pub use rows::Encoding;

@@ -9,13 +9,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_wire::resultset::{text_values, visible_prefix};
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
 use crate::aggregate::{self, Combine, Fold, Partial};
 use crate::order::{Collations, KeyOrder};
+use crate::rows::{self, Encoding};
 
 /// What the merge does, decided when the statement was planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -114,6 +114,7 @@ enum Input {
 
 #[derive(Debug)]
 pub struct Merger {
+    encoding: Encoding,
     group: Option<Group>,
     spec: Spec,
     collations: Arc<Collations>,
@@ -126,8 +127,14 @@ pub struct Merger {
 }
 
 impl Merger {
-    pub fn new(spec: Spec, partitions: usize, collations: Arc<Collations>) -> Merger {
+    pub fn new(
+        spec: Spec,
+        partitions: usize,
+        collations: Arc<Collations>,
+        encoding: Encoding,
+    ) -> Merger {
         Merger {
+            encoding,
             group: None,
             spec,
             collations,
@@ -200,7 +207,9 @@ impl Merger {
         }
         let total = header.columns.len();
         let visible = total - self.spec.hidden;
-        let values = text_values(&row, total).ok_or(MergeError::Malformed("a row"))?;
+        let values = rows::values(&row, &header.columns, self.encoding)
+            .ok_or(MergeError::Malformed("a row"))?
+            .values;
         let mut keys = SmallVec::new();
         for (key, order) in self.spec.keys.iter().zip(&mut header.orders) {
             if let Some(name) = &values[visible + key.collation] {
@@ -313,7 +322,9 @@ impl Merger {
     fn fold(&self, group: &mut Group, row: Bytes) -> Result<(), MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
         let total = header.columns.len();
-        let values = text_values(&row, total).ok_or(MergeError::Malformed("a row"))?;
+        let values = rows::values(&row, &header.columns, self.encoding)
+            .ok_or(MergeError::Malformed("a row"))?
+            .values;
         group.rows.push(row);
         let combines = self.spec.groups.as_deref().unwrap_or_default();
         aggregate::fold(
@@ -327,13 +338,15 @@ impl Merger {
                 columns: &header.columns,
                 visible: total - self.spec.hidden,
                 collations: &self.collations,
+                encoding: self.encoding,
             },
         )
     }
 
     fn finish(&self, group: Group) -> Result<Bytes, MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
-        aggregate::finish(&group.partials, &group.rows, &header.columns).map(Bytes::from)
+        aggregate::finish(&group.partials, &group.rows, &header.columns, self.encoding)
+            .map(Bytes::from)
     }
 
     /// The partition whose row comes next (`None`: all ended), or
@@ -368,7 +381,9 @@ impl Merger {
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Less,
                 (Some(_), None) => Ordering::Greater,
-                (Some(x), Some(y)) => order.compare(&a.row[x.clone()], &b.row[y.clone()])?,
+                (Some(x), Some(y)) => {
+                    order.compare(&a.row[x.clone()], &b.row[y.clone()], self.encoding)?
+                }
             };
             let ordering = if key.descending {
                 ordering.reverse()
@@ -387,9 +402,8 @@ impl Merger {
             return Ok(row);
         }
         let header = self.header.as_ref().expect("rows come after columns");
-        let visible = header.columns.len() - self.spec.hidden;
-        let end = visible_prefix(&row, visible).ok_or(MergeError::Malformed("a row"))?;
-        Ok(row.slice(..end))
+        rows::without_hidden(&row, &header.columns, self.spec.hidden, self.encoding)
+            .ok_or(MergeError::Malformed("a row"))
     }
 }
 

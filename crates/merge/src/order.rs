@@ -14,6 +14,7 @@ use mysql_common::constants::{ColumnFlags, ColumnType};
 use mysql_common::packets::Column;
 
 use crate::merger::MergeError;
+use crate::rows::Encoding;
 
 /// The binary pseudo-collation: bytes compare as bytes.
 const BINARY: u16 = 63;
@@ -33,13 +34,16 @@ pub type Collations = HashMap<String, Collation>;
 /// How the values of one key column compare.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum KeyOrder {
-    Integer,
+    Integer {
+        unsigned: bool,
+    },
     Decimal,
     Float,
     /// TIME: signed, more than 24 hours.
     Time,
-    /// Binary strings, BIT, and DATE/DATETIME/TIMESTAMP, whose text has a
-    /// fixed layout per column.
+    /// DATE, DATETIME, TIMESTAMP: as text, a fixed layout per column.
+    Temporal,
+    /// Binary strings and BIT.
     Bytes,
     /// The weight column's bytes, in this collation (`None`: named by the
     /// first row whose value is not NULL).
@@ -56,7 +60,9 @@ impl KeyOrder {
         }
         Ok(match column.column_type() {
             MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
-            | MYSQL_TYPE_LONGLONG | MYSQL_TYPE_YEAR => KeyOrder::Integer,
+            | MYSQL_TYPE_LONGLONG | MYSQL_TYPE_YEAR => KeyOrder::Integer {
+                unsigned: flags.contains(ColumnFlags::UNSIGNED_FLAG),
+            },
             MYSQL_TYPE_DECIMAL | MYSQL_TYPE_NEWDECIMAL => KeyOrder::Decimal,
             MYSQL_TYPE_FLOAT | MYSQL_TYPE_DOUBLE => KeyOrder::Float,
             MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => KeyOrder::Time,
@@ -65,9 +71,8 @@ impl KeyOrder {
             | MYSQL_TYPE_DATETIME
             | MYSQL_TYPE_DATETIME2
             | MYSQL_TYPE_TIMESTAMP
-            | MYSQL_TYPE_TIMESTAMP2
-            | MYSQL_TYPE_BIT
-            | MYSQL_TYPE_NULL => KeyOrder::Bytes,
+            | MYSQL_TYPE_TIMESTAMP2 => KeyOrder::Temporal,
+            MYSQL_TYPE_BIT | MYSQL_TYPE_NULL => KeyOrder::Bytes,
             MYSQL_TYPE_VARCHAR
             | MYSQL_TYPE_VAR_STRING
             | MYSQL_TYPE_STRING
@@ -104,34 +109,99 @@ impl KeyOrder {
         Ok(())
     }
 
-    /// Two non-NULL values (or weights) of this key.
-    pub(crate) fn compare(&self, a: &[u8], b: &[u8]) -> Result<Ordering, MergeError> {
+    /// Two non-NULL values (or weights) of this key, as `encoding` writes
+    /// them.
+    pub(crate) fn compare(
+        &self,
+        a: &[u8],
+        b: &[u8],
+        encoding: Encoding,
+    ) -> Result<Ordering, MergeError> {
         let bad = |what: &'static str| MergeError::Malformed(what);
+        let both = |f: &dyn Fn(&[u8]) -> Option<i128>, what| -> Result<Ordering, MergeError> {
+            Ok(f(a).ok_or(bad(what))?.cmp(&f(b).ok_or(bad(what))?))
+        };
+        let binary = encoding == Encoding::Binary;
         Ok(match self {
-            KeyOrder::Integer => {
-                let parse =
-                    |v: &[u8]| -> Option<i128> { std::str::from_utf8(v).ok()?.parse().ok() };
-                parse(a)
-                    .ok_or(bad("an integer"))?
-                    .cmp(&parse(b).ok_or(bad("an integer"))?)
+            KeyOrder::Integer { unsigned } if binary => {
+                both(&|v| binary_integer(v, *unsigned), "an integer")?
+            }
+            KeyOrder::Integer { .. } => {
+                both(&|v| std::str::from_utf8(v).ok()?.parse().ok(), "an integer")?
             }
             KeyOrder::Decimal => compare_decimals(a, b).ok_or(bad("a decimal"))?,
             KeyOrder::Float => {
-                let parse = |v: &[u8]| -> Option<f64> { std::str::from_utf8(v).ok()?.parse().ok() };
+                let parse = |v: &[u8]| -> Option<f64> {
+                    match (binary, v.len()) {
+                        (true, 4) => Some(f64::from(f32::from_le_bytes(v.try_into().ok()?))),
+                        (true, 8) => Some(f64::from_le_bytes(v.try_into().ok()?)),
+                        (true, _) => None,
+                        (false, _) => std::str::from_utf8(v).ok()?.parse().ok(),
+                    }
+                };
                 parse(a)
                     .ok_or(bad("a float"))?
                     .total_cmp(&parse(b).ok_or(bad("a float"))?)
             }
-            KeyOrder::Time => time_micros(a)
-                .ok_or(bad("a time"))?
-                .cmp(&time_micros(b).ok_or(bad("a time"))?),
-            KeyOrder::Bytes => a.cmp(b),
+            KeyOrder::Time if binary => both(&binary_time, "a time")?,
+            KeyOrder::Time => both(&time_micros, "a time")?,
+            KeyOrder::Temporal if binary => both(&binary_datetime, "a date")?,
+            KeyOrder::Temporal | KeyOrder::Bytes => a.cmp(b),
             KeyOrder::Weights(Some(collation)) if collation.pad => {
                 compare_padded(a, b, &collation.space)
             }
             KeyOrder::Weights(_) => a.cmp(b),
         })
     }
+}
+
+/// A binary-protocol integer of 1, 2, 4 or 8 bytes.
+pub(crate) fn binary_integer(v: &[u8], unsigned: bool) -> Option<i128> {
+    let mut bytes = [0u8; 8];
+    bytes.get_mut(..v.len())?.copy_from_slice(v);
+    let raw = u64::from_le_bytes(bytes);
+    let bits = 8 * v.len() as u32;
+    Some(match unsigned {
+        true => i128::from(raw),
+        false => {
+            // Sign-extend from the value's width.
+            let shift = 64 - bits;
+            i128::from(((raw << shift) as i64) >> shift)
+        }
+    })
+}
+
+/// A binary-protocol TIME (negative, days, hours, minutes, seconds,
+/// microseconds) in microseconds.
+fn binary_time(v: &[u8]) -> Option<i128> {
+    if v.is_empty() {
+        return Some(0);
+    }
+    let days = i128::from(u32::from_le_bytes(v.get(1..5)?.try_into().ok()?));
+    let (h, m, s) = (i128::from(v[5]), i128::from(v[6]), i128::from(v[7]));
+    let micros = match v.len() {
+        12 => i128::from(u32::from_le_bytes(v[8..12].try_into().ok()?)),
+        8 => 0,
+        _ => return None,
+    };
+    let total = (((days * 24 + h) * 60 + m) * 60 + s) * 1_000_000 + micros;
+    Some(if v[0] == 1 { -total } else { total })
+}
+
+/// A binary-protocol DATE, DATETIME or TIMESTAMP as one comparable number.
+fn binary_datetime(v: &[u8]) -> Option<i128> {
+    let at = |i: usize| i128::from(v.get(i).copied().unwrap_or(0));
+    let year = match v.len() {
+        0 => 0,
+        4 | 7 | 11 => i128::from(u16::from_le_bytes(v[0..2].try_into().ok()?)),
+        _ => return None,
+    };
+    let micros = match v.len() {
+        11 => i128::from(u32::from_le_bytes(v[7..11].try_into().ok()?)),
+        _ => 0,
+    };
+    let seconds = ((((year * 13 + at(2)) * 32 + at(3)) * 24 + at(4)) * 60 + at(5)) * 60 + at(6);
+    Some(seconds * 1_000_000 + micros)
 }
 
 /// Weights compared as if the shorter went on with spaces: a PAD SPACE
@@ -288,23 +358,71 @@ mod tests {
 
     #[test]
     fn numbers_compare_as_numbers() {
+        let integer = KeyOrder::Integer { unsigned: false };
         for (order, a, b, expected) in [
-            (KeyOrder::Integer, "9", "10", Ordering::Less),
+            (integer.clone(), "9", "10", Ordering::Less),
             (
-                KeyOrder::Integer,
+                integer.clone(),
                 "18446744073709551615",
                 "-1",
                 Ordering::Greater,
             ),
             (KeyOrder::Float, "1e-5", "0.001", Ordering::Less),
-            (KeyOrder::Bytes, "2024-01-02", "2024-01-10", Ordering::Less),
+            (
+                KeyOrder::Temporal,
+                "2024-01-02",
+                "2024-01-10",
+                Ordering::Less,
+            ),
         ] {
             assert_eq!(
-                order.compare(a.as_bytes(), b.as_bytes()).unwrap(),
+                order
+                    .compare(a.as_bytes(), b.as_bytes(), Encoding::Text)
+                    .unwrap(),
                 expected,
                 "{a} {b}"
             );
         }
-        assert!(KeyOrder::Integer.compare(b"x", b"1").is_err());
+        assert!(integer.compare(b"x", b"1", Encoding::Text).is_err());
+    }
+
+    #[test]
+    fn binary_values_compare_by_what_they_encode() {
+        let binary =
+            |order: &KeyOrder, a: &[u8], b: &[u8]| order.compare(a, b, Encoding::Binary).unwrap();
+        let signed = KeyOrder::Integer { unsigned: false };
+        let unsigned = KeyOrder::Integer { unsigned: true };
+        assert_eq!(binary(&signed, &[0xff], &[1]), Ordering::Less);
+        assert_eq!(binary(&unsigned, &[0xff], &[1]), Ordering::Greater);
+        assert_eq!(
+            binary(&signed, &(-300i64).to_le_bytes(), &2i64.to_le_bytes()),
+            Ordering::Less
+        );
+        assert_eq!(
+            binary(&unsigned, &u64::MAX.to_le_bytes(), &1u64.to_le_bytes()),
+            Ordering::Greater
+        );
+        assert_eq!(
+            binary(
+                &KeyOrder::Float,
+                &(-1.5f64).to_le_bytes(),
+                &(0.5f32).to_le_bytes()
+            ),
+            Ordering::Less
+        );
+        // 2024-01-02 against 2023-12-31 23:59:59: years are little-endian.
+        let date = [0xe8, 0x07, 1, 2];
+        let datetime = [0xe7, 0x07, 12, 31, 23, 59, 59];
+        assert_eq!(
+            binary(&KeyOrder::Temporal, &date, &datetime),
+            Ordering::Greater
+        );
+        // -1 day against 23:00:00.
+        let negative = [1, 1, 0, 0, 0, 0, 0, 0];
+        let positive = [0, 0, 0, 0, 0, 23, 0, 0];
+        assert_eq!(
+            binary(&KeyOrder::Time, &negative, &positive),
+            Ordering::Less
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! set sorted, with OFFSET and LIMIT applied, hidden columns removed.
 
 use bytes::Bytes;
-use hscale_merge::{Collation, Collations, MergeError, Merger, Next, SortKey, Spec};
+use hscale_merge::{Collation, Collations, Encoding, MergeError, Merger, Next, SortKey, Spec};
 use hscale_wire::resultset::{parse_text_row, write_text_row};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -63,7 +63,7 @@ fn run(
     partitions: Vec<Vec<Bytes>>,
     definitions: &[Bytes],
 ) -> Result<Vec<Bytes>, MergeError> {
-    let mut merger = Merger::new(spec, partitions.len(), collations());
+    let mut merger = Merger::new(spec, partitions.len(), collations(), Encoding::Text);
     let mut rows: Vec<std::vec::IntoIter<Bytes>> =
         partitions.into_iter().map(Vec::into_iter).collect();
     let mut started = vec![false; rows.len()];
@@ -295,7 +295,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
 
 #[test]
 fn partitions_must_describe_the_same_columns() {
-    let mut merger = Merger::new(Spec::default(), 2, collations());
+    let mut merger = Merger::new(Spec::default(), 2, collations(), Encoding::Text);
     merger
         .columns(0, vec![definition("id", LONGLONG, BINARY, 0)])
         .unwrap();
@@ -304,7 +304,7 @@ fn partitions_must_describe_the_same_columns() {
         matches!(differs, Err(MergeError::ColumnsDiffer(_))),
         "{differs:?}"
     );
-    let mut merger = Merger::new(Spec::default(), 2, collations());
+    let mut merger = Merger::new(Spec::default(), 2, collations(), Encoding::Text);
     merger
         .columns(0, vec![definition("id", LONGLONG, BINARY, 0)])
         .unwrap();
@@ -338,13 +338,14 @@ fn what_cannot_be_ordered_exactly_is_refused() {
             definition("c", VAR_STRING, GENERAL_CI, 0),
         ]
     };
-    let refused = Merger::new(spec.clone(), 1, collations()).columns(0, hidden(ENUM_FLAG));
+    let refused =
+        Merger::new(spec.clone(), 1, collations(), Encoding::Text).columns(0, hidden(ENUM_FLAG));
     assert!(
         matches!(refused, Err(MergeError::Unsupported(_))),
         "{refused:?}"
     );
     // A collation hscale did not learn from the backends.
-    let mut merger = Merger::new(spec, 1, collations());
+    let mut merger = Merger::new(spec, 1, collations(), Encoding::Text);
     merger.columns(0, hidden(0)).unwrap();
     let refused = merger.row(0, row(&[Some(b"a"), Some(b"A"), Some(b"klingon_ci")]));
     assert!(

@@ -160,20 +160,7 @@ pub(crate) fn route(
     };
     if params.is_some() {
         return match form {
-            Ok(mut form) => {
-                // Binary rows are not merged yet: only concatenated.
-                if let Form::Keys { shape, .. } = &mut form {
-                    let merges =
-                        matches!(&shape.many, Ok(Merge::Rows(spec)) if *spec != Default::default());
-                    if merges {
-                        shape.scan_edits.clear();
-                        shape.many = Err(
-                            "ORDER BY, LIMIT, DISTINCT, GROUP BY or an aggregate over several \
-                             partitions in a prepared statement"
-                                .into(),
-                        );
-                    }
-                }
+            Ok(form) => {
                 let main_only = main_only(summary);
                 let template = Template::new(sql, table, ctx.dictionary.version, main_only, form);
                 Action::Template(template).into()

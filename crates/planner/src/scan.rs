@@ -272,6 +272,10 @@ impl Analysis<'_> {
             return Err(format!("{name}() with clauses"));
         }
         let whole = self.text_of(expr);
+        let repeated = !matches!(name.as_str(), "count" | "sum");
+        if repeated && !self.params_within(&self.range_of(expr)).is_empty() {
+            return Err(format!("{name}() of a parameter"));
+        }
         Ok(Some(match (name.as_str(), arg) {
             ("count", _) => Combine::Count,
             ("sum", FunctionArgExpr::Expr(_)) => Combine::Sum,

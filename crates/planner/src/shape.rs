@@ -140,11 +140,7 @@ impl<R> Shape<R> {
         locate: impl Fn(&R) -> Option<Range<usize>>,
     ) -> Result<Route, String> {
         let (targets, merge) = self.targets(table, main_backend, values)?;
-        let mut edits: Vec<&Edit<R>> = self.edits.iter().collect();
-        if targets.len() > 1 && !self.scan_edits.is_empty() {
-            edits.extend(&self.scan_edits);
-            edits.sort_by_key(|e| locate(&e.at).map_or(0, |r| r.start));
-        }
+        let edits = self.edits_for(targets.len() > 1, &locate);
         let mut steps = SmallVec::with_capacity(targets.len());
         for target in targets {
             let sql = apply_edits(
@@ -163,6 +159,21 @@ impl<R> Shape<R> {
             writes: self.writes,
             highest_id: None,
         })
+    }
+
+    /// The edits of one partition's text, in text order: with the scan's
+    /// when it is one of `several`.
+    pub fn edits_for(
+        &self,
+        several: bool,
+        locate: impl Fn(&R) -> Option<Range<usize>>,
+    ) -> Vec<&Edit<R>> {
+        let mut edits: Vec<&Edit<R>> = self.edits.iter().collect();
+        if several && !self.scan_edits.is_empty() {
+            edits.extend(&self.scan_edits);
+            edits.sort_by_key(|e| locate(&e.at).map_or(0, |r| r.start));
+        }
+        edits
     }
 
     /// The physical tables for these key values, and how their answers combine.

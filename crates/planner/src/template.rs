@@ -176,6 +176,9 @@ pub(crate) enum Form {
 pub struct Run {
     pub target: Target,
     pub rows: Option<SmallVec<[u32; 4]>>,
+    /// One of several partitions of a scan: the text carries what the merge
+    /// needs (`Shape::scan_edits`).
+    pub scan: bool,
 }
 
 /// Where one execution of a template goes.
@@ -255,7 +258,11 @@ impl Template {
             Form::Fixed(route) => route.steps[0].target.clone(),
             _ => self.default.clone(),
         };
-        Run { target, rows: None }
+        Run {
+            target,
+            rows: None,
+            scan: false,
+        }
     }
 
     /// Where an execution goes, given the parameters' values (`param(i)`).
@@ -302,10 +309,15 @@ impl Template {
                     .map(&value)
                     .collect::<Result<SmallVec<[Value; 2]>, String>>()?;
                 let (targets, merge) = shape.targets(table, main_backend, &values)?;
+                let scan = targets.len() > 1 && !shape.scan_edits.is_empty();
                 Execution {
                     runs: targets
                         .into_iter()
-                        .map(|target| Run { target, rows: None })
+                        .map(|target| Run {
+                            target,
+                            rows: None,
+                            scan,
+                        })
                         .collect(),
                     merge,
                     writes: shape.writes,
@@ -327,6 +339,7 @@ impl Template {
                         .map(|(target, rows)| Run {
                             target,
                             rows: (!whole).then_some(rows),
+                            scan: false,
                         })
                         .collect(),
                     writes: true,
@@ -339,6 +352,7 @@ impl Template {
                     .map(|s| Run {
                         target: s.target.clone(),
                         rows: None,
+                        scan: false,
                     })
                     .collect(),
                 merge: route.merge.clone(),
@@ -364,7 +378,7 @@ impl Template {
         match &self.form {
             Form::Keys { shape, .. } => apply_edits(
                 &self.sql,
-                &shape.edits,
+                shape.edits_for(run.scan, bytes),
                 &run.target,
                 &mut Splices::default(),
                 bytes,

@@ -103,11 +103,34 @@ fn in_lists_of_parameters_reach_each_partition_once() {
     let backends: Vec<u32> = runs.iter().map(|r| r.0).collect();
     assert_eq!(backends, [2, 1]);
     assert_eq!(merge, Merge::Rows(Default::default()));
-    // What needs a merge is refused only when the values do span partitions.
+    // A merge only when the values do span partitions.
     let t = template("SELECT COUNT(*) FROM orders WHERE user_id IN (?, ?)");
-    assert_eq!(execute(&t, &[number(1), number(5)]).0.len(), 1);
-    let routing = t.route(&dictionary(1), 1, |i| Ok([number(1), number(2)][i].clone()));
-    assert!(matches!(routing, Routing::Refuse(r) if r.reason.contains("prepared statement")));
+    let (runs, merge) = execute(&t, &[number(1), number(5)]);
+    assert_eq!((runs.len(), merge), (1, Merge::Single));
+    let (runs, merge) = execute(&t, &[number(1), number(2)]);
+    assert_eq!(runs.len(), 2);
+    let Merge::Rows(spec) = merge else {
+        panic!("{merge:?}")
+    };
+    assert_eq!(spec.groups, Some(vec![hscale_merge::Combine::Count]));
+    // What a merge cannot do with parameters is refused when it must merge.
+    let refused = |sql: &str, values: [i64; 3]| {
+        let t = template(sql);
+        match t.route(&dictionary(1), 1, |i| Ok(number(values[i]))) {
+            Routing::Refuse(r) => r.reason,
+            other => panic!("{sql}: {other:?}"),
+        }
+    };
+    let limit = "SELECT id FROM orders WHERE user_id IN (?, ?) LIMIT ?";
+    assert!(refused(limit, [1, 2, 5]).contains("LIMIT"));
+    assert_eq!(
+        execute(&template(limit), &[number(1), number(5), number(5)])
+            .0
+            .len(),
+        1
+    );
+    let max = "SELECT MAX(user_id + ?) FROM orders";
+    assert!(refused(max, [1, 0, 0]).contains("parameter"));
 }
 
 #[test]

@@ -144,7 +144,7 @@ fn sysbench(args: &[String]) {
 }
 
 #[test]
-fn sysbench_prepared_writes_on_a_partitioned_table_leave_the_rows_one_table_would() {
+fn sysbench_on_a_partitioned_table_leaves_the_rows_one_table_would() {
     let plain = cluster().database("sysbench_plain");
     let part = cluster().database("sysbench_part");
     sysbench(&sysbench_args(
@@ -212,4 +212,37 @@ fn sysbench_prepared_writes_on_a_partitioned_table_leave_the_rows_one_table_woul
         &part,
         &threads,
     ));
+    // Reads that scan both partitions (ranges, SUM over ranges, ORDER BY and
+    // DISTINCT ranges) between the same writes, as queries: the same rows.
+    let read_write = [
+        "--threads=1",
+        "--events=300",
+        "--time=0",
+        "--rand-seed=11",
+        "--skip_trx=on",
+        "--db-ps-mode=disable",
+        "run",
+    ];
+    sysbench(&sysbench_args(
+        "oltp_read_write",
+        cluster().port(1),
+        &plain,
+        &read_write,
+    ));
+    sysbench(&sysbench_args(
+        "oltp_read_write",
+        proxy.port,
+        &part,
+        &read_write,
+    ));
+    assert_eq!(rows(&mut c), rows(&mut cluster().direct(1, Some(&plain))));
+    for mode in ["--db-ps-mode=disable", "--db-ps-mode=auto"] {
+        let threads = ["--threads=4", "--time=2", mode, "run"];
+        sysbench(&sysbench_args(
+            "oltp_read_only",
+            proxy.port,
+            &part,
+            &threads,
+        ));
+    }
 }

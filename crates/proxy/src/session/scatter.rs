@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use hscale_merge::{MergeError, Merger, Next, Spec};
+use hscale_merge::{Encoding, MergeError, Merger, Next, Spec};
 use hscale_planner::{Merge, Refusal};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
@@ -70,7 +70,12 @@ impl Session {
                     .into(),
             }));
         }
-        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone());
+        // EXECUTE answers with binary rows, a query with text rows.
+        let encoding = match commands.first() {
+            Some(Command::Statement { .. }) => Encoding::Binary,
+            _ => Encoding::Text,
+        };
+        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding);
         let mut sources: Vec<Source> = slots
             .iter()
             .map(|&slot| Source {
