@@ -14,7 +14,7 @@ use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
 use crate::aggregate::{self, Combine, Fold, Partial};
-use crate::order::{Collations, KeyOrder};
+use crate::order::{Collations, Decoded, KeyOrder};
 use crate::rows::{self, Encoding};
 
 /// What the merge does, decided when the statement was planned.
@@ -76,17 +76,21 @@ pub enum Next {
 enum Source {
     /// Its column definitions have not come yet.
     Starting,
-    /// Its next row, where an ordered merge waits for it.
-    Open(Option<Head>),
+    /// Its rows come (an ordered merge keeps its next one in `heads`).
+    Open,
     Ended,
 }
 
 #[derive(Debug)]
 struct Head {
     row: Bytes,
-    /// What each key compares: the value's or the weight's bytes; `None`: NULL.
-    keys: SmallVec<[Option<Range<usize>>; 4]>,
+    /// What each key compares: the value's or the weight's bytes, decoded;
+    /// `None`: NULL.
+    keys: SmallVec<[Option<KeyValue>; 2]>,
 }
+
+/// A key's bytes in its row, and what comparisons read of them.
+type KeyValue = (Range<usize>, Decoded);
 
 #[derive(Debug)]
 struct Header {
@@ -119,6 +123,8 @@ pub struct Merger {
     spec: Spec,
     collations: Arc<Collations>,
     sources: Vec<Source>,
+    /// Each partition's next row, in an ordered merge.
+    heads: Vec<Option<Head>>,
     header: Option<Header>,
     /// Rows of a concatenation not yet popped.
     queue: VecDeque<Bytes>,
@@ -139,6 +145,7 @@ impl Merger {
             spec,
             collations,
             sources: (0..partitions).map(|_| Source::Starting).collect(),
+            heads: (0..partitions).map(|_| None).collect(),
             header: None,
             queue: VecDeque::new(),
             skipped: 0,
@@ -182,7 +189,7 @@ impl Merger {
             }
             Some(first) => agree(&first.columns, &columns)?,
         }
-        self.sources[partition] = Source::Open(None);
+        self.sources[partition] = Source::Open;
         Ok(())
     }
 
@@ -221,10 +228,17 @@ impl Merger {
                 } else {
                     key.value
                 };
-            keys.push(values[at].clone());
+            let key = match &values[at] {
+                Some(range) => Some((
+                    range.clone(),
+                    order.decode(&row[range.clone()], self.encoding)?,
+                )),
+                None => None,
+            };
+            keys.push(key);
         }
-        match &mut self.sources[partition] {
-            Source::Open(head @ None) => *head = Some(Head { row, keys }),
+        match (&self.sources[partition], &mut self.heads[partition]) {
+            (Source::Open, head @ None) => *head = Some(Head { row, keys }),
             _ => return Err(MergeError::Malformed("a row out of turn")),
         }
         Ok(())
@@ -284,10 +298,8 @@ impl Merger {
         }
         Ok(match self.lowest()? {
             Ok(Some(partition)) => {
-                match std::mem::replace(&mut self.sources[partition], Source::Open(None)) {
-                    Source::Open(Some(head)) => Input::Row(head),
-                    _ => unreachable!("lowest names a partition with a row"),
-                }
+                let head = self.heads[partition].take();
+                Input::Row(head.expect("lowest names a partition with a row"))
             }
             Ok(None) => Input::End,
             Err(waiting) => Input::Wait(Next::Need(waiting)),
@@ -356,8 +368,11 @@ impl Merger {
         for (i, source) in self.sources.iter().enumerate() {
             let head = match source {
                 Source::Ended => continue,
-                Source::Starting | Source::Open(None) => return Ok(Err(i)),
-                Source::Open(Some(head)) => head,
+                Source::Starting => return Ok(Err(i)),
+                Source::Open => match &self.heads[i] {
+                    Some(head) => head,
+                    None => return Ok(Err(i)),
+                },
             };
             lowest = match lowest {
                 Some((_, best)) if self.compare(head, best)? != Ordering::Less => lowest,
@@ -381,8 +396,8 @@ impl Merger {
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Less,
                 (Some(_), None) => Ordering::Greater,
-                (Some(x), Some(y)) => {
-                    order.compare(&a.row[x.clone()], &b.row[y.clone()], self.encoding)?
+                (Some((x, dx)), Some((y, dy))) => {
+                    order.compare_decoded((*dx, &a.row[x.clone()]), (*dy, &b.row[y.clone()]))
                 }
             };
             let ordering = if key.descending {

@@ -117,42 +117,74 @@ impl KeyOrder {
         b: &[u8],
         encoding: Encoding,
     ) -> Result<Ordering, MergeError> {
+        let (x, y) = (self.decode(a, encoding)?, self.decode(b, encoding)?);
+        Ok(self.compare_decoded((x, a), (y, b)))
+    }
+
+    /// What of a value a comparison needs, read once: a row waiting in the
+    /// merge is compared with every other partition's.
+    pub(crate) fn decode(&self, v: &[u8], encoding: Encoding) -> Result<Decoded, MergeError> {
         let bad = |what: &'static str| MergeError::Malformed(what);
-        let both = |f: &dyn Fn(&[u8]) -> Option<i128>, what| -> Result<Ordering, MergeError> {
-            Ok(f(a).ok_or(bad(what))?.cmp(&f(b).ok_or(bad(what))?))
-        };
         let binary = encoding == Encoding::Binary;
         Ok(match self {
             KeyOrder::Integer { unsigned } if binary => {
-                both(&|v| binary_integer(v, *unsigned), "an integer")?
+                Decoded::Number(binary_integer(v, *unsigned).ok_or(bad("an integer"))?)
             }
-            KeyOrder::Integer { .. } => {
-                both(&|v| std::str::from_utf8(v).ok()?.parse().ok(), "an integer")?
+            KeyOrder::Integer { .. } => Decoded::Number(
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(bad("an integer"))?,
+            ),
+            KeyOrder::Float => Decoded::Float(
+                match (binary, v.len()) {
+                    (true, 4) => v.try_into().ok().map(|b| f64::from(f32::from_le_bytes(b))),
+                    (true, 8) => v.try_into().ok().map(f64::from_le_bytes),
+                    (true, _) => None,
+                    (false, _) => std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()),
+                }
+                .ok_or(bad("a float"))?,
+            ),
+            KeyOrder::Time if binary => Decoded::Number(binary_time(v).ok_or(bad("a time"))?),
+            KeyOrder::Time => Decoded::Number(time_micros(v).ok_or(bad("a time"))?),
+            KeyOrder::Temporal if binary => {
+                Decoded::Number(binary_datetime(v).ok_or(bad("a date"))?)
             }
-            KeyOrder::Decimal => compare_decimals(a, b).ok_or(bad("a decimal"))?,
-            KeyOrder::Float => {
-                let parse = |v: &[u8]| -> Option<f64> {
-                    match (binary, v.len()) {
-                        (true, 4) => Some(f64::from(f32::from_le_bytes(v.try_into().ok()?))),
-                        (true, 8) => Some(f64::from_le_bytes(v.try_into().ok()?)),
-                        (true, _) => None,
-                        (false, _) => std::str::from_utf8(v).ok()?.parse().ok(),
-                    }
-                };
-                parse(a)
-                    .ok_or(bad("a float"))?
-                    .total_cmp(&parse(b).ok_or(bad("a float"))?)
+            KeyOrder::Decimal => {
+                decimal_parts(v).ok_or(bad("a decimal"))?;
+                Decoded::Bytes
             }
-            KeyOrder::Time if binary => both(&binary_time, "a time")?,
-            KeyOrder::Time => both(&time_micros, "a time")?,
-            KeyOrder::Temporal if binary => both(&binary_datetime, "a date")?,
-            KeyOrder::Temporal | KeyOrder::Bytes => a.cmp(b),
-            KeyOrder::Weights(Some(collation)) if collation.pad => {
-                compare_padded(a, b, &collation.space)
-            }
-            KeyOrder::Weights(_) => a.cmp(b),
+            _ => Decoded::Bytes,
         })
     }
+
+    /// Two decoded values, with their bytes.
+    pub(crate) fn compare_decoded(
+        &self,
+        (x, a): (Decoded, &[u8]),
+        (y, b): (Decoded, &[u8]),
+    ) -> Ordering {
+        match (x, y) {
+            (Decoded::Number(x), Decoded::Number(y)) => x.cmp(&y),
+            (Decoded::Float(x), Decoded::Float(y)) => x.total_cmp(&y),
+            _ => match self {
+                KeyOrder::Decimal => compare_decimals(a, b).unwrap_or(Ordering::Equal),
+                KeyOrder::Weights(Some(collation)) if collation.pad => {
+                    compare_padded(a, b, &collation.space)
+                }
+                _ => a.cmp(b),
+            },
+        }
+    }
+}
+
+/// A key value as comparisons need it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Decoded {
+    Number(i128),
+    Float(f64),
+    /// Compared by its bytes (as the key's order says).
+    Bytes,
 }
 
 /// A binary-protocol integer of 1, 2, 4 or 8 bytes.
