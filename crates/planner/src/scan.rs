@@ -15,6 +15,9 @@ use sqlparser::ast::{
     Query, Select, SelectItem, Spanned, Value as Literal,
 };
 
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::Parser;
+
 use crate::lexer::{Summary, TokenKind, Tokens};
 use crate::route::Analysis;
 use crate::shape::{Edit, EditText};
@@ -117,7 +120,7 @@ impl Analysis<'_> {
                 .iter()
                 .map(|item| match item {
                     SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        Ok(self.text_of(e))
+                        self.text_of(e)
                     }
                     _ => Err("DISTINCT *".to_string()),
                 })
@@ -151,6 +154,19 @@ impl Analysis<'_> {
         }
         if grouped && !group_keys.is_empty() {
             let same = |a: &str, b: &str| normalized(a) == normalized(b);
+            // What goes after the partition's WHERE: DISTINCT becomes GROUP BY
+            // its columns, since the columns hscale adds would make rows
+            // distinct that the client's columns do not (`'a'` and `'a '`
+            // differ in weight); without an ORDER BY, the group keys' order.
+            let mut clauses = String::new();
+            if distinct {
+                let word = self.top_level_word(0, &["distinct"]).ok_or_else(lost)?;
+                edits.push(Edit {
+                    at: word,
+                    text: EditText::Fixed(String::new()),
+                });
+                clauses.push_str(&format!(" GROUP BY {}", group_keys.join(", ")));
+            }
             match order_keys.is_empty() {
                 // Each partition sorts by the group keys, so that one group's
                 // rows meet in the merge.
@@ -158,19 +174,14 @@ impl Analysis<'_> {
                     for text in &group_keys {
                         spec.keys.push(hidden.key(text, false));
                     }
-                    let order_by = format!(
+                    clauses.push_str(&format!(
                         " ORDER BY {}",
                         spec.keys
                             .iter()
                             .map(|key| format!("`__hscale_{}`", key.value))
                             .collect::<Vec<_>>()
                             .join(", ")
-                    );
-                    let at = self.end_of_clauses(select).ok_or_else(lost)?;
-                    edits.push(Edit {
-                        at: at..at,
-                        text: EditText::Fixed(order_by),
-                    });
+                    ));
                 }
                 false => {
                     let covers = order_keys.len() == group_keys.len()
@@ -185,6 +196,17 @@ impl Analysis<'_> {
                     }
                 }
             }
+            if !clauses.is_empty() {
+                let (at, before_clause) = self.end_of_clauses().ok_or_else(lost)?;
+                let text = match before_clause {
+                    true => format!("{} ", clauses.trim_start()),
+                    false => clauses,
+                };
+                edits.push(Edit {
+                    at: at..at,
+                    text: EditText::Fixed(text),
+                });
+            }
         } else if !grouped {
             for (text, descending) in &order_keys {
                 spec.keys.push(hidden.key(text, *descending));
@@ -198,10 +220,7 @@ impl Analysis<'_> {
             edits.push(edit);
         }
         if hidden.count > 0 {
-            let last = select.projection.last().ok_or_else(lost)?;
-            let last = self.offsets.range(last.span()).ok_or_else(lost)?;
-            let after = self.with_closing_parentheses(last).end;
-            let from = self.keyword_after(after, "from").ok_or_else(lost)?;
+            let from = self.top_level_word(0, &["from"]).ok_or_else(lost)?;
             edits.push(Edit {
                 at: from,
                 text: EditText::Fixed(format!("{} FROM", hidden.text)),
@@ -271,7 +290,7 @@ impl Analysis<'_> {
         if !list.clauses.is_empty() {
             return Err(format!("{name}() with clauses"));
         }
-        let whole = self.text_of(expr);
+        let whole = self.text_of(expr)?;
         let repeated = !matches!(name.as_str(), "count" | "sum");
         if repeated && !self.params_within(&self.range_of(expr)).is_empty() {
             return Err(format!("{name}() of a parameter"));
@@ -288,7 +307,7 @@ impl Analysis<'_> {
                 collation: hidden.add(&format!("COLLATION({whole})")),
             },
             ("avg", FunctionArgExpr::Expr(arg)) => {
-                let arg = self.text_of(arg);
+                let arg = self.text_of(arg)?;
                 Combine::Avg {
                     sum: hidden.add(&format!("SUM({arg})")),
                     count: hidden.add(&format!("COUNT({arg})")),
@@ -333,24 +352,48 @@ impl Analysis<'_> {
         Ok((edit, m, n))
     }
 
-    /// Where an ORDER BY goes in a SELECT that has none: after its last
-    /// clause (WHERE, GROUP BY) or its table.
-    fn end_of_clauses(&self, select: &Select) -> Option<usize> {
-        let mut ends = Vec::new();
-        for table in &select.from {
-            ends.push(self.offsets.range(table.span())?);
+    /// Where a GROUP BY or ORDER BY hscale adds goes: before the first of
+    /// the clauses that follow them at the top level (ORDER BY, LIMIT, FOR
+    /// UPDATE, ...), or at the end of the statement. Found by tokens, not by
+    /// the AST's spans, which can end inside an expression.
+    /// Whether it stands before such a clause comes with the position.
+    fn end_of_clauses(&self) -> Option<(usize, bool)> {
+        const AFTER: &[&str] = &[
+            "order",
+            "limit",
+            "for",
+            "lock",
+            "into",
+            "window",
+            "procedure",
+        ];
+        let from = self.top_level_word(0, &["from"])?.start;
+        if let Some(word) = self.top_level_word(from, AFTER) {
+            return Some((word.start, true));
         }
-        if let Some(selection) = &select.selection {
-            ends.push(self.offsets.range(selection.span())?);
-        }
-        if let GroupByExpr::Expressions(exprs, _) = &select.group_by {
-            for e in exprs {
-                ends.push(self.offsets.range(e.span())?);
+        Tokens::new(self.sql.as_bytes(), self.ctx.quoting)
+            .filter(|t| t.kind != TokenKind::Symbol(b';'))
+            .map(|t| (t.end, false))
+            .last()
+    }
+
+    /// The first of `words` at or after byte `from` outside parentheses.
+    fn top_level_word(&self, from: usize, words: &[&str]) -> Option<Range<usize>> {
+        let mut depth = 0i32;
+        for t in Tokens::new(&self.sql.as_bytes()[from..], self.ctx.quoting) {
+            match t.kind {
+                TokenKind::Symbol(b'(') => depth += 1,
+                TokenKind::Symbol(b')') => depth -= 1,
+                TokenKind::Word if depth == 0 => {
+                    let word = &self.sql[from + t.start..from + t.end];
+                    if words.iter().any(|w| word.eq_ignore_ascii_case(w)) {
+                        return Some(from + t.start..from + t.end);
+                    }
+                }
+                _ => {}
             }
         }
-        ends.into_iter()
-            .map(|r| self.with_closing_parentheses(r).end)
-            .max()
+        None
     }
 
     /// The text of an ORDER BY or GROUP BY key as an expression: a select
@@ -388,10 +431,7 @@ impl Analysis<'_> {
                 .unwrap_or(key),
             _ => key,
         };
-        let text = self.text_of(expr);
-        if text.is_empty() {
-            return Err("a key hscale cannot find in the text".into());
-        }
+        let text = self.text_of(expr)?;
         if !self.params_within(&self.range_of(expr)).is_empty() {
             return Err("ORDER BY a parameter".into());
         }
@@ -405,9 +445,57 @@ impl Analysis<'_> {
             .unwrap_or(0..0)
     }
 
-    /// An expression as the client wrote it.
-    fn text_of(&self, expr: &Expr) -> String {
-        self.sql[self.range_of(expr)].to_string()
+    /// An expression as the client wrote it, checked by parsing it again:
+    /// sqlparser's spans can end inside an expression (`a IS NULL`), and a
+    /// merge by a part of a key would be a wrong answer, not an error.
+    /// A span that ends too early is grown to where the expression must end:
+    /// the next comma, keyword of the clause or closing parenthesis.
+    fn text_of(&self, expr: &Expr) -> Result<String, String> {
+        let range = self.range_of(expr);
+        let same = |text: &str| {
+            Parser::new(&MySqlDialect {})
+                .try_with_sql(text)
+                .and_then(|mut parser| parser.parse_expr())
+                .is_ok_and(|parsed| parsed == *expr)
+        };
+        let text = &self.sql[range.clone()];
+        if same(text) {
+            return Ok(text.to_string());
+        }
+        let grown = &self.sql[range.start..self.expression_end(range.start)];
+        match same(grown.trim_end()) {
+            true => Ok(grown.trim_end().to_string()),
+            false => Err(format!(
+                "an expression hscale cannot locate in the text (`{text}`)"
+            )),
+        }
+    }
+
+    /// Where an expression starting at `start` must end: before the first
+    /// comma, closing parenthesis or clause keyword outside its parentheses.
+    fn expression_end(&self, start: usize) -> usize {
+        const ENDS: &[&str] = &[
+            "asc", "desc", "as", "from", "where", "group", "having", "order", "limit", "for",
+            "lock", "into", "window", "with",
+        ];
+        let mut depth = 0i32;
+        for t in Tokens::new(&self.sql.as_bytes()[start..], self.ctx.quoting) {
+            let at = start + t.start;
+            match t.kind {
+                TokenKind::Symbol(b'(') => depth += 1,
+                TokenKind::Symbol(b')') if depth == 0 => return at,
+                TokenKind::Symbol(b')') => depth -= 1,
+                TokenKind::Symbol(b',' | b';') if depth == 0 => return at,
+                TokenKind::Word if depth == 0 => {
+                    let word = &self.sql[at..start + t.end];
+                    if ENDS.iter().any(|w| word.eq_ignore_ascii_case(w)) {
+                        return at;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.sql.len()
     }
 
     /// sqlparser's span of a function call can end before its closing
@@ -428,16 +516,6 @@ impl Analysis<'_> {
             end = end.max(at);
         }
         range.start..end
-    }
-
-    /// The first word token `word` at or after byte `from`.
-    fn keyword_after(&self, from: usize, word: &str) -> Option<Range<usize>> {
-        Tokens::new(&self.sql.as_bytes()[from..], self.ctx.quoting)
-            .find(|t| {
-                t.kind == TokenKind::Word
-                    && self.sql[from + t.start..from + t.end].eq_ignore_ascii_case(word)
-            })
-            .map(|t| from + t.start..from + t.end)
     }
 
     /// The last word token `word` that ends before byte `before`.

@@ -224,12 +224,14 @@ fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
          (grp) AS `__hscale_4`, WEIGHT_STRING((grp)) AS `__hscale_5`, COLLATION((grp)) AS `__hscale_6` \
          FROM `users_default` AS `users` WHERE id > 1 GROUP BY grp ORDER BY `__hscale_4` LIMIT 3"
     );
-    // DISTINCT: a group per distinct row.
+    // DISTINCT: a group per distinct row, grouped by its columns on each
+    // partition (the added columns must not make rows distinct).
     let r = route("SELECT DISTINCT nickname FROM users");
     assert_eq!(
         r.steps[0].sql,
-        "SELECT DISTINCT nickname , (nickname) AS `__hscale_0`, WEIGHT_STRING((nickname)) AS `__hscale_1`, \
-         COLLATION((nickname)) AS `__hscale_2` FROM `users_default` AS `users` ORDER BY `__hscale_0`"
+        "SELECT  nickname , (nickname) AS `__hscale_0`, WEIGHT_STRING((nickname)) AS `__hscale_1`, \
+         COLLATION((nickname)) AS `__hscale_2` FROM `users_default` AS `users` GROUP BY nickname \
+         ORDER BY `__hscale_0`"
     );
 }
 
