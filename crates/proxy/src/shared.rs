@@ -33,6 +33,9 @@ pub struct SessionHandle {
     /// The backend connection serving the session now: backend id in the high
     /// half, the server's thread id in the low half; 0 when it has none.
     running: AtomicU64,
+    /// The backend connections of a scan in progress, (backend id, thread
+    /// id): a KILL stops each partition's query.
+    scanning: Mutex<Vec<(u32, u32)>>,
     killed: Notify,
     /// Since when (ms after `Shared::started`) the client has sent nothing;
     /// `BUSY` while a command runs.
@@ -72,6 +75,37 @@ impl SessionHandle {
 
     pub fn kill(&self) {
         self.killed.notify_one();
+    }
+
+    /// A scan's partition query started on this backend thread.
+    pub fn scanning(&self, backend: u32, thread_id: u32) {
+        self.scanning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((backend, thread_id));
+    }
+
+    pub fn scan_ended(&self) {
+        self.scanning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Every backend thread serving the session now: its connection, and
+    /// each partition's of a scan.
+    pub fn threads(&self) -> Vec<(u32, u32)> {
+        let mut threads = self
+            .scanning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(running) = self.running() {
+            if !threads.contains(&running) {
+                threads.push(running);
+            }
+        }
+        threads
     }
 
     /// The client is expected to send its next command from `now_ms` on.
@@ -117,6 +151,7 @@ impl Sessions {
         let handle = Arc::new(SessionHandle {
             user: Mutex::new(user.to_owned()),
             running: AtomicU64::new(0),
+            scanning: Mutex::new(Vec::new()),
             killed: Notify::new(),
             waiting_since_ms: AtomicU64::new(BUSY),
             wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
@@ -398,4 +433,23 @@ async fn learn_collations(
         collations.insert(name, hscale_merge::Collation { space, pad });
     }
     Some(collations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_reaches_every_partition_of_a_scan_and_the_running_connection() {
+        let sessions = Sessions::default();
+        let handle = sessions.register(7, "app");
+        assert!(handle.threads().is_empty());
+        handle.set_running(1, 40);
+        handle.scanning(1, 40);
+        handle.scanning(2, 41);
+        handle.scanning(1, 42);
+        assert_eq!(handle.threads(), [(1, 40), (2, 41), (1, 42)]);
+        handle.scan_ended();
+        assert_eq!(handle.threads(), [(1, 40)]);
+    }
 }

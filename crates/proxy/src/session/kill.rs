@@ -11,6 +11,7 @@ use hscale_wire::CapabilityFlags;
 use super::Session;
 use crate::backend::ConnKey;
 use crate::error::ProxyError;
+use crate::shared::Shared;
 
 impl Session {
     pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
@@ -42,33 +43,38 @@ impl Session {
         if !self.admin && target.user() != self.user {
             return Err(ProxyError::KillDenied { id });
         }
-        if let Some((backend, thread_id)) = target.running() {
-            self.kill_backend_thread(backend, thread_id, scope).await;
+        for (backend, thread_id) in target.threads() {
+            kill_backend_thread(&self.shared, backend, thread_id, scope).await;
         }
         if scope == KillScope::Connection {
             target.kill();
         }
         self.send_ok().await
     }
+}
 
-    /// Best effort: the thread may have finished meanwhile, which is fine.
-    async fn kill_backend_thread(&self, backend: u32, thread_id: u32, scope: KillScope) {
-        let Some(pool) = self.shared.pools.iter().find(|p| p.id() == backend) else {
-            return;
-        };
-        let bucket = pool.bucket(ConnKey::for_client(CapabilityFlags::empty(), 45, false));
-        let Ok(mut lease) = pool.acquire(&bucket).await else {
-            return;
-        };
-        let what = if scope == KillScope::Query {
-            "QUERY "
-        } else {
-            ""
-        };
-        let sql = format!("\x03KILL {what}{thread_id}");
-        match lease.conn.run(sql.as_bytes(), Expect::ResultSets).await {
-            Ok(_) => pool.release_to(&bucket, lease.conn),
-            Err(e) => tracing::info!(backend, thread_id, "KILL on the backend failed: {e}"),
-        }
+/// Best effort: the thread may have finished meanwhile, which is fine.
+pub(super) async fn kill_backend_thread(
+    shared: &Shared,
+    backend: u32,
+    thread_id: u32,
+    scope: KillScope,
+) {
+    let Some(pool) = shared.pools.iter().find(|p| p.id() == backend) else {
+        return;
+    };
+    let bucket = pool.bucket(ConnKey::for_client(CapabilityFlags::empty(), 45, false));
+    let Ok(mut lease) = pool.acquire(&bucket).await else {
+        return;
+    };
+    let what = if scope == KillScope::Query {
+        "QUERY "
+    } else {
+        ""
+    };
+    let sql = format!("\x03KILL {what}{thread_id}");
+    match lease.conn.run(sql.as_bytes(), Expect::ResultSets).await {
+        Ok(_) => pool.release_to(&bucket, lease.conn),
+        Err(e) => tracing::info!(backend, thread_id, "KILL on the backend failed: {e}"),
     }
 }

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use hscale_merge::{Encoding, MergeError, Merger, Next, Spec};
-use hscale_planner::{Merge, Refusal};
+use hscale_planner::{KillScope, Merge, Refusal};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
 use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
+use super::kill::kill_backend_thread;
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
@@ -100,10 +101,21 @@ impl Session {
                 &mut out,
             )
             .await;
+        self.handle.scan_ended();
         let outcome = match outcome {
             Ok(()) => Ok(()),
             Err(Abort::Answer(packet)) => Err(packet),
             Err(Abort::Failed(e)) => {
+                if matches!(e, ProxyError::Client(_)) {
+                    // The client is gone: its partitions' queries need not run on.
+                    for source in sources.iter().filter(|s| s.reading != Reading::Ended) {
+                        if let Some(lease) = &source.lease {
+                            let (backend, thread) = (lease.conn.backend, lease.conn.thread_id);
+                            kill_backend_thread(&self.shared, backend, thread, KillScope::Query)
+                                .await;
+                        }
+                    }
+                }
                 self.drop_sources(&mut sources);
                 return Err(e);
             }
@@ -231,6 +243,8 @@ impl Session {
                 return Err(Abort::Failed(ProxyError::Backend(e)));
             }
         };
+        self.handle
+            .scanning(lease.conn.backend, lease.conn.thread_id);
         let sent = lease.conn.send_command(&payload).await;
         source.lease = Some(lease);
         source.reading = Reading::Columns;
