@@ -537,3 +537,48 @@ fn generated_selects_answer_like_one_table() {
         assert_eq!(got, expected, "seed {seed} case {case}: {sql}");
     }
 }
+
+#[test]
+fn kill_query_stops_every_partition_of_a_scan() {
+    let (proxy, db, _oracle) = setup("scan_kill", 5);
+    let mut c = proxy.connect(Some(&db));
+    let id: u32 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    // Each partition sleeps 0.1 s per row: three seconds, unless stopped.
+    let slow = "SELECT id, SLEEP(0.1) FROM items ORDER BY id";
+    let started = std::time::Instant::now();
+    let result: Result<Vec<(u32, u32)>, _> = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            proxy
+                .connect(Some(&db))
+                .query_drop(format!("KILL QUERY {id}"))
+                .unwrap();
+        });
+        c.query(slow)
+    });
+    let elapsed = started.elapsed();
+    match result {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1317, "{}", e.message),
+        Ok(rows) => panic!(
+            "expected the query interrupted after {elapsed:?}, got {} rows, {} slept through",
+            rows.len(),
+            rows.iter().filter(|r| r.1 == 0).count()
+        ),
+        Err(other) => panic!("{other:?}"),
+    }
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+    // No partition's query runs on after the KILL.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for backend in 1..=2 {
+        let running: Vec<String> = cluster()
+            .direct(backend, None)
+            .query("SELECT INFO FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(0.1)%' AND INFO NOT LIKE '%PROCESSLIST%'")
+            .unwrap();
+        assert!(running.is_empty(), "backend {backend}: {running:?}");
+    }
+    let count: i64 = c
+        .query_first("SELECT COUNT(*) FROM items")
+        .unwrap()
+        .unwrap();
+    assert_eq!(count, 120);
+}
