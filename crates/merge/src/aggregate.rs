@@ -13,7 +13,7 @@ use mysql_common::packets::Column;
 
 use crate::merger::MergeError;
 use crate::order::{binary_integer, Collations, KeyOrder};
-use crate::rows::{write_row, Encoding};
+use crate::rows::Encoding;
 
 /// How one column of a grouped answer combines the partitions' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,13 +361,107 @@ pub(crate) fn fold(
     Ok(())
 }
 
-/// The row one table would give for a group: its partials written out.
+/// A HAVING condition on the combined row: comparisons of its columns with
+/// numbers, joined by AND, OR and NOT (SQL's three-valued logic: a NULL
+/// compares to unknown, and only a true condition keeps the row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Having {
+    And(Box<Having>, Box<Having>),
+    Or(Box<Having>, Box<Having>),
+    Not(Box<Having>),
+    /// Client's column `column` compared with a number as written in SQL.
+    Compare {
+        column: usize,
+        op: CompareOp,
+        number: String,
+    },
+    IsNull {
+        column: usize,
+        negated: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+}
+
+impl Having {
+    /// Whether the row's values (payloads, `None`: NULL) satisfy it:
+    /// `None` is unknown.
+    pub(crate) fn holds(
+        &self,
+        values: &[Option<Vec<u8>>],
+        columns: &[Column],
+        encoding: Encoding,
+    ) -> Result<Option<bool>, MergeError> {
+        Ok(match self {
+            Having::And(a, b) | Having::Or(a, b) => {
+                let x = a.holds(values, columns, encoding)?;
+                let y = b.holds(values, columns, encoding)?;
+                // The value that decides alone: false for AND, true for OR.
+                let decisive = matches!(self, Having::Or(..));
+                match (x, y) {
+                    (Some(v), _) | (_, Some(v)) if v == decisive => Some(decisive),
+                    (Some(_), Some(_)) => Some(!decisive),
+                    _ => None,
+                }
+            }
+            Having::Not(a) => a.holds(values, columns, encoding)?.map(|b| !b),
+            Having::IsNull { column, negated } => Some(values[*column].is_none() != *negated),
+            Having::Compare { column, op, number } => {
+                let Some(value) = &values[*column] else {
+                    return Ok(None);
+                };
+                let value = Number::parse(value, &columns[*column], encoding)?;
+                let literal = exact(number)
+                    .or_else(|| number.parse().ok().map(Number::Float))
+                    .ok_or_else(malformed)?;
+                let ordering = value.compare(literal).ok_or_else(malformed)?;
+                Some(match op {
+                    CompareOp::Eq => ordering == Ordering::Equal,
+                    CompareOp::NotEq => ordering != Ordering::Equal,
+                    CompareOp::Lt => ordering == Ordering::Less,
+                    CompareOp::LtEq => ordering != Ordering::Greater,
+                    CompareOp::Gt => ordering == Ordering::Greater,
+                    CompareOp::GtEq => ordering != Ordering::Less,
+                })
+            }
+        })
+    }
+}
+
+impl Number {
+    fn compare(self, other: Number) -> Option<Ordering> {
+        match (self, other) {
+            (Number::Exact(a, s), Number::Exact(b, t)) => {
+                let scale = s.max(t);
+                Some(rescale(a, s, scale)?.cmp(&rescale(b, t, scale)?))
+            }
+            (a, b) => a.as_f64().partial_cmp(&b.as_f64()),
+        }
+    }
+
+    fn as_f64(self) -> f64 {
+        match self {
+            Number::Float(f) => f,
+            Number::Exact(v, s) => v as f64 / 10f64.powi(s as i32),
+        }
+    }
+}
+
+/// The values of a group's row (payloads in `encoding`), before it is written.
 pub(crate) fn finish(
     partials: &[Partial],
     rows: &[bytes::Bytes],
     columns: &[Column],
     encoding: Encoding,
-) -> Result<Vec<u8>, MergeError> {
+) -> Result<Vec<Option<Vec<u8>>>, MergeError> {
     let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(partials.len());
     for (partial, column) in partials.iter().zip(columns) {
         values.push(match partial {
@@ -384,7 +478,7 @@ pub(crate) fn finish(
             },
         });
     }
-    Ok(write_row(&values, &columns[..partials.len()], encoding))
+    Ok(values)
 }
 
 /// A COUNT's value.

@@ -9,7 +9,7 @@ mod merger;
 mod order;
 mod rows;
 
-pub use aggregate::Combine;
+pub use aggregate::{Combine, CompareOp, Having};
 pub use merger::{MergeError, Merger, Next, SortKey, Spec};
 pub use order::{Collation, Collations};
 pub use rows::Encoding;

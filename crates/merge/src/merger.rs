@@ -13,7 +13,7 @@ use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
-use crate::aggregate::{self, Combine, Fold, Partial};
+use crate::aggregate::{self, Combine, Fold, Having, Partial};
 use crate::order::{Collations, Decoded, KeyOrder};
 use crate::rows::{self, Encoding};
 
@@ -32,6 +32,8 @@ pub struct Spec {
     /// client's columns combines the rows of one group, which are the rows
     /// whose keys are equal (all rows, without keys).
     pub groups: Option<Vec<Combine>>,
+    /// HAVING, applied to the combined groups.
+    pub having: Option<Box<Having>>,
 }
 
 /// One ORDER BY key: positions among the hidden columns of its value, of
@@ -263,12 +265,18 @@ impl Merger {
                 (Input::Wait(next), _) => return Ok(next),
                 (Input::End, false) => return Ok(Next::Done),
                 (Input::End, true) => match self.group.take() {
-                    Some(done) => self.finish(done)?,
+                    Some(done) => match self.finish(done)? {
+                        Some(row) => row,
+                        None => continue,
+                    },
                     None => return Ok(Next::Done),
                 },
                 (Input::Row(head), false) => self.without_hidden(head.row)?,
                 (Input::Row(head), true) => match self.group_row(head)? {
-                    Some(done) => self.finish(done)?,
+                    Some(done) => match self.finish(done)? {
+                        Some(row) => row,
+                        None => continue,
+                    },
                     None => continue,
                 },
             };
@@ -355,10 +363,22 @@ impl Merger {
         )
     }
 
-    fn finish(&self, group: Group) -> Result<Bytes, MergeError> {
+    /// The row one table would give for a group, unless HAVING drops it.
+    fn finish(&self, group: Group) -> Result<Option<Bytes>, MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
-        aggregate::finish(&group.partials, &group.rows, &header.columns, self.encoding)
-            .map(Bytes::from)
+        let values =
+            aggregate::finish(&group.partials, &group.rows, &header.columns, self.encoding)?;
+        if let Some(having) = &self.spec.having {
+            if having.holds(&values, &header.columns, self.encoding)? != Some(true) {
+                return Ok(None);
+            }
+        }
+        let columns = &header.columns[..values.len()];
+        Ok(Some(Bytes::from(rows::write_row(
+            &values,
+            columns,
+            self.encoding,
+        ))))
     }
 
     /// The partition whose row comes next (`None`: all ended), or

@@ -225,6 +225,7 @@ fn ordered_merges_equal_one_sorted_table() {
             limit,
             hidden: 6,
             groups: None,
+            having: None,
         };
         let got = run(
             spec,
@@ -269,6 +270,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         limit: Some(3),
         hidden: 0,
         groups: None,
+        having: None,
     };
     let got = run(spec, vec![part(&[1, 2, 3]), part(&[4, 5, 6])], &definitions).unwrap();
     assert_eq!(got.len(), 3);
@@ -278,6 +280,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         limit: None,
         hidden: 0,
         groups: None,
+        having: None,
     };
     let got = run(
         spec,

@@ -8,11 +8,11 @@
 
 use std::ops::{ControlFlow, Range};
 
-use hscale_merge::{Combine, SortKey, Spec};
+use hscale_merge::{Combine, CompareOp, Having, SortKey, Spec};
 use sqlparser::ast::{
-    visit_expressions, Distinct, DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr,
-    FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr, OrderByKind, OrderBySort,
-    Query, Select, SelectItem, Spanned, Value as Literal,
+    visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
+    FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
+    OrderByKind, OrderBySort, Query, Select, SelectItem, Spanned, UnaryOperator, Value as Literal,
 };
 
 use sqlparser::dialect::MySqlDialect;
@@ -85,9 +85,6 @@ impl Analysis<'_> {
     ) -> Result<(Spec, Vec<ByteEdit>), String> {
         if query.fetch.is_some() {
             return Err("FETCH".into());
-        }
-        if select.having.is_some() {
-            return Err("HAVING".into());
         }
         if select.into.is_some() {
             return Err("SELECT ... INTO".into());
@@ -213,10 +210,27 @@ impl Analysis<'_> {
             }
         }
         // Aggregates without GROUP BY: one row, whatever its ORDER BY.
+        if let Some(having) = &select.having {
+            if !grouped {
+                return Err("HAVING without GROUP BY or aggregates".into());
+            }
+            spec.having = Some(Box::new(self.having(having, select)?));
+            // Each partition's groups are partial: HAVING applies after the
+            // merge, and so must LIMIT (see below).
+            let start = self.top_level_word(0, &["having"]).ok_or_else(lost)?.start;
+            let (end, _) = self.end_of_clauses().ok_or_else(lost)?;
+            edits.push(Edit {
+                at: start..end,
+                text: EditText::Fixed(String::new()),
+            });
+        }
         if let Some(clause) = &query.limit_clause {
-            let (edit, offset, limit) = self.raised_limit(clause)?;
+            let (mut edit, offset, limit) = self.raised_limit(clause)?;
             spec.offset = offset;
             spec.limit = Some(limit);
+            if spec.having.is_some() {
+                edit.text = EditText::Fixed(String::new());
+            }
             edits.push(edit);
         }
         if hidden.count > 0 {
@@ -315,6 +329,110 @@ impl Analysis<'_> {
             }
             _ => return Err(format!("{name}()")),
         }))
+    }
+
+    /// HAVING as the merge evaluates it: comparisons of the select list's
+    /// columns (by expression or alias) with numbers, AND, OR, NOT, IS NULL.
+    fn having(&self, expr: &Expr, select: &Select) -> Result<Having, String> {
+        let column = |term: &Expr| -> Result<usize, String> {
+            let text = normalized(&self.text_of(term)?);
+            select
+                .projection
+                .iter()
+                .position(|item| match item {
+                    SelectItem::ExprWithAlias { alias, .. }
+                        if matches!(term, Expr::Identifier(name) if name.value.eq_ignore_ascii_case(&alias.value)) =>
+                    {
+                        true
+                    }
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        self.text_of(e).is_ok_and(|t| normalized(&t) == text)
+                    }
+                    _ => false,
+                })
+                .ok_or_else(|| format!("HAVING on `{text}`, which the select list does not have"))
+        };
+        let number = |e: &Expr| -> Option<String> {
+            match e {
+                Expr::Value(v) => match &v.value {
+                    Literal::Number(n, _) => Some(n.clone()),
+                    _ => None,
+                },
+                Expr::UnaryOp {
+                    op: UnaryOperator::Minus,
+                    expr,
+                } => match expr.as_ref() {
+                    Expr::Value(v) => match &v.value {
+                        Literal::Number(n, _) => Some(format!("-{n}")),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        let unsupported =
+            || "this HAVING (comparisons of selected columns with numbers only)".to_string();
+        Ok(match expr {
+            Expr::Nested(e) => self.having(e, select)?,
+            Expr::UnaryOp {
+                op: UnaryOperator::Not,
+                expr,
+            } => Having::Not(Box::new(self.having(expr, select)?)),
+            Expr::IsNull(e) => Having::IsNull {
+                column: column(e)?,
+                negated: false,
+            },
+            Expr::IsNotNull(e) => Having::IsNull {
+                column: column(e)?,
+                negated: true,
+            },
+            Expr::BinaryOp { left, op, right } => {
+                let both = || -> Result<_, String> {
+                    Ok((
+                        Box::new(self.having(left, select)?),
+                        Box::new(self.having(right, select)?),
+                    ))
+                };
+                let compare = match op {
+                    BinaryOperator::And => {
+                        let (a, b) = both()?;
+                        return Ok(Having::And(a, b));
+                    }
+                    BinaryOperator::Or => {
+                        let (a, b) = both()?;
+                        return Ok(Having::Or(a, b));
+                    }
+                    BinaryOperator::Eq => CompareOp::Eq,
+                    BinaryOperator::NotEq => CompareOp::NotEq,
+                    BinaryOperator::Lt => CompareOp::Lt,
+                    BinaryOperator::LtEq => CompareOp::LtEq,
+                    BinaryOperator::Gt => CompareOp::Gt,
+                    BinaryOperator::GtEq => CompareOp::GtEq,
+                    _ => return Err(unsupported()),
+                };
+                match (number(left), number(right)) {
+                    (None, Some(n)) => Having::Compare {
+                        column: column(left)?,
+                        op: compare,
+                        number: n,
+                    },
+                    (Some(n), None) => Having::Compare {
+                        column: column(right)?,
+                        op: match compare {
+                            CompareOp::Lt => CompareOp::Gt,
+                            CompareOp::LtEq => CompareOp::GtEq,
+                            CompareOp::Gt => CompareOp::Lt,
+                            CompareOp::GtEq => CompareOp::LtEq,
+                            same => same,
+                        },
+                        number: n,
+                    },
+                    _ => return Err(unsupported()),
+                }
+            }
+            _ => return Err(unsupported()),
+        })
     }
 
     /// `LIMIT n OFFSET m` made `LIMIT n+m`: the edit, m and n.
@@ -462,13 +580,15 @@ impl Analysis<'_> {
         if same(text) {
             return Ok(text.to_string());
         }
-        let grown = &self.sql[range.start..self.expression_end(range.start)];
-        match same(grown.trim_end()) {
-            true => Ok(grown.trim_end().to_string()),
-            false => Err(format!(
-                "an expression hscale cannot locate in the text (`{text}`)"
-            )),
-        }
+        // Grown a token at a time up to where it must end; the shortest text
+        // that parses back to the expression is it.
+        let limit = self.expression_end(range.start);
+        Tokens::new(&self.sql.as_bytes()[range.start..limit], self.ctx.quoting)
+            .map(|t| &self.sql[range.start..range.start + t.end])
+            .filter(|grown| grown.len() > text.len())
+            .find(|grown| same(grown))
+            .map(str::to_string)
+            .ok_or_else(|| format!("an expression hscale cannot locate in the text (`{text}`)"))
     }
 
     /// Where an expression starting at `start` must end: before the first

@@ -290,7 +290,19 @@ fn aggregates_groups_and_distinct_match_one_table() {
         " WHERE id < 0",
         " WHERE id IN (3, 4, 7, 8)",
     ];
-    let cases: [(&str, &[usize]); 12] = [
+    let cases: [(&str, &[usize]); 15] = [
+        (
+            "SELECT grp, COUNT(*) AS n, SUM(price) FROM items{filter} GROUP BY grp HAVING n > 20 OR SUM(price) < 0",
+            &[],
+        ),
+        (
+            "SELECT label, COUNT(*), AVG(price) FROM items{filter} GROUP BY label HAVING AVG(price) >= -10.5 AND NOT COUNT(*) = 3 ORDER BY label DESC LIMIT 3",
+            &[0],
+        ),
+        (
+            "SELECT t, MAX(id) FROM items{filter} GROUP BY t HAVING 60 > MAX(id) LIMIT 2, 4",
+            &[],
+        ),
         (
             "SELECT COUNT(*), COUNT(price), SUM(price), MIN(price), MAX(price), AVG(price), \
              MIN(made), MAX(t), SUM(grp), AVG(grp), MIN(f), MAX(b), MIN(name), MAX(label) FROM items{filter}",
@@ -486,9 +498,20 @@ fn generate(rng: &mut StdRng) -> Generated {
                 ),
                 _ => String::new(),
             };
+            // HAVING on the first aggregate (a number), now and then.
+            let first = &items[keys.len()];
+            let numeric = !["name", "label", "made", "t", "b"]
+                .iter()
+                .any(|c| first.contains(c));
+            let having = match (keys.is_empty(), rng.random_range(0..3)) {
+                (false, 0) if numeric => {
+                    format!(" HAVING {first} > {}", rng.random_range(-50..50))
+                }
+                _ => String::new(),
+            };
             Generated {
                 sql: format!(
-                    "SELECT {} FROM items{filter}{group}{order}{limit}",
+                    "SELECT {} FROM items{filter}{group}{having}{order}{limit}",
                     items.join(", ")
                 ),
                 folded,
