@@ -34,6 +34,10 @@ pub struct Spec {
     pub groups: Option<Vec<Combine>>,
     /// HAVING, applied to the combined groups.
     pub having: Option<Box<Having>>,
+    /// ORDER BY the combined groups' columns (client column, descending),
+    /// where the partitions could only sort by the group keys: hscale keeps
+    /// the first OFFSET + LIMIT groups in this order.
+    pub reorder: Vec<(usize, bool)>,
 }
 
 /// One ORDER BY key: positions among the hidden columns of its value, of
@@ -121,6 +125,10 @@ enum Input {
 #[derive(Debug)]
 pub struct Merger {
     encoding: Encoding,
+    /// With `Spec::reorder`: the best groups so far, in order, and whether
+    /// they are being sent.
+    top: Vec<(SmallVec<[Option<KeyValue>; 2]>, Bytes)>,
+    top_sent: bool,
     group: Option<Group>,
     spec: Spec,
     collations: Arc<Collations>,
@@ -143,6 +151,8 @@ impl Merger {
     ) -> Merger {
         Merger {
             encoding,
+            top: Vec::new(),
+            top_sent: false,
             group: None,
             spec,
             collations,
@@ -269,6 +279,10 @@ impl Merger {
                         Some(row) => row,
                         None => continue,
                     },
+                    None if !self.spec.reorder.is_empty() && !self.top.is_empty() => {
+                        self.top_sent = true;
+                        self.top.remove(0).1
+                    }
                     None => return Ok(Next::Done),
                 },
                 (Input::Row(head), false) => self.without_hidden(head.row)?,
@@ -280,6 +294,10 @@ impl Merger {
                     None => continue,
                 },
             };
+            if !self.spec.reorder.is_empty() && !self.top_sent {
+                self.keep_if_among_the_first(row)?;
+                continue;
+            }
             if self.skipped < self.spec.offset {
                 self.skipped += 1;
                 continue;
@@ -361,6 +379,77 @@ impl Merger {
                 encoding: self.encoding,
             },
         )
+    }
+
+    /// Keeps a combined group's row if it is among the first OFFSET + LIMIT
+    /// in the client's ORDER BY (numbers and times: strings would need their
+    /// weights, which a combined row does not carry).
+    fn keep_if_among_the_first(&mut self, row: Bytes) -> Result<(), MergeError> {
+        let header = self.header.as_ref().expect("rows come after columns");
+        let visible = header.columns.len() - self.spec.hidden;
+        let columns = &header.columns[..visible];
+        let values = rows::values(&row, columns, self.encoding)
+            .ok_or(MergeError::Malformed("a row"))?
+            .values;
+        let mut keys = SmallVec::new();
+        let mut orders = Vec::new();
+        for &(column, _) in &self.spec.reorder {
+            let order = KeyOrder::of(&columns[column])?;
+            if order.by_weight() {
+                return Err(MergeError::Unsupported(
+                    "ORDER BY a string column over the combined groups of several partitions"
+                        .into(),
+                ));
+            }
+            keys.push(match &values[column] {
+                Some(range) => Some((
+                    range.clone(),
+                    order.decode(&row[range.clone()], self.encoding)?,
+                )),
+                None => None,
+            });
+            orders.push(order);
+        }
+        let compare = |a: &SmallVec<[Option<KeyValue>; 2]>,
+                       a_row: &Bytes,
+                       b: &SmallVec<[Option<KeyValue>; 2]>,
+                       b_row: &Bytes| {
+            for (((_, descending), order), (x, y)) in
+                self.spec.reorder.iter().zip(&orders).zip(a.iter().zip(b))
+            {
+                let ordering = match (x, y) {
+                    (None, None) => Ordering::Equal,
+                    (None, Some(_)) => Ordering::Less,
+                    (Some(_), None) => Ordering::Greater,
+                    (Some((x, dx)), Some((y, dy))) => {
+                        order.compare_decoded((*dx, &a_row[x.clone()]), (*dy, &b_row[y.clone()]))
+                    }
+                };
+                let ordering = if *descending {
+                    ordering.reverse()
+                } else {
+                    ordering
+                };
+                if ordering != Ordering::Equal {
+                    return ordering;
+                }
+            }
+            Ordering::Equal
+        };
+        // After the equal ones already kept: the first group to come stays first.
+        let at = self
+            .top
+            .partition_point(|(k, r)| compare(k, r, &keys, &row) != Ordering::Greater);
+        let keep = self
+            .spec
+            .offset
+            .saturating_add(self.spec.limit.unwrap_or(u64::MAX));
+        if (at as u64) < keep {
+            self.top.insert(at, (keys, row));
+            self.top
+                .truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+        }
+        Ok(())
     }
 
     /// The row one table would give for a group, unless HAVING drops it.

@@ -226,6 +226,7 @@ fn ordered_merges_equal_one_sorted_table() {
             hidden: 6,
             groups: None,
             having: None,
+            reorder: vec![],
         };
         let got = run(
             spec,
@@ -271,6 +272,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         hidden: 0,
         groups: None,
         having: None,
+        reorder: vec![],
     };
     let got = run(spec, vec![part(&[1, 2, 3]), part(&[4, 5, 6])], &definitions).unwrap();
     assert_eq!(got.len(), 3);
@@ -281,6 +283,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         hidden: 0,
         groups: None,
         having: None,
+        reorder: vec![],
     };
     let got = run(
         spec,

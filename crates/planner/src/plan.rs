@@ -117,7 +117,7 @@ pub enum Merge {
     Single,
     /// The rows of every step, one result set: concatenated, or merged in
     /// order, with OFFSET and LIMIT applied by hscale (`Spec`).
-    Rows(hscale_merge::Spec),
+    Rows(Box<hscale_merge::Spec>),
     /// One OK whose affected rows are the sum of the steps'.
     AffectedRows,
 }

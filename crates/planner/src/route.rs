@@ -349,7 +349,7 @@ impl Analysis<'_> {
         };
         let alias = self.top_level_alias(&select.from)?;
         let (many, scan_edits) = match self.scan_merge(query, select, summary) {
-            Ok((spec, edits)) => (Ok(Merge::Rows(spec)), edits),
+            Ok((spec, edits)) => (Ok(Merge::Rows(Box::new(spec))), edits),
             Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
         };
         let naming = alias.is_none().then_some(Naming::Aliased);
@@ -375,7 +375,7 @@ impl Analysis<'_> {
         let (mut shape, values) = self.select(source, summary)?;
         // Each partition inserts its own rows: nothing may need merging.
         shape.many = match shape.many {
-            Ok(Merge::Rows(spec)) if spec == Default::default() => Ok(Merge::AffectedRows),
+            Ok(Merge::Rows(spec)) if *spec == Default::default() => Ok(Merge::AffectedRows),
             Ok(_) => Err(
                 "an INSERT ... SELECT whose SELECT merges partitions (ORDER BY, LIMIT, DISTINCT, \
                  GROUP BY, aggregates) over several partitions"

@@ -171,25 +171,50 @@ impl Analysis<'_> {
                     for text in &group_keys {
                         spec.keys.push(hidden.key(text, false));
                     }
-                    clauses.push_str(&format!(
-                        " ORDER BY {}",
-                        spec.keys
-                            .iter()
-                            .map(|key| format!("`__hscale_{}`", key.value))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
+                    clauses.push_str(&order_by_keys(&spec.keys));
                 }
                 false => {
                     let covers = order_keys.len() == group_keys.len()
                         && group_keys
                             .iter()
                             .all(|g| order_keys.iter().any(|(o, _)| same(g, o)));
-                    if !covers {
-                        return Err("ORDER BY other than the grouped columns".into());
-                    }
-                    for (text, descending) in &order_keys {
-                        spec.keys.push(hidden.key(text, *descending));
+                    match covers {
+                        true => {
+                            for (text, descending) in &order_keys {
+                                spec.keys.push(hidden.key(text, *descending));
+                            }
+                        }
+                        // ORDER BY an aggregate: the partitions sort by the
+                        // group keys, so that groups meet, and hscale sorts
+                        // the combined groups, keeping LIMIT + OFFSET of them.
+                        false => {
+                            if query.limit_clause.is_none() {
+                                return Err(
+                                    "ORDER BY other than the grouped columns without LIMIT".into(),
+                                );
+                            }
+                            for (text, descending) in &order_keys {
+                                let column = self.select_column(text, select).ok_or_else(|| {
+                                    format!(
+                                        "ORDER BY `{text}`, which the select list does not have"
+                                    )
+                                })?;
+                                spec.reorder.push((column, *descending));
+                            }
+                            for text in &group_keys {
+                                spec.keys.push(hidden.key(text, false));
+                            }
+                            clauses.push_str(&order_by_keys(&spec.keys));
+                            // The client's ORDER BY is hscale's to apply.
+                            let order = self.top_level_word(0, &["order"]).ok_or_else(lost)?;
+                            let end = self
+                                .top_level_word(order.end, &["limit", "for", "lock", "into"])
+                                .map_or(self.sql.len(), |w| w.start);
+                            edits.push(Edit {
+                                at: order.start..end,
+                                text: EditText::Fixed(String::new()),
+                            });
+                        }
                     }
                 }
             }
@@ -228,7 +253,8 @@ impl Analysis<'_> {
             let (mut edit, offset, limit) = self.raised_limit(clause)?;
             spec.offset = offset;
             spec.limit = Some(limit);
-            if spec.having.is_some() {
+            // Groups that HAVING drops or hscale sorts again: every group.
+            if spec.having.is_some() || !spec.reorder.is_empty() {
                 edit.text = EditText::Fixed(String::new());
             }
             edits.push(edit);
@@ -331,25 +357,24 @@ impl Analysis<'_> {
         }))
     }
 
+    /// The select list's column whose expression (or alias) is `text`.
+    fn select_column(&self, text: &str, select: &Select) -> Option<usize> {
+        let text = normalized(text);
+        select.projection.iter().position(|item| match item {
+            SelectItem::ExprWithAlias { alias, .. } if normalized(&alias.value) == text => true,
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                self.text_of(e).is_ok_and(|t| normalized(&t) == text)
+            }
+            _ => false,
+        })
+    }
+
     /// HAVING as the merge evaluates it: comparisons of the select list's
     /// columns (by expression or alias) with numbers, AND, OR, NOT, IS NULL.
     fn having(&self, expr: &Expr, select: &Select) -> Result<Having, String> {
         let column = |term: &Expr| -> Result<usize, String> {
-            let text = normalized(&self.text_of(term)?);
-            select
-                .projection
-                .iter()
-                .position(|item| match item {
-                    SelectItem::ExprWithAlias { alias, .. }
-                        if matches!(term, Expr::Identifier(name) if name.value.eq_ignore_ascii_case(&alias.value)) =>
-                    {
-                        true
-                    }
-                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        self.text_of(e).is_ok_and(|t| normalized(&t) == text)
-                    }
-                    _ => false,
-                })
+            let text = self.text_of(term)?;
+            self.select_column(&text, select)
                 .ok_or_else(|| format!("HAVING on `{text}`, which the select list does not have"))
         };
         let number = |e: &Expr| -> Option<String> {
@@ -647,6 +672,15 @@ impl Analysis<'_> {
             .last()
             .map(|t| t.start..t.end)
     }
+}
+
+/// ` ORDER BY` the hidden value columns of these keys.
+fn order_by_keys(keys: &[SortKey]) -> String {
+    let columns: Vec<String> = keys
+        .iter()
+        .map(|key| format!("`__hscale_{}`", key.value))
+        .collect();
+    format!(" ORDER BY {}", columns.join(", "))
 }
 
 fn descending(key: &OrderByExpr) -> bool {

@@ -171,7 +171,8 @@ impl<R> Shape<R> {
         let mut edits: Vec<&Edit<R>> = self.edits.iter().collect();
         if several && !self.scan_edits.is_empty() {
             edits.extend(&self.scan_edits);
-            edits.sort_by_key(|e| locate(&e.at).map_or(0, |r| r.start));
+            // An insertion goes before a replacement that starts where it is.
+            edits.sort_by_key(|e| locate(&e.at).map_or((0, 0), |r| (r.start, r.end)));
         }
         edits
     }

@@ -197,7 +197,7 @@ fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
         "SELECT grp, COUNT(*), MIN(nickname), AVG(id) FROM users WHERE id > 1 GROUP BY grp LIMIT 3",
     );
     let spec = match &r.merge {
-        Merge::Rows(spec) => spec.clone(),
+        Merge::Rows(spec) => *spec.clone(),
         other => panic!("{other:?}"),
     };
     use hscale_merge::Combine;
@@ -241,7 +241,7 @@ fn order_by_and_limit_over_several_partitions_send_keys_and_raise_the_limit() {
         "SELECT id, nickname AS nick FROM users WHERE id > 1 ORDER BY nick DESC, 1 LIMIT 5, 10",
     );
     let spec = match &r.merge {
-        Merge::Rows(spec) => spec.clone(),
+        Merge::Rows(spec) => *spec.clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!((spec.offset, spec.limit, spec.hidden), (5, Some(10), 6));
@@ -259,11 +259,11 @@ fn order_by_and_limit_over_several_partitions_send_keys_and_raise_the_limit() {
     let r = route("SELECT * FROM users /* c */ LIMIT 3 OFFSET 2");
     assert_eq!(
         r.merge,
-        Merge::Rows(hscale_merge::Spec {
+        Merge::Rows(Box::new(hscale_merge::Spec {
             offset: 2,
             limit: Some(3),
             ..Default::default()
-        })
+        }))
     );
     assert_eq!(
         r.steps[1].sql,

@@ -290,7 +290,15 @@ fn aggregates_groups_and_distinct_match_one_table() {
         " WHERE id < 0",
         " WHERE id IN (3, 4, 7, 8)",
     ];
-    let cases: [(&str, &[usize]); 15] = [
+    let cases: [(&str, &[usize]); 17] = [
+        (
+            "SELECT grp, COUNT(*) AS n FROM items{filter} GROUP BY grp ORDER BY n DESC, grp LIMIT 3",
+            &[],
+        ),
+        (
+            "SELECT label, SUM(price) AS s, MIN(id) AS m FROM items{filter} GROUP BY label ORDER BY s DESC, m LIMIT 1, 2",
+            &[0],
+        ),
         (
             "SELECT grp, COUNT(*) AS n, SUM(price) FROM items{filter} GROUP BY grp HAVING n > 20 OR SUM(price) < 0",
             &[],

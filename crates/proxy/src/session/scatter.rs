@@ -37,7 +37,7 @@ impl Session {
                 self.merge_rows(Spec::default(), slots, commands, needs)
                     .await
             }
-            Merge::Rows(spec) => self.merge_rows(spec, slots, commands, needs).await,
+            Merge::Rows(spec) => self.merge_rows(*spec, slots, commands, needs).await,
         }
     }
 
