@@ -613,3 +613,37 @@ fn kill_query_stops_every_partition_of_a_scan() {
         .unwrap();
     assert_eq!(count, 120);
 }
+
+#[test]
+fn a_client_that_leaves_mid_scan_stops_its_partitions_queries() {
+    let (proxy, db, _oracle) = setup("scan_gone", 6);
+    // Each partition sleeps 0.1 s per row: three seconds, unless stopped.
+    let mut client = std::process::Command::new("mariadb")
+        .args(["-h127.0.0.1", &format!("-P{}", proxy.port), "-uroot", &db])
+        .args(["-e", "SELECT id, SLEEP(0.1) FROM items ORDER BY id"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the mariadb client");
+    let running = |backend| -> Vec<String> {
+        cluster()
+            .direct(backend, None)
+            .query("SELECT INFO FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(0.1)%' AND INFO NOT LIKE '%PROCESSLIST%'")
+            .unwrap()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(
+        !running(1).is_empty() || !running(2).is_empty(),
+        "the scan runs"
+    );
+    client.kill().unwrap();
+    client.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    for backend in 1..=2 {
+        assert!(
+            running(backend).is_empty(),
+            "backend {backend}: {:?}",
+            running(backend)
+        );
+    }
+}

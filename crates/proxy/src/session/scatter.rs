@@ -91,6 +91,7 @@ impl Session {
             warnings: 0,
             status: None,
         };
+        let watcher = self.watch_client();
         let outcome = self
             .drive(
                 &mut merger,
@@ -101,6 +102,9 @@ impl Session {
                 &mut out,
             )
             .await;
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         self.handle.scan_ended();
         let outcome = match outcome {
             Ok(()) => Ok(()),
@@ -151,6 +155,29 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// While a scan waits on its partitions, hscale writes nothing to the
+    /// client and would not see it leave: a task watches the client's socket
+    /// (a duplicate of it, peeked, never read) and kills the partitions'
+    /// queries if the client closes it. A client that sends something meanwhile
+    /// (a pipelined command) ends the watch.
+    fn watch_client(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let duplicate = socket2::SockRef::from(self.client.get_ref())
+            .try_clone()
+            .ok()?;
+        let duplicate: std::net::TcpStream = duplicate.into();
+        duplicate.set_nonblocking(true).ok()?;
+        let socket = tokio::net::TcpStream::from_std(duplicate).ok()?;
+        let (handle, shared) = (self.handle.clone(), self.shared.clone());
+        Some(tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            if matches!(socket.peek(&mut byte).await, Ok(0) | Err(_)) {
+                for (backend, thread_id) in handle.threads() {
+                    kill_backend_thread(&shared, backend, thread_id, KillScope::Query).await;
+                }
+            }
+        }))
     }
 
     /// Feeds the merger from the partitions as it asks and sends the client
