@@ -10,6 +10,6 @@ mod order;
 mod rows;
 
 pub use aggregate::{Combine, CompareOp, Having};
-pub use merger::{MergeError, Merger, Next, SortKey, Spec};
+pub use merger::{MergeError, Merger, Next, Reorder, SortKey, Spec};
 pub use order::{Collation, Collations};
 pub use rows::Encoding;

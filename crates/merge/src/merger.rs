@@ -34,10 +34,22 @@ pub struct Spec {
     pub groups: Option<Vec<Combine>>,
     /// HAVING, applied to the combined groups.
     pub having: Option<Box<Having>>,
-    /// ORDER BY the combined groups' columns (client column, descending),
-    /// where the partitions could only sort by the group keys: hscale keeps
-    /// the first OFFSET + LIMIT groups in this order.
-    pub reorder: Vec<(usize, bool)>,
+    /// ORDER BY the combined groups' columns, where the partitions could
+    /// only sort by the group keys: hscale keeps the first OFFSET + LIMIT
+    /// groups in this order.
+    pub reorder: Vec<Reorder>,
+}
+
+/// One ORDER BY key over combined groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reorder {
+    /// The client's column it sorts by.
+    pub column: usize,
+    pub descending: bool,
+    /// The group key (an index of `Spec::keys`) that is the same
+    /// expression: the group's first row carries its weight, which strings
+    /// compare by; a combined row carries none.
+    pub group_key: Option<usize>,
 }
 
 /// One ORDER BY key: positions among the hidden columns of its value, of
@@ -87,7 +99,7 @@ enum Source {
     Ended,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Head {
     row: Bytes,
     /// What each key compares: the value's or the weight's bytes, decoded;
@@ -115,6 +127,16 @@ struct Group {
     orders: Vec<Option<KeyOrder>>,
 }
 
+/// A combined group kept for a reordered answer: what each reorder key
+/// compares (in `row`, or in `first`, the group's first row, for a group
+/// key), and the client's row.
+#[derive(Debug)]
+struct Ranked {
+    keys: SmallVec<[Option<KeyValue>; 2]>,
+    row: Bytes,
+    first: Bytes,
+}
+
 /// What comes next from the partitions.
 enum Input {
     Row(Head),
@@ -127,7 +149,7 @@ pub struct Merger {
     encoding: Encoding,
     /// With `Spec::reorder`: the best groups so far, in order, and whether
     /// they are being sent.
-    top: Vec<(SmallVec<[Option<KeyValue>; 2]>, Bytes)>,
+    top: Vec<Ranked>,
     top_sent: bool,
     group: Option<Group>,
     spec: Spec,
@@ -275,29 +297,25 @@ impl Merger {
                 (Input::Wait(next), _) => return Ok(next),
                 (Input::End, false) => return Ok(Next::Done),
                 (Input::End, true) => match self.group.take() {
-                    Some(done) => match self.finish(done)? {
+                    Some(done) => match self.finished(done)? {
                         Some(row) => row,
                         None => continue,
                     },
                     None if !self.spec.reorder.is_empty() && !self.top.is_empty() => {
                         self.top_sent = true;
-                        self.top.remove(0).1
+                        self.top.remove(0).row
                     }
                     None => return Ok(Next::Done),
                 },
                 (Input::Row(head), false) => self.without_hidden(head.row)?,
                 (Input::Row(head), true) => match self.group_row(head)? {
-                    Some(done) => match self.finish(done)? {
+                    Some(done) => match self.finished(done)? {
                         Some(row) => row,
                         None => continue,
                     },
                     None => continue,
                 },
             };
-            if !self.spec.reorder.is_empty() && !self.top_sent {
-                self.keep_if_among_the_first(row)?;
-                continue;
-            }
             if self.skipped < self.spec.offset {
                 self.skipped += 1;
                 continue;
@@ -381,51 +399,80 @@ impl Merger {
         )
     }
 
+    /// A finished group's row for the client now, or `None`: HAVING
+    /// dropped it, or it waits among the first groups of a reordered answer.
+    fn finished(&mut self, group: Group) -> Result<Option<Bytes>, MergeError> {
+        if self.spec.reorder.is_empty() || self.top_sent {
+            return self.finish(group);
+        }
+        let first = group.first.clone();
+        if let Some(row) = self.finish(group)? {
+            self.keep_if_among_the_first(row, first)?;
+        }
+        Ok(None)
+    }
+
+    /// How a reorder key compares, and which row's bytes: a group key's
+    /// weight in the group's first row, else the client's column (numbers
+    /// and times: a string's weight is not in a combined row).
+    fn reorder_order(&self, key: &Reorder) -> Result<KeyOrder, MergeError> {
+        let header = self.header.as_ref().expect("rows come after columns");
+        if let Some(k) = key.group_key {
+            return Ok(header.orders[k].clone());
+        }
+        let order = KeyOrder::of(&header.columns[key.column])?;
+        match order.by_weight() {
+            true => Err(MergeError::Unsupported(
+                "ORDER BY a string that is not a group key over the combined groups of several partitions"
+                    .into(),
+            )),
+            false => Ok(order),
+        }
+    }
+
     /// Keeps a combined group's row if it is among the first OFFSET + LIMIT
-    /// in the client's ORDER BY (numbers and times: strings would need their
-    /// weights, which a combined row does not carry).
-    fn keep_if_among_the_first(&mut self, row: Bytes) -> Result<(), MergeError> {
+    /// in the client's ORDER BY.
+    fn keep_if_among_the_first(&mut self, row: Bytes, first: Head) -> Result<(), MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
         let visible = header.columns.len() - self.spec.hidden;
-        let columns = &header.columns[..visible];
-        let values = rows::values(&row, columns, self.encoding)
+        let values = rows::values(&row, &header.columns[..visible], self.encoding)
             .ok_or(MergeError::Malformed("a row"))?
             .values;
         let mut keys = SmallVec::new();
         let mut orders = Vec::new();
-        for &(column, _) in &self.spec.reorder {
-            let order = KeyOrder::of(&columns[column])?;
-            if order.by_weight() {
-                return Err(MergeError::Unsupported(
-                    "ORDER BY a string column over the combined groups of several partitions"
-                        .into(),
-                ));
-            }
-            keys.push(match &values[column] {
-                Some(range) => Some((
-                    range.clone(),
-                    order.decode(&row[range.clone()], self.encoding)?,
-                )),
-                None => None,
+        for key in &self.spec.reorder {
+            let order = self.reorder_order(key)?;
+            keys.push(match key.group_key {
+                Some(k) => first.keys[k].clone(),
+                None => match &values[key.column] {
+                    Some(range) => Some((
+                        range.clone(),
+                        order.decode(&row[range.clone()], self.encoding)?,
+                    )),
+                    None => None,
+                },
             });
             orders.push(order);
         }
-        let compare = |a: &SmallVec<[Option<KeyValue>; 2]>,
-                       a_row: &Bytes,
-                       b: &SmallVec<[Option<KeyValue>; 2]>,
-                       b_row: &Bytes| {
-            for (((_, descending), order), (x, y)) in
-                self.spec.reorder.iter().zip(&orders).zip(a.iter().zip(b))
-            {
-                let ordering = match (x, y) {
+        let ranked = Ranked {
+            keys,
+            row,
+            first: first.row,
+        };
+        let compare = |a: &Ranked, b: &Ranked| {
+            for (i, (key, order)) in self.spec.reorder.iter().zip(&orders).enumerate() {
+                let (a_bytes, b_bytes) = match key.group_key {
+                    Some(_) => (&a.first, &b.first),
+                    None => (&a.row, &b.row),
+                };
+                let ordering = match (&a.keys[i], &b.keys[i]) {
                     (None, None) => Ordering::Equal,
                     (None, Some(_)) => Ordering::Less,
                     (Some(_), None) => Ordering::Greater,
-                    (Some((x, dx)), Some((y, dy))) => {
-                        order.compare_decoded((*dx, &a_row[x.clone()]), (*dy, &b_row[y.clone()]))
-                    }
+                    (Some((x, dx)), Some((y, dy))) => order
+                        .compare_decoded((*dx, &a_bytes[x.clone()]), (*dy, &b_bytes[y.clone()])),
                 };
-                let ordering = if *descending {
+                let ordering = if key.descending {
                     ordering.reverse()
                 } else {
                     ordering
@@ -439,13 +486,13 @@ impl Merger {
         // After the equal ones already kept: the first group to come stays first.
         let at = self
             .top
-            .partition_point(|(k, r)| compare(k, r, &keys, &row) != Ordering::Greater);
+            .partition_point(|kept| compare(kept, &ranked) != Ordering::Greater);
         let keep = self
             .spec
             .offset
             .saturating_add(self.spec.limit.unwrap_or(u64::MAX));
         if (at as u64) < keep {
-            self.top.insert(at, (keys, row));
+            self.top.insert(at, ranked);
             self.top
                 .truncate(usize::try_from(keep).unwrap_or(usize::MAX));
         }

@@ -277,6 +277,47 @@ impl PartitionedTable {
         targets
     }
 
+    /// Whether a join that equates the two tables' partition columns can run
+    /// partition by partition: the same kind of column and function, and the
+    /// same partitions (names, values, backends) and default backend, so that
+    /// rows with equal values always sit in same-named tables on one backend.
+    pub fn co_located(&self, other: &PartitionedTable) -> Result<(), String> {
+        let (a, b) = (&self.table, &other.table);
+        if self.kind != other.kind || self.function != other.function {
+            return Err(format!(
+                "{a} ({} column, {}) and {b} ({} column, {}) are not partitioned alike",
+                self.kind.name(),
+                self.function,
+                other.kind.name(),
+                other.function
+            ));
+        }
+        if self.default_backend != other.default_backend {
+            return Err(format!(
+                "the default partitions of {a} and {b} are on backends {} and {}",
+                self.default_backend, other.default_backend
+            ));
+        }
+        fn layout(table: &PartitionedTable) -> Vec<(&str, &str, u32)> {
+            let mut entries: Vec<(&str, &str, u32)> = table
+                .entries
+                .iter()
+                .filter(|e| e.state.holds_rows())
+                .map(|e| (e.name.as_str(), e.value.as_str(), e.backend))
+                .collect();
+            entries.sort_unstable();
+            entries
+        }
+        let (mine, theirs) = (layout(self), layout(other));
+        match mine.iter().zip(&theirs).find(|(x, y)| x != y) {
+            None if mine.len() == theirs.len() => Ok(()),
+            Some(((name, value, backend), _)) => Err(format!(
+                "{a} has partition {name} for value '{value}' on backend {backend} and {b} has not"
+            )),
+            None => Err(format!("{a} and {b} have different partitions")),
+        }
+    }
+
     /// The entries of one partition name.
     pub fn partition<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a PartitionEntry> {
         self.entries.iter().filter(move |e| e.name == name)

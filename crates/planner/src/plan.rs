@@ -290,6 +290,9 @@ fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut Pla
         if table.locked() {
             return Action::Wait(table.table.clone());
         }
+        if let Some(joined) = shape.locked_joined(ctx.dictionary) {
+            return Action::Wait(joined.clone());
+        }
         let routed = shape.render(sql, table, ctx.main_backend, values, locate);
         crate::route::finish(routed, summary, ctx, &table.table)
     });

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use sqlparser::ast::{
     visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable, Ident,
-    ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr, Spanned, Statement,
-    TableFactor, TableObject, TableWithJoins, UnaryOperator, Value as Literal,
+    JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem,
+    SetExpr, Spanned, Statement, TableFactor, TableObject, TableWithJoins, UnaryOperator,
+    Value as Literal,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -89,25 +90,23 @@ pub(crate) fn route(
         Some((name.clone(), table))
     });
     let schema = schema_table.is_some();
-    let (reference, table, others) =
-        match (schema_table, partitioned.as_slice()) {
-            (Some((reference, table)), _) => (reference, table, 0),
-            (None, []) if reads_information_schema(&statements, ctx) => {
-                return Action::Listing(crate::show::information_schema(&statements, ctx)).into()
-            }
-            (None, []) => return Action::Main.into(),
-            (None, [(reference, table)]) => (reference.clone(), *table, others),
-            (None, [(_, table), ..]) => return refuse(
-                Some(&table.table),
-                "it names partitioned tables more than once (a join or subquery over partitions)"
-                    .into(),
-            ),
-        };
+    let (reference, table, others, joined) = match (schema_table, partitioned.as_slice()) {
+        (Some((reference, table)), _) => (reference, table, 0, &[][..]),
+        (None, []) if reads_information_schema(&statements, ctx) => {
+            return Action::Listing(crate::show::information_schema(&statements, ctx)).into()
+        }
+        (None, []) => return Action::Main.into(),
+        (None, [(reference, table), joined @ ..]) => (reference.clone(), *table, others, joined),
+    };
     let [statement] = statements.as_slice() else {
         return refuse(Some(&table.table), "several statements in one query".into());
     };
-    if table.locked() {
-        return Action::Wait(table.table.clone()).into();
+    let mut tables = std::iter::once(table).chain(joined.iter().map(|(_, t)| *t));
+    if let Some(locked) = tables.find(|t| t.locked()) {
+        return Action::Wait(locked.table.clone()).into();
+    }
+    if let Err(reason) = co_located(table, joined, statement) {
+        return refuse(Some(&table.table), reason);
     }
     let analysis = Analysis {
         sql,
@@ -116,6 +115,7 @@ pub(crate) fn route(
         table,
         reference,
         others,
+        joined,
         ctx,
         params: params.unwrap_or_default(),
     };
@@ -195,6 +195,30 @@ pub(crate) fn route(
     };
     let action = finish(routed, summary, ctx, &table.table);
     Routed { action, shape }
+}
+
+/// A statement that names partitioned tables beside the routed one must be
+/// a SELECT joining tables co-located with it (`PartitionedTable::co_located`).
+fn co_located(
+    table: &PartitionedTable,
+    joined: &[(ObjectName, &PartitionedTable)],
+    statement: &Statement,
+) -> Result<(), String> {
+    if joined.is_empty() {
+        return Ok(());
+    }
+    if !matches!(statement, Statement::Query(_)) {
+        return Err(
+            "a statement other than SELECT that names partitioned tables more than once (only a SELECT joins co-located partitions)"
+                .into(),
+        );
+    }
+    for (_, other) in joined {
+        table.co_located(other).map_err(|reason| {
+            format!("a join of partitioned tables that are not co-located: {reason}")
+        })?;
+    }
+    Ok(())
 }
 
 /// A rendered route, or the refusal that names the table.
@@ -323,6 +347,9 @@ pub(crate) struct Analysis<'a> {
     pub reference: ObjectName,
     /// References to tables that are not partitioned.
     pub others: usize,
+    /// Other references to partitioned tables: tables co-located with
+    /// `table` (or `table` again) that a SELECT joins to it.
+    pub joined: &'a [(ObjectName, &'a PartitionedTable)],
     pub ctx: &'a Context<'a>,
     /// The byte offsets of the `?` placeholders of a statement being prepared.
     pub params: &'a [usize],
@@ -339,7 +366,87 @@ pub(crate) enum Naming {
     Renamed,
 }
 
+/// A reference to a partitioned table in a statement: how its columns are
+/// qualified and how its physical table is written.
+pub(crate) struct Owner<'r> {
+    pub reference: &'r ObjectName,
+    pub table: &'r PartitionedTable,
+    pub alias: Option<Ident>,
+    pub naming: Option<Naming>,
+    /// Joined to the routed table, which picks its partitions.
+    pub co_located: bool,
+}
+
 impl Analysis<'_> {
+    /// The routed table as the statement names it.
+    fn owner(&self, alias: Option<Ident>, naming: Option<Naming>) -> Owner<'_> {
+        Owner {
+            reference: &self.reference,
+            table: self.table,
+            alias,
+            naming,
+            co_located: false,
+        }
+    }
+
+    /// The routed table and the tables joined to it, which must be tables of
+    /// the statement's own FROM, their partition columns equated by `=` at
+    /// the top level of the WHERE or of a join's ON.
+    fn owners(&self, select: &Select) -> Result<Vec<Owner<'_>>, String> {
+        let owner = |reference, table, co_located| -> Result<Owner<'_>, String> {
+            let alias = self.top_level_alias(&select.from, reference)?;
+            let naming = alias.is_none().then_some(Naming::Aliased);
+            Ok(Owner {
+                reference,
+                table,
+                alias,
+                naming,
+                co_located,
+            })
+        };
+        let mut owners = vec![owner(&self.reference, self.table, false)?];
+        for (reference, table) in self.joined {
+            owners.push(owner(reference, table, true)?);
+        }
+        if owners.len() == 1 {
+            return Ok(owners);
+        }
+        let mut equalities = Vec::new();
+        if let Some(selection) = &select.selection {
+            equalities.extend(conjuncts(selection));
+        }
+        for join in select.from.iter().flat_map(|t| &t.joins) {
+            if let Some(JoinConstraint::On(on)) = join_constraint(&join.join_operator) {
+                equalities.extend(conjuncts(on));
+            }
+        }
+        // Which references the equalities link to the routed table.
+        let mut linked = vec![false; owners.len()];
+        linked[0] = true;
+        let pairs: Vec<(usize, usize)> = equalities
+            .iter()
+            .filter_map(|e| match e {
+                Expr::BinaryOp {
+                    left,
+                    op: BinaryOperator::Eq,
+                    right,
+                } => Some((column_owner(left, &owners)?, column_owner(right, &owners)?)),
+                _ => None,
+            })
+            .collect();
+        while let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| linked[a] != linked[b]) {
+            linked[a] = true;
+            linked[b] = true;
+        }
+        match owners.iter().zip(&linked).find(|(_, linked)| !**linked) {
+            None => Ok(owners),
+            Some((owner, _)) => Err(format!(
+                "a join whose condition does not equate the partition columns of {} (`{}`) and {} (`{}`) with `=`",
+                self.table.table, self.table.column, owner.table.table, owner.table.column
+            )),
+        }
+    }
+
     fn select(&self, query: &Query, summary: &Summary) -> Result<(ByteShape, Vec<Bound>), String> {
         if query.with.is_some() {
             return Err("WITH".into());
@@ -347,19 +454,12 @@ impl Analysis<'_> {
         let SetExpr::Select(select) = query.body.as_ref() else {
             return Err("UNION, INTERSECT or EXCEPT".into());
         };
-        let alias = self.top_level_alias(&select.from)?;
+        let owners = self.owners(select)?;
         let (many, scan_edits) = match self.scan_merge(query, select, summary) {
             Ok((spec, edits)) => (Ok(Merge::Rows(Box::new(spec))), edits),
             Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
         };
-        let naming = alias.is_none().then_some(Naming::Aliased);
-        let (mut shape, values) = self.shape(
-            select.selection.as_ref(),
-            alias.as_ref(),
-            naming,
-            many,
-            false,
-        )?;
+        let (mut shape, values) = self.shape(select.selection.as_ref(), &owners, many, false)?;
         shape.scan_edits = scan_edits;
         Ok((shape, values))
     }
@@ -392,21 +492,30 @@ impl Analysis<'_> {
     fn shape(
         &self,
         selection: Option<&Expr>,
-        alias: Option<&Ident>,
-        naming: Option<Naming>,
+        owners: &[Owner],
         many: Result<Merge, String>,
         writes: bool,
     ) -> Result<(ByteShape, Vec<Bound>), String> {
-        let keys = selection.and_then(|w| self.fixed_keys(w, alias));
+        let keys = selection.and_then(|w| self.fixed_keys(w, owners));
         let values = keys.iter().flatten().map(|(v, _)| v.clone()).collect();
+        let mut edits = Vec::new();
+        for owner in owners {
+            edits.extend(self.edits_of(owner)?);
+        }
+        edits.sort_by_key(|e| e.at.start);
         let shape = Shape {
             table: Arc::new(self.table.table.clone()),
             keys: keys.map(|keys| keys.into_iter().map(|(_, k)| k).collect()),
-            edits: self.edits(naming)?,
+            edits,
             scan_edits: Vec::new(),
             many,
             writes,
             others: self.others > 0,
+            joined: owners
+                .iter()
+                .filter(|o| o.co_located)
+                .map(|o| Arc::new(o.table.table.clone()))
+                .collect(),
         };
         Ok((shape, values))
     }
@@ -415,7 +524,7 @@ impl Analysis<'_> {
         if update.from.is_some() {
             return Err("UPDATE ... FROM".into());
         }
-        let alias = self.top_level_alias(std::slice::from_ref(&update.table))?;
+        let alias = self.top_level_alias(std::slice::from_ref(&update.table), &self.reference)?;
         for assignment in &update.assignments {
             let columns = match &assignment.target {
                 AssignmentTarget::ColumnName(name) => vec![name],
@@ -433,13 +542,8 @@ impl Analysis<'_> {
             false => Ok(Merge::AffectedRows),
         };
         let naming = alias.is_none().then_some(Naming::Aliased);
-        self.shape(
-            update.selection.as_ref(),
-            alias.as_ref(),
-            naming,
-            many,
-            true,
-        )
+        let owner = self.owner(alias, naming);
+        self.shape(update.selection.as_ref(), &[owner], many, true)
     }
 
     fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<(ByteShape, Vec<Bound>), String> {
@@ -449,7 +553,7 @@ impl Analysis<'_> {
         if !delete.tables.is_empty() || delete.using.is_some() || from.len() != 1 {
             return Err("multi-table DELETE".into());
         }
-        let alias = self.top_level_alias(from)?;
+        let alias = self.top_level_alias(from, &self.reference)?;
         if alias.is_some() {
             return Err("DELETE with a table alias".into());
         }
@@ -457,13 +561,8 @@ impl Analysis<'_> {
             true => Err("DELETE with ORDER BY or LIMIT over several partitions".into()),
             false => Ok(Merge::AffectedRows),
         };
-        self.shape(
-            delete.selection.as_ref(),
-            None,
-            Some(Naming::Renamed),
-            many,
-            true,
-        )
+        let owner = self.owner(None, Some(Naming::Renamed));
+        self.shape(delete.selection.as_ref(), &[owner], many, true)
     }
 
     /// DESC / SHOW COLUMNS: the default table has the logical table's columns.
@@ -622,6 +721,7 @@ impl Analysis<'_> {
             many: Err("one row in several partitions".into()),
             writes: true,
             others: self.others > 0,
+            joined: Vec::new(),
         };
         Ok((shape, vec![bound]))
     }
@@ -731,15 +831,19 @@ impl Analysis<'_> {
         })
     }
 
-    /// The alias of the partitioned table, which must be a table of the
-    /// statement's own FROM (not of a subquery).
-    fn top_level_alias(&self, from: &[TableWithJoins]) -> Result<Option<Ident>, String> {
+    /// The alias of a reference to a partitioned table, which must be a
+    /// table of the statement's own FROM (not of a subquery).
+    fn top_level_alias(
+        &self,
+        from: &[TableWithJoins],
+        reference: &ObjectName,
+    ) -> Result<Option<Ident>, String> {
         let factors = from
             .iter()
             .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
         for factor in factors {
             if let TableFactor::Table { name, alias, .. } = factor {
-                if same_name(name, &self.reference) {
+                if same_name(name, reference) {
                     return Ok(alias.as_ref().map(|a| a.name.clone()));
                 }
             }
@@ -760,8 +864,11 @@ impl Analysis<'_> {
     fn fixed_keys(
         &self,
         selection: &Expr,
-        alias: Option<&Ident>,
+        owners: &[Owner],
     ) -> Option<Vec<(Bound, Key<Range<usize>>)>> {
+        // The tables' partition columns are equated: a value of any one of
+        // them picks the partitions of all.
+        let is_column = |expr: &Expr| column_owner(expr, owners).is_some();
         let mut best: Option<Vec<(Bound, Key<Range<usize>>)>> = None;
         for conjunct in conjuncts(selection) {
             let values = match conjunct {
@@ -770,7 +877,7 @@ impl Analysis<'_> {
                     op: BinaryOperator::Eq,
                     right,
                 } => {
-                    let value = match (self.is_column(left, alias), self.is_column(right, alias)) {
+                    let value = match (is_column(left), is_column(right)) {
                         (true, _) => self.literal_key(right),
                         (_, true) => self.literal_key(left),
                         _ => None,
@@ -781,9 +888,7 @@ impl Analysis<'_> {
                     expr,
                     list,
                     negated: false,
-                } if self.is_column(expr, alias) => {
-                    list.iter().map(|e| self.literal_key(e)).collect()
-                }
+                } if is_column(expr) => list.iter().map(|e| self.literal_key(e)).collect(),
                 _ => None,
             };
             if let Some(values) = values {
@@ -795,51 +900,24 @@ impl Analysis<'_> {
         best
     }
 
-    fn is_column(&self, expr: &Expr, alias: Option<&Ident>) -> bool {
-        let expr = strip_nesting(expr);
-        match expr {
-            Expr::Identifier(ident) => ident.value.eq_ignore_ascii_case(&self.table.column),
-            Expr::CompoundIdentifier(idents) => {
-                let name = ObjectName(
-                    idents
-                        .iter()
-                        .cloned()
-                        .map(ObjectNamePart::Identifier)
-                        .collect(),
-                );
-                self.names_column(&name, alias)
-            }
-            _ => false,
-        }
-    }
-
     /// Whether a column reference (`col`, `t.col`, `db.t.col`) is the partition
-    /// column of the partitioned table.
+    /// column of the routed table.
     fn names_column(&self, name: &ObjectName, alias: Option<&Ident>) -> bool {
         let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
-        let Some((column, qualifier)) = parts.split_last() else {
-            return false;
-        };
-        column.value.eq_ignore_ascii_case(&self.table.column) && self.is_qualifier(qualifier, alias)
+        names_column(&parts, self.table, alias)
     }
 
-    /// Whether a qualifier names the partitioned table.
-    fn is_qualifier(&self, qualifier: &[&Ident], alias: Option<&Ident>) -> bool {
-        let table = &self.table.table;
-        match (qualifier, alias) {
-            ([], _) => true,
-            ([q], Some(alias)) => q.value == alias.value,
-            ([q], None) => q.value == table.name,
-            ([db, q], None) => db.value == table.db && q.value == table.name,
-            _ => false,
-        }
-    }
-
-    /// Where the physical table goes in for the partitioned table, and where
-    /// no alias can stand in for it, for the qualifiers that name it.
+    /// Where the physical table goes in for the routed table, and where no
+    /// alias can stand in for it, for the qualifiers that name it.
     pub(crate) fn edits(&self, naming: Option<Naming>) -> Result<Vec<Edit<Range<usize>>>, String> {
+        self.edits_of(&self.owner(None, naming))
+    }
+
+    /// `edits` for one reference to a partitioned table, in text order.
+    fn edits_of(&self, owner: &Owner) -> Result<Vec<Edit<Range<usize>>>, String> {
+        let naming = owner.naming;
         let lost = || "a table name hscale cannot find in the text".to_string();
-        let parts: Vec<&Ident> = self
+        let parts: Vec<&Ident> = owner
             .reference
             .0
             .iter()
@@ -857,18 +935,25 @@ impl Analysis<'_> {
                 .to_string(),
             _ => String::new(),
         };
+        let table = &owner.table.table;
         let after = match naming {
-            Some(Naming::Aliased) => format!(" AS {}", quote_identifier(&self.table.table.name)),
+            Some(Naming::Aliased) => format!(" AS {}", quote_identifier(&table.name)),
             _ => String::new(),
         };
-        let mut edits = vec![Edit {
-            at: range,
-            text: EditText::Physical { before, after },
-        }];
+        let text = match owner.co_located {
+            false => EditText::Physical { before, after },
+            true => EditText::CoLocated {
+                table: Arc::new(table.clone()),
+                default: Arc::from(owner.table.default_table.as_str()),
+                before,
+                after,
+            },
+        };
+        let mut edits = vec![Edit { at: range, text }];
         let mut failed = false;
         let _ = visit_expressions(self.statement, |expr: &Expr| {
             if let Expr::CompoundIdentifier(idents) = expr {
-                match self.qualifier_edit(idents, naming) {
+                match self.qualifier_edit(idents, table, naming) {
                     Ok(Some(edit)) => edits.push(edit),
                     Ok(None) => {}
                     Err(()) => failed = true,
@@ -887,9 +972,9 @@ impl Analysis<'_> {
     fn qualifier_edit(
         &self,
         idents: &[Ident],
+        table: &TableName,
         naming: Option<Naming>,
     ) -> Result<Option<Edit<Range<usize>>>, ()> {
-        let table = &self.table.table;
         let edit = match (idents, naming) {
             // db.users.col: an alias cannot be qualified by a database.
             ([db, t, _], Some(naming)) if db.value == table.db && t.value == table.name => Edit {
@@ -986,6 +1071,57 @@ impl Analysis<'_> {
         let start = self.params.partition_point(|&p| p < range.start);
         let end = self.params.partition_point(|&p| p < range.end);
         start..end
+    }
+}
+
+/// Whether a column reference's parts (`col`, `t.col`, `db.t.col`) name the
+/// partition column of `table`, known in the statement as `alias`.
+fn names_column(parts: &[&Ident], table: &PartitionedTable, alias: Option<&Ident>) -> bool {
+    let Some((column, qualifier)) = parts.split_last() else {
+        return false;
+    };
+    let name = &table.table;
+    column.value.eq_ignore_ascii_case(&table.column)
+        && match (qualifier, alias) {
+            ([], _) => true,
+            ([q], Some(alias)) => q.value == alias.value,
+            ([q], None) => q.value == name.name,
+            ([db, q], None) => db.value == name.db && q.value == name.name,
+            _ => false,
+        }
+}
+
+/// Which reference's partition column an expression is. An unqualified
+/// name belongs to a reference only if no other's partition column has it.
+fn column_owner(expr: &Expr, owners: &[Owner]) -> Option<usize> {
+    let parts: Vec<&Ident> = match strip_nesting(expr) {
+        Expr::Identifier(ident) => vec![ident],
+        Expr::CompoundIdentifier(idents) => idents.iter().collect(),
+        _ => return None,
+    };
+    let mut found = owners
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| names_column(&parts, o.table, o.alias.as_ref()))
+        .map(|(i, _)| i);
+    match (found.next(), found.next()) {
+        (Some(i), None) => Some(i),
+        _ => None,
+    }
+}
+
+/// The constraint of a join MariaDB writes with ON.
+fn join_constraint(operator: &JoinOperator) -> Option<&JoinConstraint> {
+    match operator {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::CrossJoin(c)
+        | JoinOperator::StraightJoin(c) => Some(c),
+        _ => None,
     }
 }
 

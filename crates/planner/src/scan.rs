@@ -8,7 +8,7 @@
 
 use std::ops::{ControlFlow, Range};
 
-use hscale_merge::{Combine, CompareOp, Having, SortKey, Spec};
+use hscale_merge::{Combine, CompareOp, Having, Reorder, SortKey, Spec};
 use sqlparser::ast::{
     visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
     FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
@@ -73,6 +73,9 @@ impl Hidden {
         }
     }
 }
+
+/// How far before its span an expression's text is looked for.
+const MAX_TOKENS_BACK: usize = 16;
 
 impl Analysis<'_> {
     /// The merge of a SELECT's partitions and the edits each partition's
@@ -199,7 +202,11 @@ impl Analysis<'_> {
                                         "ORDER BY `{text}`, which the select list does not have"
                                     )
                                 })?;
-                                spec.reorder.push((column, *descending));
+                                spec.reorder.push(Reorder {
+                                    column,
+                                    descending: *descending,
+                                    group_key: group_keys.iter().position(|g| same(g, text)),
+                                });
                             }
                             for text in &group_keys {
                                 spec.keys.push(hidden.key(text, false));
@@ -607,11 +614,26 @@ impl Analysis<'_> {
         }
         // Grown a token at a time up to where it must end; the shortest text
         // that parses back to the expression is it.
-        let limit = self.expression_end(range.start);
-        Tokens::new(&self.sql.as_bytes()[range.start..limit], self.ctx.quoting)
-            .map(|t| &self.sql[range.start..range.start + t.end])
-            .filter(|grown| grown.len() > text.len())
-            .find(|grown| same(grown))
+        let grown_from = |start: usize, shortest: usize| {
+            let limit = self.expression_end(start);
+            Tokens::new(&self.sql.as_bytes()[start..limit], self.ctx.quoting)
+                .map(|t| &self.sql[start..start + t.end])
+                .filter(|grown| grown.len() > shortest)
+                .find(|grown| same(grown))
+        };
+        if let Some(found) = grown_from(range.start, text.len()) {
+            return Ok(found.to_string());
+        }
+        // Spans can start inside an expression too (`TRIM(LOWER(x))` starts
+        // at `LOWER`): the nearest earlier token it can start at.
+        let starts: Vec<usize> = Tokens::new(&self.sql.as_bytes()[..range.start], self.ctx.quoting)
+            .map(|t| t.start)
+            .collect();
+        starts
+            .iter()
+            .rev()
+            .take(MAX_TOKENS_BACK)
+            .find_map(|&start| grown_from(start, 0))
             .map(str::to_string)
             .ok_or_else(|| format!("an expression hscale cannot locate in the text (`{text}`)"))
     }

@@ -3,10 +3,11 @@
 //! partitions combine. Rendering a shape with values gives the route; the plan
 //! cache keeps shapes so that a statement of a known shape is never parsed.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::dictionary::{PartitionedTable, TableName, Target};
+use crate::dictionary::{partition_table, Dictionary, PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Route, Step};
 use crate::rewrite::{push_quoted, Splices};
@@ -28,6 +29,9 @@ pub(crate) struct Shape<R> {
     pub writes: bool,
     /// The statement names tables that are not partitioned too.
     pub others: bool,
+    /// Partitioned tables joined to `table`, co-located with it: each runs
+    /// as its table beside `table`'s.
+    pub joined: Vec<Arc<TableName>>,
 }
 
 /// A literal of the partition column: where it is, and whether a minus sign
@@ -52,6 +56,14 @@ pub(crate) enum EditText {
         after: String,
     },
     Fixed(String),
+    /// The physical table of a table co-located with the routed one that
+    /// holds the same partition: `orders_p1` beside `users_p1`.
+    CoLocated {
+        table: Arc<TableName>,
+        default: Arc<str>,
+        before: String,
+        after: String,
+    },
 }
 
 /// Positions as byte ranges of one statement's text.
@@ -101,24 +113,48 @@ pub(crate) fn apply_edits<'e, R: 'e>(
 }
 
 impl EditText {
-    /// At most how many bytes `write` adds (backquotes doubled or not).
-    fn len(&self, target: &Target) -> usize {
+    /// The physical table name the edit writes for `target`, with the text
+    /// around it; `Err`: a fixed text.
+    fn parts<'s>(
+        &'s self,
+        target: &'s Target,
+    ) -> Result<(&'s str, Cow<'s, str>, &'s str), &'s str> {
         match self {
             EditText::Physical { before, after } => {
-                before.len() + 2 * target.table.len() + 2 + after.len()
+                Ok((before, Cow::Borrowed(&target.table), after))
             }
-            EditText::Fixed(text) => text.len(),
+            EditText::CoLocated {
+                table,
+                default,
+                before,
+                after,
+            } => {
+                let name = match &target.partition {
+                    Some(partition) => Cow::Owned(partition_table(table, partition)),
+                    None => Cow::Borrowed(&**default),
+                };
+                Ok((before, name, after))
+            }
+            EditText::Fixed(text) => Err(text),
+        }
+    }
+
+    /// At most how many bytes `write` adds (backquotes doubled or not).
+    fn len(&self, target: &Target) -> usize {
+        match self.parts(target) {
+            Ok((before, name, after)) => before.len() + 2 * name.len() + 2 + after.len(),
+            Err(text) => text.len(),
         }
     }
 
     fn write(&self, target: &Target, out: &mut String) {
-        match self {
-            EditText::Physical { before, after } => {
+        match self.parts(target) {
+            Ok((before, name, after)) => {
                 out.push_str(before);
-                push_quoted(&target.table, out);
+                push_quoted(&name, out);
                 out.push_str(after);
             }
-            EditText::Fixed(text) => out.push_str(text),
+            Err(text) => out.push_str(text),
         }
     }
 }
@@ -159,6 +195,16 @@ impl<R> Shape<R> {
             writes: self.writes,
             highest_id: None,
         })
+    }
+
+    /// A table joined to the routed one that a move or a schema change
+    /// holds: the statement waits for it.
+    pub fn locked_joined<'d>(&self, dictionary: &'d Dictionary) -> Option<&'d TableName> {
+        self.joined
+            .iter()
+            .filter_map(|t| dictionary.table(&t.db, &t.name))
+            .find(|t| t.locked())
+            .map(|t| &t.table)
     }
 
     /// The edits of one partition's text, in text order: with the scan's
@@ -274,6 +320,7 @@ impl ByteShape {
             many: self.many.clone(),
             writes: self.writes,
             others: self.others,
+            joined: self.joined.clone(),
         })
     }
 }

@@ -281,6 +281,11 @@ impl Template {
         if table.locked() {
             return Routing::Wait(table.table.clone());
         }
+        if let Form::Keys { shape, .. } = &self.form {
+            if let Some(joined) = shape.locked_joined(dictionary) {
+                return Routing::Wait(joined.clone());
+            }
+        }
         match self.execution(table, main_backend, param) {
             Ok(execution) => Routing::Run(execution),
             Err(reason) => Routing::Refuse(Refusal {

@@ -346,11 +346,7 @@ fn refuses_what_partitions_cannot_answer() {
         ),
         (
             "SELECT * FROM users JOIN orders ON users.id = orders.user_id",
-            "more than once",
-        ),
-        (
-            "SELECT * FROM users WHERE id IN (SELECT user_id FROM orders)",
-            "more than once",
+            "not co-located: `app`.`users` (text column, PREFIX(3)) and `app`.`orders` (integer column, MOD(4)) are not partitioned alike",
         ),
         (
             "SELECT * FROM users WHERE nickname = 'mar' UNION SELECT * FROM t",
@@ -702,4 +698,156 @@ fn inserts_that_leave_ids_to_the_server_get_hscales_ids_written_in() {
         other => panic!("expected a refusal, got {other:?}"),
     };
     assert!(refused.contains("AUTO_INCREMENT"), "{refused}");
+}
+
+/// `orders` of `dictionary()` with `items` partitioned alike (co-located)
+/// and `payments` partitioned alike but with p1 on another backend.
+fn joined_dictionary() -> Dictionary {
+    let base = dictionary();
+    let orders = base.table("app", "orders").unwrap().clone();
+    let like_orders = |name: &str, p1_backend: u32| {
+        let mut definition = orders.definition();
+        definition.table.name = name.into();
+        definition.default_table = format!("{name}_default");
+        let mut entries = orders.entries.clone();
+        entries[0].backend = p1_backend;
+        PartitionedTable::new(definition, entries)
+    };
+    let mut tables: Vec<PartitionedTable> = base.tables().into_iter().cloned().collect();
+    tables.push(like_orders("items", 2));
+    tables.push(like_orders("payments", 1));
+    Dictionary::new(1, tables)
+}
+
+fn joined_plan(sql: &str, cache: &mut PlanCache) -> Action {
+    let dictionary = joined_dictionary();
+    let ctx = context(&dictionary, "app");
+    plan(sql.as_bytes(), &ctx, cache).action
+}
+
+fn joined_steps(sql: &str) -> Vec<(u32, String)> {
+    match joined_plan(sql, &mut PlanCache::default()) {
+        Action::Route(route) => route
+            .steps
+            .into_iter()
+            .map(|s| (s.target.backend, s.sql))
+            .collect(),
+        other => panic!("{sql}: expected a route, got {other:?}"),
+    }
+}
+
+#[test]
+fn joins_of_co_located_tables_run_partition_by_partition() {
+    assert_eq!(
+        joined_steps(
+            "SELECT o.user_id, i.sku FROM orders o JOIN items i ON o.user_id = i.user_id WHERE o.user_id = 5"
+        ),
+        [(2, "SELECT o.user_id, i.sku FROM `orders_p1` o JOIN `items_p1` i ON o.user_id = i.user_id WHERE o.user_id = 5".into())]
+    );
+    // The joined table's column picks the partitions too: its values equal
+    // the routed table's.
+    assert_eq!(
+        joined_steps(
+            "SELECT * FROM orders LEFT JOIN items ON orders.user_id = items.user_id WHERE items.user_id IN (2, 6)"
+        ),
+        [(1, "SELECT * FROM `orders_default` AS `orders` LEFT JOIN `items_default` AS `items` ON orders.user_id = items.user_id WHERE items.user_id IN (2, 6)".into())]
+    );
+    // Every pair of partitions, each on the backend that holds both.
+    assert_eq!(
+        joined_steps("SELECT * FROM orders o, items i WHERE i.user_id = o.user_id AND o.total > 3"),
+        [
+            (1, "SELECT * FROM `orders_default` o, `items_default` i WHERE i.user_id = o.user_id AND o.total > 3".into()),
+            (2, "SELECT * FROM `orders_p1` o, `items_p1` i WHERE i.user_id = o.user_id AND o.total > 3".into()),
+        ]
+    );
+    // A table joined to itself is co-located with itself.
+    assert_eq!(
+        joined_steps("SELECT a.total FROM orders a JOIN orders b ON a.user_id = b.user_id AND a.id < b.id WHERE a.user_id = 1"),
+        [(2, "SELECT a.total FROM `orders_p1` a JOIN `orders_p1` b ON a.user_id = b.user_id AND a.id < b.id WHERE a.user_id = 1".into())]
+    );
+    // Three tables, linked through the second.
+    assert_eq!(
+        joined_steps("SELECT COUNT(*) FROM orders o JOIN items i ON i.user_id = o.user_id JOIN orders x ON x.user_id = i.user_id WHERE o.user_id = 4").len(),
+        1
+    );
+}
+
+#[test]
+fn joins_that_cannot_run_per_partition_are_refused() {
+    let refused = |sql: &str| match joined_plan(sql, &mut PlanCache::default()) {
+        Action::Refuse(r) => r.reason,
+        other => panic!("{sql}: expected a refusal, got {other:?}"),
+    };
+    for (sql, reason) in [
+        (
+            "SELECT * FROM orders o JOIN payments p ON o.user_id = p.user_id",
+            "not co-located: `app`.`orders` has partition p1 for value '1' on backend 2 and `app`.`payments` has not",
+        ),
+        (
+            "SELECT * FROM orders o JOIN items i ON o.id = i.user_id",
+            "does not equate the partition columns of `app`.`orders` (`user_id`) and `app`.`items` (`user_id`)",
+        ),
+        (
+            "SELECT * FROM orders o JOIN items i ON o.user_id = i.user_id OR o.id = i.id",
+            "does not equate",
+        ),
+        (
+            "SELECT * FROM orders o JOIN items i ON o.user_id = i.user_id JOIN items j ON j.id = o.id",
+            "does not equate",
+        ),
+        (
+            "SELECT * FROM orders WHERE user_id IN (SELECT user_id FROM items)",
+            "inside a subquery",
+        ),
+        (
+            "UPDATE orders o JOIN items i ON o.user_id = i.user_id SET o.total = 1",
+            "a statement other than SELECT that names partitioned tables more than once",
+        ),
+    ] {
+        let got = refused(sql);
+        assert!(got.contains(reason), "{sql}: {got}");
+    }
+}
+
+#[test]
+fn a_cached_join_renders_like_a_fresh_one_and_waits_for_a_locked_joined_table() {
+    let mut cache = PlanCache::default();
+    let sql = |n: u32| {
+        format!(
+            "SELECT * FROM orders o JOIN items i ON o.user_id = i.user_id WHERE o.user_id = {n}"
+        )
+    };
+    let first = joined_plan(&sql(5), &mut cache);
+    let again = joined_plan(&sql(2), &mut cache);
+    assert_eq!(cache.hits(), 1);
+    let (Action::Route(first), Action::Route(again)) = (first, again) else {
+        panic!("expected routes");
+    };
+    assert_eq!(first.steps[0].sql, "SELECT * FROM `orders_p1` o JOIN `items_p1` i ON o.user_id = i.user_id WHERE o.user_id = 5");
+    assert_eq!(again.steps[0].sql, "SELECT * FROM `orders_default` o JOIN `items_default` i ON o.user_id = i.user_id WHERE o.user_id = 2");
+
+    let mut dictionary = joined_dictionary();
+    let mut items = dictionary.table("app", "items").unwrap().clone();
+    items.entries[0].state = PartitionState::Copying;
+    let items = PartitionedTable::new(items.definition(), items.entries.clone());
+    let mut tables: Vec<PartitionedTable> = dictionary
+        .tables()
+        .into_iter()
+        .filter(|t| t.table.name != "items")
+        .cloned()
+        .collect();
+    tables.push(items);
+    dictionary = Dictionary::new(1, tables);
+    let ctx = context(&dictionary, "app");
+    // The same version: the cached shape is used, and still waits.
+    let action = plan(sql(5).as_bytes(), &ctx, &mut cache).action;
+    assert!(
+        matches!(&action, Action::Wait(t) if t.name == "items"),
+        "{action:?}"
+    );
+    let action = plan(sql(5).as_bytes(), &ctx, &mut PlanCache::default()).action;
+    assert!(
+        matches!(&action, Action::Wait(t) if t.name == "items"),
+        "{action:?}"
+    );
 }

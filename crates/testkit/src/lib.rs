@@ -13,6 +13,7 @@ use hscale::Shared;
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder};
 
+pub mod differential;
 pub mod raw;
 
 /// The servers every test of this binary shares.
@@ -69,14 +70,31 @@ fn end_a_hung_run(logs: Vec<PathBuf>) {
     std::process::exit(1);
 }
 
+/// The servers of this binary: two, unless `cluster_of` asked for more first.
 pub fn cluster() -> &'static Cluster {
-    CLUSTER.get_or_init(|| {
+    cluster_of(BACKENDS)
+}
+
+/// The servers of this binary, `backends` of them when this call starts them
+/// (a binary that needs more than two asks before any other test starts them).
+pub fn cluster_of(backends: usize) -> &'static Cluster {
+    let cluster = CLUSTER.get_or_init(|| start_cluster(backends));
+    assert!(
+        cluster.ports.len() >= backends,
+        "the cluster started with {} backends, {backends} needed",
+        cluster.ports.len()
+    );
+    cluster
+}
+
+fn start_cluster(backends: usize) -> Cluster {
+    {
         let dir = tempfile::Builder::new()
             .prefix("hscale-test-")
             .tempdir()
             .expect("temp dir")
             .keep();
-        let servers = start_servers(&dir, BACKENDS).unwrap_or_else(|e| {
+        let servers = start_servers(&dir, backends).unwrap_or_else(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             panic!("cannot start MariaDB: {e}")
         });
@@ -92,10 +110,14 @@ pub fn cluster() -> &'static Cluster {
             servers: servers.into_iter().map(Mutex::new).collect(),
             dir,
         }
-    })
+    }
 }
 
 impl Cluster {
+    pub fn backends(&self) -> usize {
+        self.ports.len()
+    }
+
     pub fn port(&self, backend: usize) -> u16 {
         self.ports[backend - 1]
     }
