@@ -91,3 +91,9 @@ SELECT TRIM(LOWER(name)) AS n, COUNT(*) AS c FROM items GROUP BY n ORDER BY c, n
 # What hscale cannot merge exactly it refuses.
 -- error 1235
 SELECT COUNT(DISTINCT grp) FROM items;
+
+# ORDER BY an aggregate without LIMIT: hscale sorts every combined group.
+-- ordered
+SELECT grp, COUNT(*) AS c, SUM(price) FROM items GROUP BY grp ORDER BY c DESC, grp;
+-- ordered
+SELECT kind, at, COUNT(*) AS n FROM events GROUP BY kind, at ORDER BY n DESC, at, kind;

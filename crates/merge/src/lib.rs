@@ -2,14 +2,18 @@
 //! table would give, without I/O: the proxy pushes what each partition sends
 //! (its column definitions, its rows, its end) and pops the rows the client
 //! gets, and the merger says which partition it must hear from next. Rows stay
-//! the backends' packets; only the columns a merge compares are read.
+//! the backends' packets; only the columns a merge compares are read. The one
+//! merge that must hold many rows (ORDER BY over combined groups) holds at most
+//! a memory budget and spills the rest to temporary files (`Budget`).
 
 mod aggregate;
+mod kept;
 mod merger;
 mod order;
 mod rows;
 
 pub use aggregate::{Combine, CompareOp, Having};
+pub use kept::Budget;
 pub use merger::{MergeError, Merger, Next, Reorder, SortKey, Spec};
 pub use order::{Collation, Collations};
 pub use rows::Encoding;

@@ -14,6 +14,7 @@ use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
 use crate::aggregate::{self, Combine, Fold, Having, Partial};
+use crate::kept::{Budget, Kept, Ranked};
 use crate::order::{Collations, Decoded, KeyOrder};
 use crate::rows::{self, Encoding};
 
@@ -74,6 +75,11 @@ pub enum MergeError {
     ColumnsDiffer(String),
     #[error("a partition sent a malformed row ({0})")]
     Malformed(&'static str),
+    /// The groups an ORDER BY over them keeps outgrew the disk budget.
+    #[error("the merge of several partitions needs more than {0} bytes of temporary files")]
+    Budget(u64),
+    #[error("a temporary file of the merge failed: {0}")]
+    Spill(String),
 }
 
 /// What the merger wants or gives next.
@@ -108,13 +114,15 @@ struct Head {
 }
 
 /// A key's bytes in its row, and what comparisons read of them.
-type KeyValue = (Range<usize>, Decoded);
+pub(crate) type KeyValue = (Range<usize>, Decoded);
 
 #[derive(Debug)]
 struct Header {
     definitions: Vec<Bytes>,
     columns: Vec<Column>,
     orders: Vec<KeyOrder>,
+    /// How each of `Spec::reorder` compares.
+    reorders: Vec<KeyOrder>,
 }
 
 /// The group being combined: its first row decides its keys.
@@ -127,16 +135,6 @@ struct Group {
     orders: Vec<Option<KeyOrder>>,
 }
 
-/// A combined group kept for a reordered answer: what each reorder key
-/// compares (in `row`, or in `first`, the group's first row, for a group
-/// key), and the client's row.
-#[derive(Debug)]
-struct Ranked {
-    keys: SmallVec<[Option<KeyValue>; 2]>,
-    row: Bytes,
-    first: Bytes,
-}
-
 /// What comes next from the partitions.
 enum Input {
     Row(Head),
@@ -147,10 +145,9 @@ enum Input {
 #[derive(Debug)]
 pub struct Merger {
     encoding: Encoding,
-    /// With `Spec::reorder`: the best groups so far, in order, and whether
-    /// they are being sent.
-    top: Vec<Ranked>,
-    top_sent: bool,
+    /// With `Spec::reorder`: the groups that may be among the first.
+    kept: Option<Kept>,
+    budget: Budget,
     group: Option<Group>,
     spec: Spec,
     collations: Arc<Collations>,
@@ -173,8 +170,7 @@ impl Merger {
     ) -> Merger {
         Merger {
             encoding,
-            top: Vec::new(),
-            top_sent: false,
+            kept: None,
             group: None,
             spec,
             collations,
@@ -184,7 +180,13 @@ impl Merger {
             queue: VecDeque::new(),
             skipped: 0,
             sent: 0,
+            budget: Budget::default(),
         }
+    }
+
+    /// How much the merge may hold in memory and spill to temporary files.
+    pub fn with_budget(self, budget: Budget) -> Merger {
+        Merger { budget, ..self }
     }
 
     /// A partition's column definitions (without the count or EOF packets).
@@ -204,7 +206,7 @@ impl Merger {
         match &self.header {
             None => {
                 let visible = columns.len() - self.spec.hidden;
-                let orders = self
+                let orders: Vec<KeyOrder> = self
                     .spec
                     .keys
                     .iter()
@@ -215,10 +217,35 @@ impl Merger {
                         KeyOrder::of(column)
                     })
                     .collect::<Result<_, _>>()?;
+                let reorders = self
+                    .spec
+                    .reorder
+                    .iter()
+                    .map(|key| match key.group_key {
+                        Some(k) => orders
+                            .get(k)
+                            .cloned()
+                            .ok_or(MergeError::Malformed("a group key")),
+                        None => {
+                            let column = columns
+                                .get(key.column)
+                                .ok_or(MergeError::Malformed("an ORDER BY column"))?;
+                            let order = KeyOrder::of(column)?;
+                            match order.by_weight() {
+                                true => Err(MergeError::Unsupported(
+                                    "ORDER BY a string that is not a group key over the combined groups of several partitions"
+                                        .into(),
+                                )),
+                                false => Ok(order),
+                            }
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
                 self.header = Some(Header {
                     definitions,
                     columns,
                     orders,
+                    reorders,
                 });
             }
             Some(first) => agree(&first.columns, &columns)?,
@@ -256,20 +283,14 @@ impl Merger {
             if let Some(name) = &values[visible + key.collation] {
                 order.learn(&row[name.clone()], &self.collations)?;
             }
-            let at = visible
-                + if order.by_weight() {
-                    key.weight
-                } else {
-                    key.value
-                };
-            let key = match &values[at] {
-                Some(range) => Some((
-                    range.clone(),
-                    order.decode(&row[range.clone()], self.encoding)?,
-                )),
-                None => None,
-            };
-            keys.push(key);
+            keys.push(sort_value(
+                key,
+                order,
+                &row,
+                &values,
+                visible,
+                self.encoding,
+            )?);
         }
         match (&self.sources[partition], &mut self.heads[partition]) {
             (Source::Open, head @ None) => *head = Some(Head { row, keys }),
@@ -301,11 +322,10 @@ impl Merger {
                         Some(row) => row,
                         None => continue,
                     },
-                    None if !self.spec.reorder.is_empty() && !self.top.is_empty() => {
-                        self.top_sent = true;
-                        self.top.remove(0).row
-                    }
-                    None => return Ok(Next::Done),
+                    None => match self.next_kept()? {
+                        Some(row) => row,
+                        None => return Ok(Next::Done),
+                    },
                 },
                 (Input::Row(head), false) => self.without_hidden(head.row)?,
                 (Input::Row(head), true) => match self.group_row(head)? {
@@ -400,51 +420,79 @@ impl Merger {
     }
 
     /// A finished group's row for the client now, or `None`: HAVING
-    /// dropped it, or it waits among the first groups of a reordered answer.
+    /// dropped it, or it waits among the kept groups of a reordered answer.
     fn finished(&mut self, group: Group) -> Result<Option<Bytes>, MergeError> {
-        if self.spec.reorder.is_empty() || self.top_sent {
+        if self.spec.reorder.is_empty() {
             return self.finish(group);
         }
         let first = group.first.clone();
         if let Some(row) = self.finish(group)? {
-            self.keep_if_among_the_first(row, first)?;
+            let ranked = self.rank(row, first.row, Some(&first.keys))?;
+            let mut kept = self.kept.take().unwrap_or_else(|| {
+                let keep = self
+                    .spec
+                    .offset
+                    .saturating_add(self.spec.limit.unwrap_or(u64::MAX));
+                Kept::new(keep, self.budget.clone())
+            });
+            let pushed = kept.push(ranked, &|a, b| self.compare_ranked(a, b));
+            self.kept = Some(kept);
+            pushed?;
         }
         Ok(None)
     }
 
-    /// How a reorder key compares, and which row's bytes: a group key's
-    /// weight in the group's first row, else the client's column (numbers
-    /// and times: a string's weight is not in a combined row).
-    fn reorder_order(&self, key: &Reorder) -> Result<KeyOrder, MergeError> {
-        let header = self.header.as_ref().expect("rows come after columns");
-        if let Some(k) = key.group_key {
-            return Ok(header.orders[k].clone());
-        }
-        let order = KeyOrder::of(&header.columns[key.column])?;
-        match order.by_weight() {
-            true => Err(MergeError::Unsupported(
-                "ORDER BY a string that is not a group key over the combined groups of several partitions"
-                    .into(),
-            )),
-            false => Ok(order),
-        }
+    /// The next of the kept groups, once every group has come.
+    fn next_kept(&mut self) -> Result<Option<Bytes>, MergeError> {
+        let Some(mut kept) = self.kept.take() else {
+            return Ok(None);
+        };
+        let compare = |a: &Ranked, b: &Ranked| self.compare_ranked(a, b);
+        let rank = |row, first| self.rank(row, first, None);
+        let next = match kept.is_draining() {
+            true => kept.next(&compare, &rank),
+            false => kept
+                .drain(&compare, &rank)
+                .and_then(|()| kept.next(&compare, &rank)),
+        };
+        self.kept = Some(kept);
+        next
     }
 
-    /// Keeps a combined group's row if it is among the first OFFSET + LIMIT
-    /// in the client's ORDER BY.
-    fn keep_if_among_the_first(&mut self, row: Bytes, first: Head) -> Result<(), MergeError> {
+    /// What a combined group's reorder keys compare: the client's column in
+    /// `row`, or a group key in `first` (its keys decoded already when known).
+    fn rank(
+        &self,
+        row: Bytes,
+        first: Bytes,
+        first_keys: Option<&SmallVec<[Option<KeyValue>; 2]>>,
+    ) -> Result<Ranked, MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
         let visible = header.columns.len() - self.spec.hidden;
         let values = rows::values(&row, &header.columns[..visible], self.encoding)
             .ok_or(MergeError::Malformed("a row"))?
             .values;
+        let first_values = match first_keys {
+            Some(_) => Default::default(),
+            None => {
+                rows::values(&first, &header.columns, self.encoding)
+                    .ok_or(MergeError::Malformed("a row"))?
+                    .values
+            }
+        };
         let mut keys = SmallVec::new();
-        let mut orders = Vec::new();
-        for key in &self.spec.reorder {
-            let order = self.reorder_order(key)?;
-            keys.push(match key.group_key {
-                Some(k) => first.keys[k].clone(),
-                None => match &values[key.column] {
+        for (key, order) in self.spec.reorder.iter().zip(&header.reorders) {
+            keys.push(match (key.group_key, first_keys) {
+                (Some(k), Some(first_keys)) => first_keys[k].clone(),
+                (Some(k), None) => sort_value(
+                    &self.spec.keys[k],
+                    &header.orders[k],
+                    &first,
+                    &first_values,
+                    visible,
+                    self.encoding,
+                )?,
+                (None, _) => match &values[key.column] {
                     Some(range) => Some((
                         range.clone(),
                         order.decode(&row[range.clone()], self.encoding)?,
@@ -452,51 +500,36 @@ impl Merger {
                     None => None,
                 },
             });
-            orders.push(order);
         }
-        let ranked = Ranked {
-            keys,
-            row,
-            first: first.row,
-        };
-        let compare = |a: &Ranked, b: &Ranked| {
-            for (i, (key, order)) in self.spec.reorder.iter().zip(&orders).enumerate() {
-                let (a_bytes, b_bytes) = match key.group_key {
-                    Some(_) => (&a.first, &b.first),
-                    None => (&a.row, &b.row),
-                };
-                let ordering = match (&a.keys[i], &b.keys[i]) {
-                    (None, None) => Ordering::Equal,
-                    (None, Some(_)) => Ordering::Less,
-                    (Some(_), None) => Ordering::Greater,
-                    (Some((x, dx)), Some((y, dy))) => order
-                        .compare_decoded((*dx, &a_bytes[x.clone()]), (*dy, &b_bytes[y.clone()])),
-                };
-                let ordering = if key.descending {
-                    ordering.reverse()
-                } else {
-                    ordering
-                };
-                if ordering != Ordering::Equal {
-                    return ordering;
+        Ok(Ranked { keys, row, first })
+    }
+
+    /// The client's ORDER BY over two combined groups.
+    fn compare_ranked(&self, a: &Ranked, b: &Ranked) -> Ordering {
+        let header = self.header.as_ref().expect("rows come after columns");
+        for (i, (key, order)) in self.spec.reorder.iter().zip(&header.reorders).enumerate() {
+            let (a_bytes, b_bytes) = match key.group_key {
+                Some(_) => (&a.first, &b.first),
+                None => (&a.row, &b.row),
+            };
+            let ordering = match (&a.keys[i], &b.keys[i]) {
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Less,
+                (Some(_), None) => Ordering::Greater,
+                (Some((x, dx)), Some((y, dy))) => {
+                    order.compare_decoded((*dx, &a_bytes[x.clone()]), (*dy, &b_bytes[y.clone()]))
                 }
+            };
+            let ordering = if key.descending {
+                ordering.reverse()
+            } else {
+                ordering
+            };
+            if ordering != Ordering::Equal {
+                return ordering;
             }
-            Ordering::Equal
-        };
-        // After the equal ones already kept: the first group to come stays first.
-        let at = self
-            .top
-            .partition_point(|kept| compare(kept, &ranked) != Ordering::Greater);
-        let keep = self
-            .spec
-            .offset
-            .saturating_add(self.spec.limit.unwrap_or(u64::MAX));
-        if (at as u64) < keep {
-            self.top.insert(at, ranked);
-            self.top
-                .truncate(usize::try_from(keep).unwrap_or(usize::MAX));
         }
-        Ok(())
+        Ordering::Equal
     }
 
     /// The row one table would give for a group, unless HAVING drops it.
@@ -602,4 +635,29 @@ fn agree(first: &[Column], other: &[Column]) -> Result<(), MergeError> {
         }
     }
     Ok(())
+}
+
+/// What an ORDER BY or group key compares in a row with hidden columns:
+/// its weight (collated strings) or its value, decoded; `None`: NULL.
+fn sort_value(
+    key: &SortKey,
+    order: &KeyOrder,
+    row: &Bytes,
+    values: &[Option<Range<usize>>],
+    visible: usize,
+    encoding: Encoding,
+) -> Result<Option<KeyValue>, MergeError> {
+    let at = visible
+        + if order.by_weight() {
+            key.weight
+        } else {
+            key.value
+        };
+    match &values[at] {
+        Some(range) => Ok(Some((
+            range.clone(),
+            order.decode(&row[range.clone()], encoding)?,
+        ))),
+        None => Ok(None),
+    }
 }

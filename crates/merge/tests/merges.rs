@@ -3,7 +3,9 @@
 //! set sorted, with OFFSET and LIMIT applied, hidden columns removed.
 
 use bytes::Bytes;
-use hscale_merge::{Collation, Collations, Encoding, MergeError, Merger, Next, SortKey, Spec};
+use hscale_merge::{
+    Budget, Collation, Collations, Encoding, MergeError, Merger, Next, Reorder, SortKey, Spec,
+};
 use hscale_wire::resultset::{parse_text_row, write_text_row};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -63,7 +65,15 @@ fn run(
     partitions: Vec<Vec<Bytes>>,
     definitions: &[Bytes],
 ) -> Result<Vec<Bytes>, MergeError> {
-    let mut merger = Merger::new(spec, partitions.len(), collations(), Encoding::Text);
+    let merger = Merger::new(spec, partitions.len(), collations(), Encoding::Text);
+    run_merger(merger, partitions, definitions)
+}
+
+fn run_merger(
+    mut merger: Merger,
+    partitions: Vec<Vec<Bytes>>,
+    definitions: &[Bytes],
+) -> Result<Vec<Bytes>, MergeError> {
     let mut rows: Vec<std::vec::IntoIter<Bytes>> =
         partitions.into_iter().map(Vec::into_iter).collect();
     let mut started = vec![false; rows.len()];
@@ -523,4 +533,133 @@ fn decimal_definition(name: &str, decimals: u8) -> Bytes {
     let at = d.len() - 3;
     d[at] = decimals;
     d.into()
+}
+
+/// GROUP BY grp ORDER BY COUNT(*) DESC, grp: the combined groups sorted by
+/// hscale, past a tiny memory budget in runs of temporary files, must come
+/// out as sorting all of them would; past the disk budget, an error.
+#[test]
+fn combined_groups_sorted_past_the_memory_budget_spill_and_merge_back() {
+    use hscale_merge::Combine;
+    use std::collections::BTreeMap;
+    let (seed, mut rng) = seeded();
+    let definitions = vec![
+        definition("grp", LONGLONG, BINARY, 0),
+        definition("COUNT(*)", LONGLONG, BINARY, 0),
+        definition("k0", LONGLONG, BINARY, 0),
+        definition("w0", VAR_STRING, BINARY, 0),
+        definition("c0", VAR_STRING, GENERAL_CI, 0),
+    ];
+    let spec = |offset, limit| Spec {
+        hidden: 3,
+        groups: Some(vec![Combine::First, Combine::Count]),
+        reorder: vec![
+            Reorder {
+                column: 1,
+                descending: true,
+                group_key: None,
+            },
+            Reorder {
+                column: 0,
+                descending: false,
+                group_key: Some(0),
+            },
+        ],
+        offset,
+        limit,
+        ..by_first_hidden_key()
+    };
+    for case in 0..40 {
+        let partitions = rng.random_range(1..5);
+        let mut counts: Vec<BTreeMap<i64, i64>> = vec![BTreeMap::new(); partitions];
+        for _ in 0..rng.random_range(0..600) {
+            let grp = rng.random_range(0..200);
+            *counts[rng.random_range(0..partitions)]
+                .entry(grp)
+                .or_default() += 1;
+        }
+        let split: Vec<Vec<Bytes>> = counts
+            .iter()
+            .map(|groups| {
+                groups
+                    .iter()
+                    .map(|(grp, n)| {
+                        let (g, n) = (grp.to_string(), n.to_string());
+                        row(&[
+                            Some(g.as_bytes()),
+                            Some(n.as_bytes()),
+                            Some(g.as_bytes()),
+                            None,
+                            None,
+                        ])
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut totals: BTreeMap<i64, i64> = BTreeMap::new();
+        for part in &counts {
+            for (grp, n) in part {
+                *totals.entry(*grp).or_default() += n;
+            }
+        }
+        let mut expected: Vec<(i64, i64)> = totals.into_iter().collect();
+        expected.sort_by_key(|&(grp, n)| (-n, grp));
+        let offset = rng.random_range(0..3);
+        let limit = rng.random_bool(0.5).then(|| rng.random_range(0..150));
+        let expected: Vec<(i64, i64)> = expected
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit.map_or(usize::MAX, |l| l as usize))
+            .collect();
+        let budget = Budget {
+            memory_bytes: rng.random_range(200..3000),
+            ..Budget::default()
+        };
+        let merger = Merger::new(
+            spec(offset, limit),
+            partitions,
+            collations(),
+            Encoding::Text,
+        )
+        .with_budget(budget);
+        let got: Vec<(i64, i64)> = run_merger(merger, split, &definitions)
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let values = parse_text_row(r, 2).unwrap();
+                let number = |i: usize| {
+                    String::from_utf8(values[i].clone().unwrap())
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                };
+                (number(0), number(1))
+            })
+            .collect();
+        assert_eq!(got, expected, "seed {seed} case {case}");
+    }
+    // Every group kept, little memory, less disk than they need.
+    let many: Vec<Bytes> = (0..500)
+        .map(|grp| {
+            let g = grp.to_string();
+            row(&[
+                Some(g.as_bytes()),
+                Some(b"1"),
+                Some(g.as_bytes()),
+                None,
+                None,
+            ])
+        })
+        .collect();
+    let budget = Budget {
+        memory_bytes: 1000,
+        spill_bytes: 2000,
+        spill_dir: None,
+    };
+    let merger = Merger::new(spec(0, None), 1, collations(), Encoding::Text).with_budget(budget);
+    let failed = run_merger(merger, vec![many], &definitions);
+    assert!(
+        matches!(failed, Err(MergeError::Budget(2000))),
+        "{failed:?}"
+    );
 }

@@ -189,13 +189,10 @@ impl Analysis<'_> {
                         }
                         // ORDER BY an aggregate: the partitions sort by the
                         // group keys, so that groups meet, and hscale sorts
-                        // the combined groups, keeping LIMIT + OFFSET of them.
+                        // the combined groups, keeping LIMIT + OFFSET of them
+                        // (all, without a LIMIT: past its memory budget, in
+                        // temporary files).
                         false => {
-                            if query.limit_clause.is_none() {
-                                return Err(
-                                    "ORDER BY other than the grouped columns without LIMIT".into(),
-                                );
-                            }
                             for (text, descending) in &order_keys {
                                 let column = self.select_column(text, select).ok_or_else(|| {
                                     format!(

@@ -173,7 +173,7 @@ fn scans_that_need_a_merge_hscale_lacks_are_refused() {
         ),
         (
             "SELECT id FROM users GROUP BY id ORDER BY nickname",
-            "grouped columns",
+            "which the select list does not have",
         ),
         ("SELECT *, COUNT(*) FROM users", "*"),
         ("SELECT id FROM users LIMIT 1 + 1", "LIMIT"),

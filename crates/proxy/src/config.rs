@@ -24,6 +24,9 @@ pub struct Config {
     /// Where the partition dictionary lives.
     #[serde(default)]
     pub dictionary: DictionaryConfig,
+    /// Statements that run on several partitions.
+    #[serde(default)]
+    pub scans: ScansConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -142,6 +145,42 @@ impl Default for DictionaryConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct ScansConfig {
+    /// Partition queries one unordered scan (a concatenation, aggregates
+    /// without GROUP BY) runs at once on one backend; the others wait their
+    /// turn. An ordered merge needs every partition at once.
+    #[serde(default = "default_fan_out")]
+    pub fan_out: usize,
+    /// A statement on several partitions running longer than this is
+    /// stopped (its partitions' queries killed) with error 1969; 0: no limit.
+    #[serde(default)]
+    pub timeout_ms: u64,
+    /// What a merge may hold in memory (the groups an ORDER BY over combined
+    /// groups keeps); past it, it spills to temporary files.
+    #[serde(default = "default_merge_memory_bytes")]
+    pub memory_bytes: usize,
+    /// The temporary files one merge may write; past it, error 1038.
+    #[serde(default = "default_spill_bytes")]
+    pub spill_bytes: u64,
+    /// Where temporary files go; absent: the system's temporary directory.
+    #[serde(default)]
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl Default for ScansConfig {
+    fn default() -> Self {
+        ScansConfig {
+            fan_out: default_fan_out(),
+            timeout_ms: 0,
+            memory_bytes: default_merge_memory_bytes(),
+            spill_bytes: default_spill_bytes(),
+            spill_dir: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// Default level: error, warn, info, debug or trace.
     #[serde(default = "default_level")]
@@ -209,6 +248,15 @@ fn default_lease_ms() -> u64 {
 }
 fn default_lock_wait_ms() -> u64 {
     10_000
+}
+fn default_fan_out() -> usize {
+    4
+}
+fn default_merge_memory_bytes() -> usize {
+    64 << 20
+}
+fn default_spill_bytes() -> u64 {
+    1 << 30
 }
 fn default_level() -> String {
     "info".into()
@@ -293,6 +341,9 @@ impl Config {
         }
         if self.proxy.max_connections == 0 {
             report("proxy.max_connections".into(), "must be at least 1".into());
+        }
+        if self.scans.fan_out == 0 {
+            report("scans.fan_out".into(), "must be at least 1".into());
         }
         if self.users.is_empty() {
             report(

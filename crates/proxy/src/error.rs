@@ -65,6 +65,12 @@ pub enum ProxyError {
     AdminDenied { user: String },
     #[error("hscale: {0}")]
     Admin(#[from] AdminError),
+    /// `[scans] timeout_ms` ended a statement on several partitions.
+    #[error("Query execution was interrupted (hscale's [scans] timeout_ms = {ms} exceeded)")]
+    ScanTimeout { ms: u64 },
+    /// A merge outgrew `[scans] spill_bytes`, or its temporary files failed.
+    #[error("hscale: {0}")]
+    MergeSpill(hscale_merge::MergeError),
 }
 
 fn unroutable_message(refusal: &Refusal) -> String {
@@ -112,6 +118,8 @@ const ER_BAD_FIELD_ERROR: u16 = 1054;
 const ER_WRONG_ARGUMENTS: u16 = 1210;
 const ER_PARSE_ERROR: u16 = 1064;
 const CR_SERVER_LOST: u16 = 2013;
+const ER_STATEMENT_TIMEOUT: u16 = 1969;
+const ER_OUT_OF_SORTMEMORY: u16 = 1038;
 
 impl ProxyError {
     pub fn to_client(&self) -> (Option<ErrorPacket>, Disposition) {
@@ -198,6 +206,11 @@ impl ProxyError {
                 };
                 (reply(code, state, self.to_string()), Reply)
             }
+            ProxyError::ScanTimeout { .. } => (reply(ER_STATEMENT_TIMEOUT, "70100", self.to_string()), Reply),
+            ProxyError::MergeSpill(hscale_merge::MergeError::Budget(_)) => {
+                (reply(ER_OUT_OF_SORTMEMORY, "HY001", self.to_string()), Reply)
+            }
+            ProxyError::MergeSpill(_) => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),
         }
     }
 }
@@ -287,6 +300,8 @@ mod tests {
             ProxyError::Admin(AdminError::NoDatabase),
             ProxyError::Admin(AdminError::NotPartitioned { table: table() }),
             ProxyError::Admin(AdminError::Busy),
+            ProxyError::ScanTimeout { ms: 10 },
+            ProxyError::MergeSpill(hscale_merge::MergeError::Budget(1)),
         ]
     }
 

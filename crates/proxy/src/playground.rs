@@ -60,6 +60,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             })
             .collect(),
         dictionary: DictionaryConfig::default(),
+        scans: Default::default(),
         log: LogConfig::default(),
     }
 }

@@ -216,6 +216,8 @@ pub struct Shared {
     pub wait_timeouts: (u64, u64),
     /// The main backend's collations: how ORDER BY merges compare strings.
     pub collations: Arc<hscale_merge::Collations>,
+    /// How statements on several partitions are bounded.
+    pub scans: crate::config::ScansConfig,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
@@ -312,6 +314,7 @@ impl Shared {
                 Duration::from_millis(config.dictionary.lease_ms),
             ),
             transactions: config.proxy.transactions,
+            scans: config.scans.clone(),
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             collations: Arc::default(),

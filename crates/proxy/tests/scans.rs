@@ -3,6 +3,7 @@
 //! partitions on each, the default one among them) must give the same
 //! answers, row for row where ORDER BY makes the order total.
 
+use hscale::config::ScansConfig;
 use hscale_testkit::{cluster, Proxy};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Row};
@@ -17,12 +18,19 @@ const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, grp INT, \
 /// on backend 1, 1 and 3 on backend 2), and in `<db>_oracle` as one table on
 /// backend 1, both with the same random rows.
 fn setup(db: &str, seed: u64) -> (Proxy, String, Conn) {
+    setup_with(db, seed, ScansConfig::default())
+}
+
+/// `setup` through a proxy whose scans are bounded by `scans`.
+fn setup_with(db: &str, seed: u64, scans: ScansConfig) -> (Proxy, String, Conn) {
+    let mut config = cluster().config();
+    config.scans = scans;
+    let proxy = Proxy::start(config);
     let db = cluster().database(db);
     let oracle_db = cluster().database(&format!("{db}_oracle"));
     let mut oracle = cluster().direct(1, Some(&oracle_db));
     oracle.query_drop(ITEMS).unwrap();
     cluster().direct(1, Some(&db)).query_drop(ITEMS).unwrap();
-    let proxy = Proxy::for_cluster();
     let mut c = proxy.connect(Some(&db));
     c.query_drop("HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, 'MOD(4)')")
         .unwrap();
@@ -572,16 +580,18 @@ fn generated_selects_answer_like_one_table() {
 /// The partition queries still running a statement that has `marker` in it.
 fn still_running(marker: &str) -> Vec<String> {
     (1..=2)
-        .flat_map(|backend| {
-            cluster()
-                .direct(backend, None)
-                .query::<String, _>(format!(
-                    "SELECT INFO FROM information_schema.PROCESSLIST \
-                     WHERE INFO LIKE '%{marker}%' AND INFO NOT LIKE '%PROCESSLIST%'"
-                ))
-                .unwrap()
-        })
+        .flat_map(|backend| running(&mut cluster().direct(backend, None), marker))
         .collect()
+}
+
+/// The queries with `marker` in them running on a backend.
+fn running(backend: &mut Conn, marker: &str) -> Vec<String> {
+    backend
+        .query(format!(
+            "SELECT INFO FROM information_schema.PROCESSLIST \
+             WHERE INFO LIKE '%{marker}%' AND INFO NOT LIKE '%PROCESSLIST%'"
+        ))
+        .unwrap()
 }
 
 /// Waits (up to 8 s, well under the 15 s the partitions would run on) until
@@ -620,10 +630,15 @@ fn kill_query_stops_every_partition_of_a_scan() {
         Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1317, "{}", e.message),
         other => panic!("expected the query interrupted, got {other:?}"),
     }
-    // Not after the partitions that were not killed ran to their end.
+    stopped_and_serving_on(&mut c, started, "SLEEP(0.5)");
+}
+
+/// A scan that started at `started` ended well before its partitions would
+/// have, none of them still runs, and the session goes on.
+fn stopped_and_serving_on(c: &mut Conn, started: std::time::Instant, marker: &str) {
     let elapsed = started.elapsed();
     assert!(elapsed < std::time::Duration::from_secs(8), "{elapsed:?}");
-    until_stopped("SLEEP(0.5)");
+    until_stopped(marker);
     let count: i64 = c
         .query_first("SELECT COUNT(*) FROM items")
         .unwrap()
@@ -650,4 +665,108 @@ fn a_client_that_leaves_mid_scan_stops_its_partitions_queries() {
     client.kill().unwrap();
     client.wait().unwrap();
     until_stopped("SLEEP(0.5) + 0");
+}
+
+#[test]
+fn a_scan_past_its_time_budget_stops_with_1969_and_kills_its_partitions() {
+    let scans = ScansConfig {
+        timeout_ms: 700,
+        ..ScansConfig::default()
+    };
+    let (proxy, db, _oracle) = setup_with("scan_timeout", 7, scans);
+    let mut c = proxy.connect(Some(&db));
+    // Each partition sleeps 0.5 s per row: 15 seconds, unless stopped.
+    let started = std::time::Instant::now();
+    let result: Result<Vec<(u32, f64)>, _> =
+        c.query("SELECT id, SLEEP(0.5) + 1 FROM items ORDER BY id");
+    match result {
+        Err(mysql::Error::MySqlError(e)) => {
+            assert_eq!((e.code, e.state.as_str()), (1969, "70100"), "{}", e.message);
+            assert!(e.message.contains("timeout_ms = 700"), "{}", e.message);
+        }
+        other => panic!("expected the statement stopped, got {other:?}"),
+    }
+    stopped_and_serving_on(&mut c, started, "SLEEP(0.5) + 1");
+}
+
+#[test]
+fn groups_sorted_by_an_aggregate_spill_past_the_memory_budget() {
+    let seed = seed();
+    let small = ScansConfig {
+        memory_bytes: 2048,
+        ..ScansConfig::default()
+    };
+    let (proxy, db, mut oracle) = setup_with("scan_spill", seed, small);
+    let mut c = proxy.connect(Some(&db));
+    // 120 groups, sorted by hscale without a LIMIT: more than 2 KiB of them.
+    for sql in [
+        "SELECT id, COUNT(*) AS n, MAX(price) AS top FROM items GROUP BY id ORDER BY top DESC, id",
+        "SELECT grp, id, SUM(price) AS s FROM items GROUP BY grp, id ORDER BY s, grp, id LIMIT 5, 100",
+        "SELECT name, COUNT(*) AS n FROM items GROUP BY name ORDER BY n DESC, name",
+    ] {
+        assert_eq!(
+            texts(&mut c, sql, &[0]),
+            texts(&mut oracle, sql, &[0]),
+            "{sql} (seed {seed})"
+        );
+    }
+    // Too little disk for them: error 1038, and the session goes on.
+    let mut config = cluster().config();
+    config.scans = ScansConfig {
+        memory_bytes: 1024,
+        spill_bytes: 2048,
+        ..ScansConfig::default()
+    };
+    let tight = Proxy::start(config);
+    let mut c = tight.connect(Some(&db));
+    let sql = "SELECT id, MAX(price) AS top FROM items GROUP BY id ORDER BY top DESC, id";
+    match c.query::<(u32, Option<String>), _>(sql) {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1038, "{}", e.message),
+        other => panic!("expected the merge out of budget, got {other:?}"),
+    }
+    let count: i64 = c
+        .query_first("SELECT COUNT(*) FROM items")
+        .unwrap()
+        .unwrap();
+    assert_eq!(count, 120);
+}
+
+/// The most queries with `marker` seen running at once on each backend
+/// while `run` runs.
+fn most_at_once(marker: &str, run: impl FnOnce() + Send) -> [usize; 2] {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut most = [0, 0];
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            run();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let mut backends = [cluster().direct(1, None), cluster().direct(2, None)];
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            for (i, conn) in backends.iter_mut().enumerate() {
+                most[i] = most[i].max(running(conn, marker).len());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    most
+}
+
+#[test]
+fn an_unordered_scan_runs_at_most_fan_out_partitions_of_a_backend_at_once() {
+    // Two partitions on each backend, each sleeping 0.2 s a row for 4 rows.
+    let one = ScansConfig {
+        fan_out: 1,
+        ..ScansConfig::default()
+    };
+    let (proxy, db, _oracle) = setup_with("scan_fan_out", 8, one);
+    let wide = Proxy::for_cluster();
+    for (proxy, expected) in [(&proxy, [1, 1]), (&wide, [2, 2])] {
+        let sql = "SELECT id, SLEEP(0.2) + 3 FROM items WHERE id <= 16";
+        let most = most_at_once("SLEEP(0.2) + 3", || {
+            let rows: Vec<(u32, f64)> = proxy.connect(Some(&db)).query(sql).unwrap();
+            assert_eq!(rows.len(), 16);
+        });
+        assert_eq!(most, expected, "partition queries at once per backend");
+    }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use hscale_merge::{Encoding, MergeError, Merger, Next, Spec};
+use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
 use hscale_planner::{KillScope, Merge, Refusal};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
@@ -76,7 +76,20 @@ impl Session {
             Some(Command::Statement { .. }) => Encoding::Binary,
             _ => Encoding::Text,
         };
-        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding);
+        let scans = &self.shared.scans;
+        let budget = Budget {
+            memory_bytes: scans.memory_bytes,
+            spill_bytes: scans.spill_bytes,
+            spill_dir: scans.spill_dir.clone(),
+        };
+        let (timeout_ms, fan_out) = (scans.timeout_ms, scans.fan_out);
+        // An ordered merge reads every partition's next row: all run at once.
+        let fan_out = match spec.keys.is_empty() {
+            true => fan_out,
+            false => usize::MAX,
+        };
+        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding)
+            .with_budget(budget);
         let mut sources: Vec<Source> = slots
             .iter()
             .map(|&slot| Source {
@@ -92,16 +105,20 @@ impl Session {
             status: None,
         };
         let watcher = self.watch_client();
-        let outcome = self
-            .drive(
-                &mut merger,
-                &mut sources,
-                commands,
-                needs,
-                may_borrow,
-                &mut out,
-            )
-            .await;
+        let driven = self.drive(
+            &mut merger,
+            &mut sources,
+            commands,
+            needs,
+            may_borrow.then_some(fan_out),
+            &mut out,
+        );
+        let outcome = match timeout_ms {
+            0 => driven.await,
+            ms => tokio::time::timeout(std::time::Duration::from_millis(ms), driven)
+                .await
+                .unwrap_or(Err(Abort::Failed(ProxyError::ScanTimeout { ms }))),
+        };
         if let Some(watcher) = watcher {
             watcher.abort();
         }
@@ -110,8 +127,9 @@ impl Session {
             Ok(()) => Ok(()),
             Err(Abort::Answer(packet)) => Err(packet),
             Err(Abort::Failed(e)) => {
-                if matches!(e, ProxyError::Client(_)) {
-                    // The client is gone: its partitions' queries need not run on.
+                let stopped = matches!(e, ProxyError::ScanTimeout { .. });
+                if stopped || matches!(e, ProxyError::Client(_)) {
+                    // Nobody waits for the partitions' queries any more.
                     for source in sources.iter().filter(|s| s.reading != Reading::Ended) {
                         if let Some(lease) = &source.lease {
                             let (backend, thread) = (lease.conn.backend, lease.conn.thread_id);
@@ -120,7 +138,18 @@ impl Session {
                         }
                     }
                 }
+                // Connections in the middle of an answer (or of a packet,
+                // where the timeout cut in) are closed.
                 self.drop_sources(&mut sources);
+                if stopped && out.header_sent {
+                    // Mid-result, the ERR takes the end packet's place.
+                    if let (Some(packet), _) = e.to_client() {
+                        let mut bytes = Vec::new();
+                        packet.write(&mut bytes);
+                        self.client.send_packet(out.seq, &bytes).await?;
+                    }
+                    return Ok(());
+                }
                 return Err(e);
             }
         };
@@ -181,18 +210,24 @@ impl Session {
     }
 
     /// Feeds the merger from the partitions as it asks and sends the client
-    /// what it gives.
+    /// what it gives. `fan_out`: how many partitions of one backend are sent
+    /// at once, each on a connection of its own; `None`: one, on the
+    /// session's (the others take turns as the merger reaches them).
     async fn drive(
         &mut self,
         merger: &mut Merger,
         sources: &mut [Source],
         commands: &[Command<'_>],
         needs: Needs,
-        may_borrow: bool,
+        fan_out: Option<usize>,
         out: &mut Output,
     ) -> Result<(), Abort> {
+        let fan_out = fan_out.unwrap_or(1);
         let upfront: Vec<usize> = (0..sources.len())
-            .filter(|&i| may_borrow || !sources[..i].iter().any(|s| s.slot == sources[i].slot))
+            .filter(|&i| {
+                let before = sources[..i].iter().filter(|s| s.slot == sources[i].slot);
+                before.count() < fan_out
+            })
             .collect();
         for &i in &upfront {
             self.start_source(&mut sources[i], commands[i], needs)
@@ -642,6 +677,9 @@ fn merge_error(e: MergeError) -> Abort {
                 backend: 0,
                 source: WireError::Malformed { what },
             }))
+        }
+        MergeError::Budget(_) | MergeError::Spill(_) => {
+            return Abort::Failed(ProxyError::MergeSpill(e))
         }
         other => other.to_string(),
     };
