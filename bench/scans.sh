@@ -4,7 +4,9 @@
 #   COUNT(*), ORDER BY k DESC LIMIT 10 and a GROUP BY with ~100k groups, with
 #     the rows in 2, 4, 8 and 16 partitions (MOD of id; the default partition
 #     and half the others on backend 1, the rest on backend 2);
-#   sysbench oltp_read_only on sbtest1 partitioned by MOD(2) of id;
+#   sysbench oltp_read_only on sbtest1 partitioned by MOD(2) of id (every
+#     range query on both backends), and by DIV(5000) of id (a range query
+#     on one backend, but across the middle);
 #   a 1M-row x 300-byte scan through hscale to a client that reads slowly,
 #     with hscale's peak RSS.
 # Times are medians of --runs runs; hscale's peak RSS (VmHWM) is printed after
@@ -101,29 +103,35 @@ echo "hscale peak RSS after the scans: $(peak_rss_mib) MiB"
 echo
 
 # sysbench oltp_read_only: one plain table direct, the same rows partitioned
-# by MOD(2) of id over the two backends through hscale.
+# over the two backends through hscale by MOD(2) of id and by DIV(5000).
 sb() { # port db more...
   local port=$1 db=$2; shift 2
   sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" \
     --mysql-user=root --mysql-password= --mysql-db="$db" --tables=1 --table-size=10000 "$@"
 }
-direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part"
-mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part"
+direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range"
+mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part; CREATE DATABASE sb_range"
 sb "$DIRECT" sb_direct prepare >/dev/null
-direct -e "CREATE TABLE sb_part.sbtest1 LIKE sb_direct.sbtest1; INSERT INTO sb_part.sbtest1 SELECT * FROM sb_direct.sbtest1"
+for db in sb_part sb_range; do
+  direct -e "CREATE TABLE $db.sbtest1 LIKE sb_direct.sbtest1; INSERT INTO $db.sbtest1 SELECT * FROM sb_direct.sbtest1"
+done
 proxy sb_part -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)"
+proxy sb_range -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'DIV(5000)'); HSCALE ADD_PARTITION('sbtest1', 'upper', 1, 2); HSCALE ADD_PARTITION('sbtest1', 'upper', 2, 2)"
 tps() { sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p'; }
 errors() { sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p'; }
 echo "sysbench oltp_read_only, 10,000 rows, $SECONDS_EACH s per cell:"
 echo
-echo "| threads | ps-mode | MariaDB direct (tps) | hscale, 2 backends (tps) | ratio | errors |"
-echo "|---:|---|---:|---:|---:|---:|"
+echo "| threads | ps-mode | MariaDB direct (tps) | hscale, MOD(2) (tps) | ratio | errors | hscale, DIV(5000) (tps) | ratio | errors |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 for threads in 1 8; do
   for mode in disable auto; do
     d=$(sb "$DIRECT" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
     h=$(sb "$PORT" sb_part --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
-    awk -v t="$threads" -v m="$mode" -v d="$(echo "$d" | tps)" -v h="$(echo "$h" | tps)" -v e="$(echo "$h" | errors)" \
-      'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %s |\n", t, m, d, h, h/d, e}'
+    r=$(sb "$PORT" sb_range --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+    awk -v t="$threads" -v m="$mode" -v d="$(echo "$d" | tps)" \
+      -v h="$(echo "$h" | tps)" -v e="$(echo "$h" | errors)" \
+      -v r="$(echo "$r" | tps)" -v f="$(echo "$r" | errors)" \
+      'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %s | %.0f | %.2f | %s |\n", t, m, d, h, h/d, e, r, r/d, f}'
   done
 done
 echo

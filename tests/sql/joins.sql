@@ -56,3 +56,4 @@ SELECT * FROM customers c JOIN payments p ON p.customer_id = c.id;
 SELECT * FROM customers WHERE id IN (SELECT customer_id FROM orders);
 -- error 1235
 SELECT c.name, r.manager FROM customers c JOIN regions r ON r.name = c.region;
+SELECT c.id, o.amount FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id BETWEEN 5 AND 7;

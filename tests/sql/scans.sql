@@ -97,3 +97,14 @@ SELECT COUNT(DISTINCT grp) FROM items;
 SELECT grp, COUNT(*) AS c, SUM(price) FROM items GROUP BY grp ORDER BY c DESC, grp;
 -- ordered
 SELECT kind, at, COUNT(*) AS n FROM events GROUP BY kind, at ORDER BY n DESC, at, kind;
+
+# Ranges of the partition column reach the partitions of their values.
+SELECT * FROM events WHERE id BETWEEN 120 AND 180;
+SELECT COUNT(*), MIN(id), MAX(id), MIN(at) FROM events WHERE id BETWEEN 150 AND 260;
+SELECT id FROM events WHERE id BETWEEN 300 AND 100;
+SELECT COUNT(*) FROM events WHERE id BETWEEN NULL AND 100;
+-- ordered
+SELECT id FROM events WHERE id BETWEEN 90 AND 960 ORDER BY id DESC LIMIT 5;
+SELECT * FROM items WHERE id BETWEEN 7 AND 9;
+SELECT SUM(price), COUNT(*) FROM items WHERE id BETWEEN '1' AND 200;
+SELECT id FROM items WHERE id BETWEEN 10.5 AND 12;

@@ -61,6 +61,10 @@ impl PartitionState {
     }
 }
 
+/// How many partition values a range may span and still be routed to
+/// their partitions only.
+const MOST_RANGE_VALUES: usize = 64;
+
 /// A logical table: its database and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TableName {
@@ -250,6 +254,41 @@ impl PartitionedTable {
             Some(i) => self.targets[i].clone(),
             None => self.default_target(),
         })
+    }
+
+    /// Where rows whose partition column is between `low` and `high` live,
+    /// when the values between can be listed; `None`: anywhere.
+    pub fn targets_between(
+        &self,
+        low: &Value,
+        high: &Value,
+    ) -> Result<Option<Vec<Target>>, HashError> {
+        // BETWEEN NULL, and an empty range, match no row: any one table
+        // answers that with the right columns.
+        let empty = |low: &str, high: &str| matches!((low.parse::<i128>(), high.parse::<i128>()), (Ok(l), Ok(h)) if l > h);
+        let no_rows = match (low, high) {
+            (Value::Null, _) | (_, Value::Null) => true,
+            (Value::Number(l) | Value::String(l), Value::Number(h) | Value::String(h)) => {
+                self.kind == ColumnKind::Integer && empty(l.trim(), h.trim())
+            }
+        };
+        if no_rows {
+            return Ok(Some(vec![self.default_target()]));
+        }
+        let Some(values) = self
+            .function
+            .representatives(self.kind, low, high, MOST_RANGE_VALUES)
+        else {
+            return Ok(None);
+        };
+        let mut targets = Vec::new();
+        for value in &values {
+            let target = self.target_for(value)?;
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        Ok(Some(targets))
     }
 
     /// Every physical table that holds rows: the default, then the

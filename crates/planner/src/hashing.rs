@@ -219,6 +219,40 @@ impl HashFunction {
         .into())
     }
 
+    /// Values of an integer column, one for each partition value the
+    /// values from `low` to `high` (inclusive) map to, when there are at
+    /// most `most`; `None` when there are more, or the function or the ends
+    /// do not let them be listed (strings, fractions, PREFIX, DATE).
+    pub fn representatives(
+        &self,
+        kind: ColumnKind,
+        low: &Value,
+        high: &Value,
+        most: usize,
+    ) -> Option<Vec<Value<'static>>> {
+        if kind != ColumnKind::Integer {
+            return None;
+        }
+        let end = |v: &Value| canonical(kind, v).ok()?.parse::<i128>().ok();
+        let (low, high) = (end(low)?, end(high)?);
+        // DIV maps each run of n values to one partition value: one of each.
+        let step = match self {
+            HashFunction::Div(n) => i128::from(*n),
+            HashFunction::None | HashFunction::Mod(_) | HashFunction::Hash(_) => 1,
+            HashFunction::Prefix(_) | HashFunction::Date(_) => return None,
+        };
+        let mut values = Vec::new();
+        let mut v = low;
+        while v <= high {
+            if values.len() == most {
+                return None;
+            }
+            values.push(Value::Number(Cow::Owned(v.to_string())));
+            v = (v.div_euclid(step) + 1) * step;
+        }
+        Some(values)
+    }
+
     /// A partition value an admin gave, brought to the form `apply` produces
     /// (`'1'` and `1` are the same for MOD; 'MAR' is 'mar' for PREFIX).
     pub fn partition_value(&self, kind: ColumnKind, value: &Value) -> Result<String, HashError> {

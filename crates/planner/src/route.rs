@@ -23,7 +23,7 @@ use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
 use crate::shape::{
-    apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, Key, Shape,
+    apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, Key, RangeEnd, Shape,
 };
 use crate::template::{Bound, Form, Row, Rows, Template};
 
@@ -889,6 +889,26 @@ impl Analysis<'_> {
                     list,
                     negated: false,
                 } if is_column(expr) => list.iter().map(|e| self.literal_key(e)).collect(),
+                // A range: its partitions when the values between its ends
+                // can be listed (`PartitionedTable::targets_between`).
+                Expr::Between {
+                    expr,
+                    negated: false,
+                    low,
+                    high,
+                } if is_column(expr) => [(low, RangeEnd::Low), (high, RangeEnd::High)]
+                    .into_iter()
+                    .map(|(e, end)| {
+                        let (bound, key) = self.literal_key(e)?;
+                        Some((
+                            bound,
+                            Key {
+                                end: Some(end),
+                                ..key
+                            },
+                        ))
+                    })
+                    .collect(),
                 _ => None,
             };
             if let Some(values) = values {
@@ -1011,6 +1031,7 @@ impl Analysis<'_> {
                 Key {
                     at,
                     negative: false,
+                    end: None,
                 },
             ));
         }
@@ -1026,7 +1047,14 @@ impl Analysis<'_> {
             Expr::Value(v) => self.offsets.range(v.span).unwrap_or(0..0),
             _ => 0..0,
         };
-        Some((Bound::Literal(value), Key { at, negative }))
+        Some((
+            Bound::Literal(value),
+            Key {
+                at,
+                negative,
+                end: None,
+            },
+        ))
     }
 
     /// The index of a `?` of a statement being prepared, and its bytes.

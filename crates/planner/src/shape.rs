@@ -40,6 +40,15 @@ pub(crate) struct Shape<R> {
 pub(crate) struct Key<R> {
     pub at: R,
     pub negative: bool,
+    /// `None`: the column equals it; else it bounds a range (`BETWEEN`),
+    /// whose high end is the next key.
+    pub end: Option<RangeEnd>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RangeEnd {
+    Low,
+    High,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,14 +241,28 @@ impl<R> Shape<R> {
     ) -> Result<(SmallVec<[Target; 2]>, Merge), String> {
         let targets: SmallVec<[Target; 2]> = match &self.keys {
             None => SmallVec::from_vec(table.all_targets()),
-            Some(_) => {
+            Some(keys) => {
+                let lookup = |e| format!("the value of partition column `{}`: {e}", table.column);
                 let mut targets = SmallVec::new();
-                for value in values {
-                    let target = table.target_for(value).map_err(|e| {
-                        format!("the value of partition column `{}`: {e}", table.column)
-                    })?;
+                let mut add = |target: Target| {
                     if !targets.contains(&target) {
                         targets.push(target);
+                    }
+                };
+                let mut i = 0;
+                while i < values.len() {
+                    match (keys.get(i).and_then(|k| k.end), values.get(i + 1)) {
+                        (Some(RangeEnd::Low), Some(high)) => {
+                            match table.targets_between(&values[i], high).map_err(lookup)? {
+                                Some(found) => found.into_iter().for_each(&mut add),
+                                None => table.all_targets().into_iter().for_each(&mut add),
+                            }
+                            i += 2;
+                        }
+                        _ => {
+                            add(table.target_for(&values[i]).map_err(lookup)?);
+                            i += 1;
+                        }
                     }
                 }
                 targets
@@ -301,6 +324,7 @@ impl ByteShape {
                             Some(Key {
                                 at,
                                 negative: k.negative,
+                                end: k.end,
                             })
                         })
                         .collect::<Option<Vec<_>>>()?,

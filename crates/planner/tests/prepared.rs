@@ -234,3 +234,22 @@ fn user_variables_keep_a_prepared_statement_on_the_main_backend() {
     let routing = t.route(&dictionary(1), 1, |_| Ok(number(1)));
     assert!(matches!(routing, Routing::Refuse(r) if r.reason.contains("user variables")));
 }
+
+#[test]
+fn a_range_of_parameters_reaches_the_partitions_of_its_values() {
+    let t = template("SELECT SUM(total) FROM orders WHERE user_id BETWEEN ? AND ?");
+    let backends = |low, high| {
+        let (runs, _) = execute(&t, &[number(low), number(high)]);
+        runs.into_iter()
+            .map(|(b, sql, _)| (b, sql.contains("orders_p1")))
+            .collect::<Vec<_>>()
+    };
+    // MOD(4): 5 is p1's, on backend 2.
+    assert_eq!(backends(5, 5), [(2, true)]);
+    // 2 and 3: p2 and the default, both on backend 1, each a partition.
+    assert_eq!(backends(2, 3).len(), 2);
+    // An empty range: one table answers it.
+    assert_eq!(backends(9, 4).len(), 1);
+    // Every value: every partition.
+    assert_eq!(backends(0, 1000).len(), 3);
+}

@@ -851,3 +851,93 @@ fn a_cached_join_renders_like_a_fresh_one_and_waits_for_a_locked_joined_table() 
         "{action:?}"
     );
 }
+
+#[test]
+fn a_between_of_integers_goes_to_the_partitions_of_its_values() {
+    let mut tables: Vec<PartitionedTable> = dictionary().tables().into_iter().cloned().collect();
+    let entry = |name: &str, value: &str, backend| PartitionEntry {
+        name: name.into(),
+        value: value.into(),
+        backend,
+        state: PartitionState::Active,
+    };
+    // `events` by DIV(100) of id: 100-199 on backend 2, 200-299 on 1.
+    tables.push(PartitionedTable::new(
+        TableDefinition {
+            table: TableName {
+                db: "app".into(),
+                name: "events".into(),
+            },
+            column: "id".into(),
+            column_position: 1,
+            kind: ColumnKind::Integer,
+            function: HashFunction::Div(100),
+            default_table: "events_default".into(),
+            default_backend: 1,
+            auto_column: None,
+        },
+        vec![entry("p1", "1", 2), entry("p2", "2", 1)],
+    ));
+    let dictionary = Dictionary::new(1, tables);
+    let ctx = context(&dictionary, "app");
+    let mut cache = PlanCache::default();
+    let mut tables_of = |sql: &str| match plan(sql.as_bytes(), &ctx, &mut cache).action {
+        Action::Route(route) => route
+            .steps
+            .iter()
+            .map(|s| s.target.table.to_string())
+            .collect::<Vec<_>>(),
+        other => panic!("{sql}: expected a route, got {other:?}"),
+    };
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN 120 AND 180"),
+        ["events_p1"]
+    );
+    // The same shape from the cache, other literals.
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN 150 AND 260"),
+        ["events_p1", "events_p2"]
+    );
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN -5 AND 40"),
+        ["events_default"]
+    );
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN 300 AND 100"),
+        ["events_default"]
+    );
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN NULL AND 100"),
+        ["events_default"]
+    );
+    // More values than are listed, fractions, strings of other columns,
+    // NOT BETWEEN: every partition.
+    for sql in [
+        "SELECT * FROM events WHERE id BETWEEN 0 AND 100000",
+        "SELECT * FROM events WHERE id BETWEEN 150.5 AND 160",
+        "SELECT * FROM events WHERE id NOT BETWEEN 120 AND 180",
+        "SELECT * FROM events WHERE id + 0 BETWEEN 120 AND 180",
+    ] {
+        assert_eq!(tables_of(sql).len(), 3, "{sql}");
+    }
+    // An equality beats a range.
+    assert_eq!(
+        tables_of("SELECT * FROM events WHERE id BETWEEN 0 AND 300 AND id = 250"),
+        ["events_p2"]
+    );
+    // Not an integer column: PREFIX ranges are not listed.
+    assert_eq!(
+        route("SELECT * FROM users WHERE nickname BETWEEN 'mar' AND 'mar'")
+            .steps
+            .len(),
+        3
+    );
+    // MOD(4): a short range lists its values.
+    assert_eq!(
+        steps("SELECT * FROM orders WHERE user_id BETWEEN 5 AND 5"),
+        [(
+            2,
+            "SELECT * FROM `orders_p1` AS `orders` WHERE user_id BETWEEN 5 AND 5".into()
+        )]
+    );
+}
