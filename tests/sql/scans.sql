@@ -108,3 +108,16 @@ SELECT id FROM events WHERE id BETWEEN 90 AND 960 ORDER BY id DESC LIMIT 5;
 SELECT * FROM items WHERE id BETWEEN 7 AND 9;
 SELECT SUM(price), COUNT(*) FROM items WHERE id BETWEEN '1' AND 200;
 SELECT id FROM items WHERE id BETWEEN 10.5 AND 12;
+
+# Expressions over aggregates: hscale combines the aggregates, then computes.
+SELECT COUNT(*) + 1, SUM(price) * 2, MAX(price) - MIN(price), SUM(price) / COUNT(*), -SUM(qty) FROM items;
+SELECT grp, SUM(price) / COUNT(price) AS mean, COUNT(*) * 100 / 200 FROM items GROUP BY grp;
+SELECT grp, grp * COUNT(*), SUM(price) * 1.5e0, (MAX(id) - MIN(id)) * 2 FROM items GROUP BY grp;
+SELECT grp, SUM(price) / COUNT(*) AS m FROM items GROUP BY grp HAVING m > 0;
+SELECT COUNT(*) / 0, SUM(price) / SUM(price - price) FROM items;
+-- ordered
+SELECT kind, COUNT(*) / 3 AS third FROM events GROUP BY kind ORDER BY third DESC, kind LIMIT 2;
+-- error 1235
+SELECT 1 + SUM(price) / COUNT(*) FROM items;
+-- error 1235
+SELECT AVG(price) * 2 FROM items;

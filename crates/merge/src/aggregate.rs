@@ -38,6 +38,33 @@ pub enum Combine {
         sum: usize,
         count: usize,
     },
+    /// An expression over the group's aggregates: `Spec::calcs[i]`,
+    /// computed from other columns once they are combined.
+    Calc(usize),
+}
+
+/// An expression over a group's combined aggregates (`SUM(a) / COUNT(*)`,
+/// `MAX(x) - MIN(x) + 1`), computed as MariaDB computes it: exact numbers
+/// exactly, doubles as doubles, NULL when any operand is NULL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Calc {
+    /// A hidden column of the combined row (its position among the hidden
+    /// ones): an aggregate, or a value the whole group shares.
+    Hidden(usize),
+    /// A number literal as written (`2`, `1.50`, `1e3`).
+    Literal(String),
+    Negate(Box<Calc>),
+    Binary(Box<Calc>, Arithmetic, Box<Calc>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arithmetic {
+    Add,
+    Subtract,
+    Multiply,
+    /// Only outermost: its result is rounded to the column's scale, which
+    /// MariaDB decides (`div_precision_increment`) and the column says.
+    Divide,
 }
 
 /// A value of one group's column as it is being combined.
@@ -55,6 +82,8 @@ pub(crate) enum Partial {
         sum: Option<Number>,
         count: i128,
     },
+    /// Computed when the group's other columns are.
+    Calc,
 }
 
 /// A number as SUM and AVG add it up.
@@ -114,15 +143,60 @@ impl Number {
 
     pub(crate) fn add(self, other: Number) -> Result<Number, MergeError> {
         Ok(match (self, other) {
-            (Number::Float(a), Number::Float(b)) => Number::Float(a + b),
             (Number::Exact(a, s), Number::Exact(b, t)) => {
                 let scale = s.max(t);
                 let a = rescale(a, s, scale).ok_or_else(overflow)?;
                 let b = rescale(b, t, scale).ok_or_else(overflow)?;
                 Number::Exact(a.checked_add(b).ok_or_else(overflow)?, scale)
             }
-            _ => return Err(malformed()),
+            // A double with anything is a double, as in MariaDB.
+            (a, b) => Number::Float(a.to_f64() + b.to_f64()),
         })
+    }
+
+    fn negate(self) -> Number {
+        match self {
+            Number::Exact(v, s) => Number::Exact(-v, s),
+            Number::Float(f) => Number::Float(-f),
+        }
+    }
+
+    pub(crate) fn multiply(self, other: Number) -> Result<Number, MergeError> {
+        Ok(match (self, other) {
+            (Number::Exact(a, s), Number::Exact(b, t)) => {
+                Number::Exact(a.checked_mul(b).ok_or_else(overflow)?, s + t)
+            }
+            (a, b) => Number::Float(a.to_f64() * b.to_f64()),
+        })
+    }
+
+    /// The quotient at `scale`, rounded half away from zero as MariaDB
+    /// rounds a DECIMAL division; `None`: division by zero (NULL).
+    pub(crate) fn divide_by(self, other: Number, scale: u32) -> Result<Option<Number>, MergeError> {
+        Ok(match (self, other) {
+            (Number::Exact(_, _), Number::Exact(0, _)) => None,
+            (Number::Exact(a, s), Number::Exact(b, t)) => {
+                // a / 10^s ÷ b / 10^t at scale + 1 digits: a·10^(t+scale+1) ÷ b·10^s.
+                let numerator = rescale(a, 0, t + scale + 1).ok_or_else(overflow)?;
+                let denominator = rescale(b, 0, s).ok_or_else(overflow)?;
+                let q = numerator / denominator;
+                let rounded = match q % 10 {
+                    r if r >= 5 => q / 10 + 1,
+                    r if r <= -5 => q / 10 - 1,
+                    _ => q / 10,
+                };
+                Some(Number::Exact(rounded, scale))
+            }
+            (_, b) if b.to_f64() == 0.0 => None,
+            (a, b) => Some(Number::Float(a.to_f64() / b.to_f64())),
+        })
+    }
+
+    fn to_f64(self) -> f64 {
+        match self {
+            Number::Exact(v, s) => v as f64 / 10f64.powi(s as i32),
+            Number::Float(f) => f,
+        }
     }
 
     /// The number as MariaDB sends a column of this type and scale.
@@ -145,20 +219,10 @@ impl Number {
         column: &Column,
         encoding: Encoding,
     ) -> Result<Vec<u8>, MergeError> {
-        match self {
-            Number::Float(f) => Ok(write_float(f / count as f64, encoding)),
-            Number::Exact(v, s) => {
-                let scale = u32::from(column.decimals()).min(38);
-                // One more digit than kept, to round.
-                let scaled = rescale(v, s, scale + 1).ok_or_else(overflow)?;
-                let q = scaled / count;
-                let rounded = match q % 10 {
-                    r if r >= 5 => q / 10 + 1,
-                    r if r <= -5 => q / 10 - 1,
-                    _ => q / 10,
-                };
-                Ok(write_exact(rounded, scale).into_bytes())
-            }
+        let scale = u32::from(column.decimals()).min(38);
+        match self.divide_by(Number::Exact(count, 0), scale)? {
+            Some(quotient) => quotient.write(column, encoding),
+            None => Err(malformed()),
         }
     }
 }
@@ -244,6 +308,7 @@ impl Partial {
                 sum: None,
                 count: 0,
             },
+            Combine::Calc(_) => Partial::Calc,
         }
     }
 }
@@ -355,6 +420,7 @@ pub(crate) fn fold(
                     *kept = Some((index, v.clone(), compared));
                 }
             }
+            (Partial::Calc, _) => {}
             _ => return Err(malformed()),
         }
     }
@@ -476,9 +542,133 @@ pub(crate) fn finish(
                 (Some(sum), count) if count > 0 => Some(sum.divide(count, column, encoding)?),
                 _ => None,
             },
+            Partial::Calc => None,
         });
     }
     Ok(values)
+}
+
+/// Computes the `Calc` columns of a finished group from its other values.
+pub(crate) fn calculate(
+    values: &mut [Option<Vec<u8>>],
+    combines: &[Combine],
+    calcs: &[Calc],
+    columns: &[Column],
+    visible: usize,
+    encoding: Encoding,
+) -> Result<(), MergeError> {
+    for (i, combine) in combines.iter().enumerate() {
+        let Combine::Calc(k) = combine else { continue };
+        let calc = calcs.get(*k).ok_or_else(malformed)?;
+        let scale = u32::from(columns[i].decimals()).min(38);
+        let operands = Operands {
+            values,
+            columns,
+            visible,
+            encoding,
+        };
+        values[i] = match operands.eval(calc, Some(scale))? {
+            Some(n) => Some(write_calculated(n, &columns[i], encoding)?),
+            None => None,
+        };
+    }
+    Ok(())
+}
+
+struct Operands<'a> {
+    values: &'a [Option<Vec<u8>>],
+    columns: &'a [Column],
+    visible: usize,
+    encoding: Encoding,
+}
+
+fn unsupported(what: &str) -> MergeError {
+    MergeError::Unsupported(format!("{what} in an expression over aggregates"))
+}
+
+impl Operands<'_> {
+    /// `divide_at`: the scale of an outermost division's result.
+    fn eval(&self, calc: &Calc, divide_at: Option<u32>) -> Result<Option<Number>, MergeError> {
+        Ok(match calc {
+            Calc::Hidden(at) => {
+                let i = self.visible + at;
+                let column = self.columns.get(i).ok_or_else(malformed)?;
+                if !is_number(column) {
+                    return Err(unsupported("a value that is not a number"));
+                }
+                match &self.values[i] {
+                    Some(bytes) => Some(Number::parse(bytes, column, self.encoding)?),
+                    None => None,
+                }
+            }
+            Calc::Literal(text) => Some(match exact(text) {
+                Some(n) => n,
+                None => Number::Float(text.parse().map_err(|_| malformed())?),
+            }),
+            Calc::Negate(inner) => self.eval(inner, None)?.map(Number::negate),
+            Calc::Binary(left, op, right) => {
+                let (Some(a), Some(b)) = (self.eval(left, None)?, self.eval(right, None)?) else {
+                    return Ok(None);
+                };
+                match op {
+                    Arithmetic::Add => Some(a.add(b)?),
+                    Arithmetic::Subtract => Some(a.add(b.negate())?),
+                    Arithmetic::Multiply => Some(a.multiply(b)?),
+                    Arithmetic::Divide => {
+                        let scale = divide_at.ok_or_else(|| unsupported("a division inside"))?;
+                        a.divide_by(b, scale)?
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn is_number(column: &Column) -> bool {
+    use ColumnType::*;
+    matches!(
+        column.column_type(),
+        MYSQL_TYPE_TINY
+            | MYSQL_TYPE_SHORT
+            | MYSQL_TYPE_INT24
+            | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG
+            | MYSQL_TYPE_FLOAT
+            | MYSQL_TYPE_DOUBLE
+            | MYSQL_TYPE_DECIMAL
+            | MYSQL_TYPE_NEWDECIMAL
+    )
+}
+
+/// A computed number as a column of the type MariaDB gave the expression.
+fn write_calculated(n: Number, column: &Column, encoding: Encoding) -> Result<Vec<u8>, MergeError> {
+    use ColumnType::*;
+    let width = match column.column_type() {
+        MYSQL_TYPE_DOUBLE | MYSQL_TYPE_FLOAT => {
+            return Ok(write_float(n.to_f64(), encoding));
+        }
+        MYSQL_TYPE_DECIMAL | MYSQL_TYPE_NEWDECIMAL => 0,
+        MYSQL_TYPE_TINY => 1,
+        MYSQL_TYPE_SHORT => 2,
+        MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG => 4,
+        MYSQL_TYPE_LONGLONG => 8,
+        _ => return Err(unsupported("a result that is not a number")),
+    };
+    if matches!(n, Number::Float(_)) {
+        return Err(unsupported("a double whose column is exact"));
+    }
+    let text = n.write(column, encoding)?;
+    match (encoding, width) {
+        (Encoding::Binary, 1..) => {
+            let v: i128 = std::str::from_utf8(&text)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(malformed)?;
+            let bytes = (v as i64).to_le_bytes();
+            Ok(bytes[..width].to_vec())
+        }
+        _ => Ok(text),
+    }
 }
 
 /// A COUNT's value.
@@ -527,5 +717,25 @@ mod tests {
         assert!(n("99999999999999999999999999999999999999")
             .add(n("99999999999999999999999999999999999999"))
             .is_err());
+    }
+
+    #[test]
+    fn divisions_round_half_away_from_zero_at_the_columns_scale() {
+        let n = |s: &str| exact(s).unwrap();
+        let quotient = |a: &str, b: &str, scale| match n(a).divide_by(n(b), scale).unwrap() {
+            Some(Number::Exact(v, s)) => write_exact(v, s),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(quotient("2", "3", 4), "0.6667");
+        assert_eq!(quotient("-2", "3", 4), "-0.6667");
+        assert_eq!(quotient("1", "8", 2), "0.13");
+        assert_eq!(quotient("-1", "8", 2), "-0.13");
+        assert_eq!(quotient("1.00", "0.3", 6), "3.333333");
+        assert_eq!(quotient("7.5", "2.5", 5), "3.00000");
+        assert_eq!(quotient("1", "0", 4), "None");
+        let Number::Exact(v, s) = n("1.5").multiply(n("-0.25")).unwrap() else {
+            panic!()
+        };
+        assert_eq!(write_exact(v, s), "-0.375");
     }
 }

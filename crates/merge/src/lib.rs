@@ -12,7 +12,7 @@ mod merger;
 mod order;
 mod rows;
 
-pub use aggregate::{Combine, CompareOp, Having};
+pub use aggregate::{Arithmetic, Calc, Combine, CompareOp, Having};
 pub use kept::Budget;
 pub use merger::{MergeError, Merger, Next, Reorder, SortKey, Spec};
 pub use order::{Collation, Collations};

@@ -13,7 +13,7 @@ use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use smallvec::SmallVec;
 
-use crate::aggregate::{self, Combine, Fold, Having, Partial};
+use crate::aggregate::{self, Calc, Combine, Fold, Having, Partial};
 use crate::kept::{Budget, Kept, Ranked};
 use crate::order::{Collations, Decoded, KeyOrder};
 use crate::rows::{self, Encoding};
@@ -39,6 +39,9 @@ pub struct Spec {
     /// only sort by the group keys: hscale keeps the first OFFSET + LIMIT
     /// groups in this order.
     pub reorder: Vec<Reorder>,
+    /// The expressions of `Combine::Calc` columns. `groups` then covers
+    /// hidden columns too: the aggregates the expressions read.
+    pub calcs: Vec<Calc>,
 }
 
 /// One ORDER BY key over combined groups.
@@ -535,8 +538,20 @@ impl Merger {
     /// The row one table would give for a group, unless HAVING drops it.
     fn finish(&self, group: Group) -> Result<Option<Bytes>, MergeError> {
         let header = self.header.as_ref().expect("rows come after columns");
-        let values =
+        let mut values =
             aggregate::finish(&group.partials, &group.rows, &header.columns, self.encoding)?;
+        let visible = header.columns.len() - self.spec.hidden;
+        if !self.spec.calcs.is_empty() {
+            aggregate::calculate(
+                &mut values,
+                self.spec.groups.as_deref().unwrap_or_default(),
+                &self.spec.calcs,
+                &header.columns,
+                visible,
+                self.encoding,
+            )?;
+        }
+        values.truncate(visible);
         if let Some(having) = &self.spec.having {
             if having.holds(&values, &header.columns, self.encoding)? != Some(true) {
                 return Ok(None);

@@ -237,6 +237,7 @@ fn ordered_merges_equal_one_sorted_table() {
             groups: None,
             having: None,
             reorder: vec![],
+            ..Spec::default()
         };
         let got = run(
             spec,
@@ -283,6 +284,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         groups: None,
         having: None,
         reorder: vec![],
+        ..Spec::default()
     };
     let got = run(spec, vec![part(&[1, 2, 3]), part(&[4, 5, 6])], &definitions).unwrap();
     assert_eq!(got.len(), 3);
@@ -294,6 +296,7 @@ fn a_concatenation_streams_and_stops_at_the_limit() {
         groups: None,
         having: None,
         reorder: vec![],
+        ..Spec::default()
     };
     let got = run(
         spec,

@@ -8,7 +8,7 @@
 
 use std::ops::{ControlFlow, Range};
 
-use hscale_merge::{Combine, CompareOp, Having, Reorder, SortKey, Spec};
+use hscale_merge::{Arithmetic, Calc, Combine, CompareOp, Having, Reorder, SortKey, Spec};
 use sqlparser::ast::{
     visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
     FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
@@ -99,7 +99,8 @@ impl Analysis<'_> {
         let mut spec = Spec::default();
         let mut hidden = Hidden::default();
         let mut edits = Vec::new();
-        let combines = self.combines(select, &mut hidden)?;
+        let (mut calcs, mut parts) = (Vec::new(), Vec::new());
+        let combines = self.combines(select, &mut hidden, &mut calcs, &mut parts)?;
         let distinct = match &select.distinct {
             None | Some(Distinct::All) => false,
             Some(Distinct::Distinct) => true,
@@ -271,14 +272,35 @@ impl Analysis<'_> {
             });
         }
         spec.hidden = hidden.count;
-        spec.groups = grouped.then_some(combines);
+        spec.groups = grouped.then(|| {
+            let mut all = combines;
+            // The aggregates expressions read combine as columns of their own.
+            if !parts.is_empty() {
+                let visible = all.len();
+                all.resize(visible + hidden.count, Combine::First);
+                for (at, combine) in parts {
+                    all[visible + at] = combine;
+                }
+            }
+            all
+        });
+        spec.calcs = calcs;
         Ok((spec, edits))
     }
 
     /// How each select item combines over a group: an aggregate by its
     /// function, anything else by its first row. Expressions over aggregates
     /// are refused.
-    fn combines(&self, select: &Select, hidden: &mut Hidden) -> Result<Vec<Combine>, String> {
+    /// How each select item combines; an expression over aggregates reads
+    /// hidden aggregate columns (`parts`: position among the hidden ones and
+    /// how it combines) through `calcs`.
+    fn combines(
+        &self,
+        select: &Select,
+        hidden: &mut Hidden,
+        calcs: &mut Vec<Calc>,
+        parts: &mut Vec<(usize, Combine)>,
+    ) -> Result<Vec<Combine>, String> {
         let mut combines = Vec::new();
         for item in &select.projection {
             let expr = match item {
@@ -289,25 +311,83 @@ impl Analysis<'_> {
                 combines.push(combine);
                 continue;
             }
-            let mut nested = None;
-            let _ = visit_expressions(expr, |e: &Expr| {
-                if let Expr::Function(f) = e {
-                    let name = f.name.to_string().to_ascii_lowercase();
-                    if f.over.is_some() || AGGREGATES.contains(&name.as_str()) {
-                        nested = Some(name);
-                        return ControlFlow::Break(());
-                    }
+            match nested_aggregate(expr) {
+                Some(name) if name == "window" => {
+                    return Err("a window function".into());
                 }
-                ControlFlow::Continue(())
-            });
-            if let Some(name) = nested {
-                return Err(format!(
-                    "{name}() inside an expression, or a window function"
-                ));
+                Some(_) => {
+                    calcs.push(self.calc(expr, hidden, parts, true)?);
+                    combines.push(Combine::Calc(calcs.len() - 1));
+                }
+                None => combines.push(Combine::First),
             }
-            combines.push(Combine::First);
         }
         Ok(combines)
+    }
+
+    /// An expression over aggregates, computed by hscale from hidden
+    /// columns: each aggregate in it, and each part without one (a value
+    /// the group shares), is sent along. `outermost`: a division is allowed
+    /// there only, where the column's scale says how MariaDB rounds it.
+    fn calc(
+        &self,
+        expr: &Expr,
+        hidden: &mut Hidden,
+        parts: &mut Vec<(usize, Combine)>,
+        outermost: bool,
+    ) -> Result<Calc, String> {
+        let mut part = |combine, hidden: &mut Hidden| -> Result<Calc, String> {
+            let at = hidden.add(&format!("({})", self.text_of(expr)?));
+            parts.push((at, combine));
+            Ok(Calc::Hidden(at))
+        };
+        if let Expr::Value(value) = expr {
+            if let Literal::Number(number, _) = &value.value {
+                return Ok(Calc::Literal(number.clone()));
+            }
+        }
+        if nested_aggregate(expr).is_none() {
+            return part(Combine::First, hidden);
+        }
+        match expr {
+            Expr::Nested(inner) => self.calc(inner, hidden, parts, outermost),
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr,
+            } => Ok(Calc::Negate(Box::new(
+                self.calc(expr, hidden, parts, false)?,
+            ))),
+            Expr::UnaryOp {
+                op: UnaryOperator::Plus,
+                expr,
+            } => self.calc(expr, hidden, parts, outermost),
+            Expr::BinaryOp { left, op, right } => {
+                let arithmetic = match op {
+                    BinaryOperator::Plus => Arithmetic::Add,
+                    BinaryOperator::Minus => Arithmetic::Subtract,
+                    BinaryOperator::Multiply => Arithmetic::Multiply,
+                    BinaryOperator::Divide if outermost => Arithmetic::Divide,
+                    BinaryOperator::Divide => {
+                        return Err(
+                            "a division inside an expression over aggregates (MariaDB rounds it at a scale only the outermost column shows)"
+                                .into(),
+                        )
+                    }
+                    other => return Err(format!("`{other}` over aggregates")),
+                };
+                let left = self.calc(left, hidden, parts, false)?;
+                let right = self.calc(right, hidden, parts, false)?;
+                Ok(Calc::Binary(Box::new(left), arithmetic, Box::new(right)))
+            }
+            Expr::Function(f) => match self.aggregate(expr, hidden)? {
+                Some(Combine::Avg { .. }) => {
+                    Err("AVG() inside an expression over aggregates".into())
+                }
+                Some(combine) => part(combine, hidden),
+                None => Err(format!("{}() of aggregates", f.name)),
+            },
+            _ => Err("this expression over aggregates".into()),
+        }
     }
 
     /// COUNT, SUM, MIN, MAX or AVG of one argument, as a whole select item.
@@ -712,4 +792,25 @@ fn normalized(text: &str) -> String {
         .filter(|c| !c.is_whitespace() && *c != '`')
         .flat_map(char::to_lowercase)
         .collect()
+}
+
+/// The name of an aggregate an expression has inside it, or "window" for a
+/// window function.
+fn nested_aggregate(expr: &Expr) -> Option<String> {
+    let mut nested = None;
+    let _ = visit_expressions(expr, |e: &Expr| {
+        if let Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if f.over.is_some() {
+                nested = Some("window".to_string());
+                return ControlFlow::Break(());
+            }
+            if AGGREGATES.contains(&name.as_str()) {
+                nested = Some(name);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    nested
 }

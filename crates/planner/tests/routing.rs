@@ -165,7 +165,12 @@ fn a_where_without_the_partition_column_scans_every_partition() {
 #[test]
 fn scans_that_need_a_merge_hscale_lacks_are_refused() {
     for (sql, what) in [
-        ("SELECT COUNT(*) + 1 FROM users", "inside an expression"),
+        (
+            "SELECT 1 + SUM(id) / COUNT(*) FROM users",
+            "a division inside",
+        ),
+        ("SELECT AVG(id) * 2 FROM users", "AVG() inside"),
+        ("SELECT MOD(COUNT(*), 2) FROM users", "of aggregates"),
         ("SELECT COUNT(DISTINCT id) FROM users", "DISTINCT"),
         (
             "SELECT id FROM users GROUP BY id HAVING COUNT(*) > 1",

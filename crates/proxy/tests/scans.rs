@@ -770,3 +770,18 @@ fn an_unordered_scan_runs_at_most_fan_out_partitions_of_a_backend_at_once() {
         assert_eq!(most, expected, "partition queries at once per backend");
     }
 }
+
+#[test]
+fn an_ordered_scan_after_a_statement_with_warnings_runs_and_replaces_them() {
+    let (proxy, db, mut oracle) = setup("scan_after_warnings", 9);
+    let mut c = proxy.connect(Some(&db));
+    // The warning keeps the main backend's connection for SHOW WARNINGS,
+    // where two partitions of the scan live.
+    c.query_drop("SELECT 1 / 0").unwrap();
+    let warnings: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let sql = "SELECT id, name FROM items ORDER BY name DESC, id LIMIT 30";
+    assert_eq!(texts(&mut c, sql, &[1]), texts(&mut oracle, sql, &[1]));
+    let warnings: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+}

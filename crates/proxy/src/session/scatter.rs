@@ -58,10 +58,10 @@ impl Session {
             .iter()
             .enumerate()
             .any(|(i, slot)| slots[..i].contains(slot));
-        let may_borrow = !self.in_transaction()
-            && slots
-                .iter()
-                .all(|&s| self.slots[s].held.is_none() && !self.slots[s].binding.holds());
+        // A connection held only for the last statement's warnings may take
+        // part: this statement replaces them.
+        let may_borrow =
+            !self.in_transaction() && slots.iter().all(|&s| !self.slots[s].binding.pins());
         if shared_backend && !may_borrow && !spec.keys.is_empty() {
             return Err(ProxyError::Unroutable(Refusal {
                 table: None,

@@ -33,10 +33,13 @@ pub(super) struct Binding {
 
 impl Binding {
     pub fn holds(&self) -> bool {
-        self.sticky.is_some()
-            || self.transaction
-            || !self.open_statements.is_empty()
-            || self.warnings
+        self.pins() || self.warnings
+    }
+
+    /// Holds for more than the last statement's warnings, which the next
+    /// statement replaces anyway.
+    pub fn pins(&self) -> bool {
+        self.sticky.is_some() || self.transaction || !self.open_statements.is_empty()
     }
 
     /// Whether the connection may serve another client once this one leaves.
@@ -265,8 +268,14 @@ impl Session {
 
     pub(super) fn checkin(&mut self, slot: usize, conn: Box<BackendConn>) {
         let s = &mut self.slots[slot];
-        if s.binding.holds() {
+        if s.binding.holds() && s.held.is_none() {
             s.held = Some(conn);
+        } else if s.binding.holds() {
+            // A scan's second connection to this backend: the session keeps
+            // one; this one's diagnostics are not the next client's.
+            let mut conn = conn;
+            conn.settings = UNKNOWN_SETTINGS;
+            self.shared.pools[slot].release_to(&s.bucket, conn);
         } else {
             if self.slots.iter().all(|s| s.held.is_none()) {
                 self.handle.set_idle();
