@@ -250,7 +250,7 @@ fn default_lock_wait_ms() -> u64 {
     10_000
 }
 fn default_fan_out() -> usize {
-    4
+    8
 }
 fn default_merge_memory_bytes() -> usize {
     64 << 20
