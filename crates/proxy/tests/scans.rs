@@ -198,6 +198,18 @@ fn a_scan_answers_with_the_columns_of_one_table() {
         columns
     };
     assert_eq!(describe(&mut c), describe(&mut oracle));
+    // Inside a transaction the partitions of a backend answer as one UNION,
+    // whose columns name no table and carry no key flags: the same names,
+    // types, character sets and scales still.
+    c.query_drop("BEGIN").unwrap();
+    let values = |columns: Vec<(String, String, _, _, u16, u8)>| {
+        columns
+            .into_iter()
+            .map(|(name, _, kind, _, charset, decimals)| (name, kind, charset, decimals))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values(describe(&mut c)), values(describe(&mut oracle)));
+    c.query_drop("COMMIT").unwrap();
 }
 
 #[test]
@@ -242,18 +254,41 @@ fn a_failing_partition_fails_the_whole_scan_and_the_session_goes_on() {
 }
 
 #[test]
-fn inside_a_transaction_an_ordered_scan_needing_two_connections_on_one_backend_is_refused() {
-    let (proxy, db, _oracle) = setup("scan_tx", 4);
+fn inside_a_transaction_ordered_scans_run_one_statement_per_backend() {
+    let (proxy, db, mut oracle) = setup("scan_tx", 4);
     let mut c = proxy.connect(Some(&db));
     c.query_drop("BEGIN").unwrap();
-    match c.query_drop("SELECT id FROM items ORDER BY id") {
-        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
-        other => panic!("expected a refusal, got {other:?}"),
+    // Its own writes, which only the transaction's connections see.
+    c.query_drop("UPDATE items SET price = 1.50 WHERE id IN (4, 6, 8)")
+        .unwrap();
+    oracle.query_drop("BEGIN").unwrap();
+    oracle
+        .query_drop("UPDATE items SET price = 1.50 WHERE id IN (4, 6, 8)")
+        .unwrap();
+    for sql in [
+        "SELECT id, price FROM items ORDER BY price DESC, id -- a comment at the end",
+        "SELECT id, name FROM items ORDER BY name, id LIMIT 7 OFFSET 3",
+        "SELECT grp, COUNT(*), SUM(price) FROM items GROUP BY grp LIMIT 2",
+        "SELECT DISTINCT grp FROM items ORDER BY grp DESC",
+        "SELECT grp, COUNT(*) AS n FROM items GROUP BY grp ORDER BY n DESC, grp LIMIT 3",
+    ] {
+        assert_eq!(
+            texts(&mut c, sql, &[1]),
+            texts(&mut oracle, sql, &[1]),
+            "{sql}"
+        );
     }
     // Concatenated, partitions take turns on the transaction's connections.
     let ids: Vec<i64> = c.query("SELECT id FROM items LIMIT 200").unwrap();
     assert_eq!(ids.len(), 120);
-    c.query_drop("COMMIT").unwrap();
+    // Prepared, the partitions' statements cannot be joined as text.
+    let prepared = c.prep("SELECT id FROM items ORDER BY id").unwrap();
+    match c.exec_drop(&prepared, ()) {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    c.query_drop("ROLLBACK").unwrap();
+    oracle.query_drop("ROLLBACK").unwrap();
     let ids: Vec<i64> = c.query("SELECT id FROM items ORDER BY id").unwrap();
     assert_eq!(ids, (1..=120).collect::<Vec<_>>());
 }

@@ -62,15 +62,26 @@ impl Session {
         // part: this statement replaces them.
         let may_borrow =
             !self.in_transaction() && slots.iter().all(|&s| !self.slots[s].binding.pins());
-        if shared_backend && !may_borrow && !spec.keys.is_empty() {
-            return Err(ProxyError::Unroutable(Refusal {
-                table: None,
-                reason: "ORDER BY over several partitions on one backend inside a transaction \
-                         or while the session holds a connection there (each partition needs \
-                         its own connection)"
-                    .into(),
-            }));
-        }
+        // An ordered merge reads every partition at once; on the one
+        // connection a transaction has on a backend, its partitions go as
+        // one statement that the backend sorts.
+        let (united, united_commands): (United, Vec<Command>);
+        let (slots, commands) = match shared_backend && !may_borrow && !spec.keys.is_empty() {
+            false => (slots, commands),
+            true => {
+                united = united_by_backend(&spec, slots, commands).ok_or_else(|| {
+                    ProxyError::Unroutable(Refusal {
+                        table: None,
+                        reason: "a prepared ORDER BY over several partitions on one backend \
+                                 inside a transaction or while the session holds a connection \
+                                 there (each partition needs its own connection)"
+                            .into(),
+                    })
+                })?;
+                united_commands = united.payloads.iter().map(|p| Command::Raw(p)).collect();
+                (&united.slots[..], &united_commands[..])
+            }
+        };
         // EXECUTE answers with binary rows, a query with text rows.
         let encoding = match commands.first() {
             Some(Command::Statement { .. }) => Encoding::Binary,
@@ -604,6 +615,68 @@ impl Session {
             }
         }
     }
+}
+
+/// The partitions' statements of each backend as one: `(p1) UNION ALL (p2)
+/// ... ORDER BY` the merge's keys (the hidden columns' names), so that the
+/// backend sorts its partitions' rows together and one connection answers
+/// for all of them; with the raised LIMIT unless groups are merged, whose
+/// partial rows a LIMIT on the union would cut. `None` for prepared
+/// statements, which cannot be joined as text.
+fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> Option<United> {
+    let mut backends: Vec<(usize, Vec<&[u8]>)> = Vec::new();
+    for (&slot, command) in slots.iter().zip(commands) {
+        let Command::Raw([COM_QUERY, sql @ ..]) = command else {
+            return None;
+        };
+        match backends.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, texts)) => texts.push(sql),
+            None => backends.push((slot, vec![sql])),
+        }
+    }
+    let order: Vec<String> = spec
+        .keys
+        .iter()
+        .map(|key| {
+            let direction = if key.descending { " DESC" } else { "" };
+            format!("`__hscale_{}`{direction}", key.value)
+        })
+        .collect();
+    let limit = match (
+        spec.limit,
+        &spec.groups,
+        &spec.having,
+        spec.reorder.is_empty(),
+    ) {
+        (Some(limit), None, None, true) => format!(" LIMIT {}", spec.offset.saturating_add(limit)),
+        _ => String::new(),
+    };
+    let mut united = United {
+        slots: Vec::with_capacity(backends.len()),
+        payloads: Vec::with_capacity(backends.len()),
+    };
+    for (slot, texts) in backends {
+        let mut payload = vec![COM_QUERY];
+        for (i, text) in texts.iter().enumerate() {
+            if i > 0 {
+                payload.extend_from_slice(b" UNION ALL ");
+            }
+            // On lines of their own: a statement may end in a `--` comment.
+            payload.extend_from_slice(b"(\n");
+            payload.extend_from_slice(text);
+            payload.extend_from_slice(b"\n)");
+        }
+        payload.extend_from_slice(format!(" ORDER BY {}{limit}", order.join(", ")).as_bytes());
+        united.slots.push(slot);
+        united.payloads.push(payload);
+    }
+    Some(united)
+}
+
+/// One statement per backend: its slot and its command's payload.
+struct United {
+    slots: Vec<usize>,
+    payloads: Vec<Vec<u8>>,
 }
 
 async fn run(lease: &mut Lease, command: Command<'_>) -> Result<Completion, ProxyError> {
