@@ -467,6 +467,8 @@ fn generate(rng: &mut StdRng) -> Generated {
         " WHERE grp > 1",
         " WHERE price < 0",
         " WHERE id BETWEEN 20 AND 70",
+        " WHERE id BETWEEN 5 AND 6",
+        " WHERE id BETWEEN 9 AND 9 OR id = 14",
         " WHERE name LIKE 'a%'",
         " WHERE label IS NULL OR grp = 2",
         " WHERE t > '10:00:00' AND price IS NOT NULL",
@@ -534,6 +536,25 @@ fn generate(rng: &mut StdRng) -> Generated {
                     folded.push(items.len());
                 }
                 items.push(format!("{function}({argument})"));
+            }
+            // An expression over aggregates, now and then (never first:
+            // HAVING reads the first aggregate).
+            if rng.random_bool(0.3) {
+                items.push(
+                    pick(
+                        rng,
+                        &[
+                            "COUNT(*) * 2 + 1",
+                            "SUM(price) - MIN(price)",
+                            "SUM(price) / COUNT(*)",
+                            "SUM(grp) * 1.5",
+                            "-SUM(id)",
+                            "COUNT(price) / 3",
+                            "(MAX(id) - MIN(id)) * 2",
+                        ],
+                    )
+                    .to_string(),
+                );
             }
             let group = match keys.is_empty() {
                 true => String::new(),
