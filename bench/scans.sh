@@ -13,6 +13,8 @@
 # each part.
 #
 #   bench/scans.sh [--rows N] [--runs N] [--seconds N] [--big-rows N]
+#                  [--sysbench-args "..."]   (added to every sysbench run,
+#                  e.g. "--order_ranges=0 --distinct_ranges=0")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,12 +22,14 @@ ROWS=200000
 RUNS=5
 SECONDS_EACH=10
 BIG_ROWS=1000000
+SYSBENCH_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --big-rows) BIG_ROWS=$2; shift 2 ;;
+    --sysbench-args) SYSBENCH_ARGS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +111,7 @@ echo
 sb() { # port db more...
   local port=$1 db=$2; shift 2
   sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" \
-    --mysql-user=root --mysql-password= --mysql-db="$db" --tables=1 --table-size=10000 "$@"
+    --mysql-user=root --mysql-password= --mysql-db="$db" --tables=1 --table-size=10000 $SYSBENCH_ARGS "$@"
 }
 direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range"
 mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part; CREATE DATABASE sb_range"
