@@ -14,6 +14,6 @@ mod rows;
 
 pub use aggregate::{Arithmetic, Calc, Combine, CompareOp, Having};
 pub use kept::Budget;
-pub use merger::{MergeError, Merger, Next, Reorder, SortKey, Spec};
+pub use merger::{hidden_name, MergeError, Merger, Next, Place, Reorder, SortKey, Spec};
 pub use order::{Collation, Collations};
 pub use rows::Encoding;

@@ -56,15 +56,47 @@ pub struct Reorder {
     pub group_key: Option<usize>,
 }
 
-/// One ORDER BY key: positions among the hidden columns of its value, of
-/// its `WEIGHT_STRING`, which strings with a collation compare by, and of its
-/// `COLLATION()`.
+/// One ORDER BY key: where its value is, and the positions among the
+/// hidden columns of its `WEIGHT_STRING`, which strings with a collation
+/// compare by, and of its `COLLATION()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SortKey {
-    pub value: usize,
+    pub value: Place,
     pub weight: usize,
     pub collation: usize,
     pub descending: bool,
+}
+
+/// A column of a partition's answer: one of the client's (a key that is a
+/// selected column needs no copy), or one hscale added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Visible(usize),
+    Hidden(usize),
+}
+
+/// The name hscale gives the hidden column at `position` among them.
+pub fn hidden_name(position: usize) -> String {
+    format!("`__hscale_{position}`")
+}
+
+impl Place {
+    /// How an ORDER BY of the partition's statement names it: by position
+    /// (a selected column's name may be an expression), or by name.
+    pub fn order_term(self) -> String {
+        match self {
+            Place::Visible(i) => (i + 1).to_string(),
+            Place::Hidden(i) => hidden_name(i),
+        }
+    }
+
+    /// Its index among all the columns, `visible` of them the client's.
+    pub fn index(self, visible: usize) -> usize {
+        match self {
+            Place::Visible(i) => i,
+            Place::Hidden(i) => visible + i,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -215,7 +247,7 @@ impl Merger {
                     .iter()
                     .map(|key| {
                         let column = columns
-                            .get(visible + key.value)
+                            .get(key.value.index(visible))
                             .ok_or(MergeError::Malformed("a sort key column"))?;
                         KeyOrder::of(column)
                     })
@@ -662,12 +694,10 @@ fn sort_value(
     visible: usize,
     encoding: Encoding,
 ) -> Result<Option<KeyValue>, MergeError> {
-    let at = visible
-        + if order.by_weight() {
-            key.weight
-        } else {
-            key.value
-        };
+    let at = match order.by_weight() {
+        true => visible + key.weight,
+        false => key.value.index(visible),
+    };
     match &values[at] {
         Some(range) => Ok(Some((
             range.clone(),

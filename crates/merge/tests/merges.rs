@@ -4,7 +4,8 @@
 
 use bytes::Bytes;
 use hscale_merge::{
-    Budget, Collation, Collations, Encoding, MergeError, Merger, Next, Reorder, SortKey, Spec,
+    Budget, Collation, Collations, Encoding, MergeError, Merger, Next, Place, Reorder, SortKey,
+    Spec,
 };
 use hscale_wire::resultset::{parse_text_row, write_text_row};
 use rand::rngs::StdRng;
@@ -219,13 +220,13 @@ fn ordered_merges_equal_one_sorted_table() {
         let spec = Spec {
             keys: vec![
                 SortKey {
-                    value: 0,
+                    value: Place::Hidden(0),
                     weight: 1,
                     collation: 2,
                     descending: false,
                 },
                 SortKey {
-                    value: 3,
+                    value: Place::Hidden(3),
                     weight: 4,
                     collation: 5,
                     descending: true,
@@ -335,7 +336,7 @@ fn partitions_must_describe_the_same_columns() {
 fn by_first_hidden_key() -> Spec {
     Spec {
         keys: vec![SortKey {
-            value: 0,
+            value: Place::Hidden(0),
             weight: 1,
             collation: 2,
             descending: false,

@@ -8,7 +8,9 @@
 
 use std::ops::{ControlFlow, Range};
 
-use hscale_merge::{Arithmetic, Calc, Combine, CompareOp, Having, Reorder, SortKey, Spec};
+use hscale_merge::{
+    hidden_name, Arithmetic, Calc, Combine, CompareOp, Having, Place, Reorder, SortKey, Spec,
+};
 use sqlparser::ast::{
     visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
     FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
@@ -58,15 +60,19 @@ impl Hidden {
     /// Adds a column; its position among the hidden ones.
     fn add(&mut self, expr: &str) -> usize {
         self.text
-            .push_str(&format!(", {expr} AS `__hscale_{}`", self.count));
+            .push_str(&format!(", {expr} AS {}", hidden_name(self.count)));
         self.count += 1;
         self.count - 1
     }
 
-    /// An ORDER BY or group key: its value, weight and collation.
-    fn key(&mut self, text: &str, descending: bool) -> SortKey {
+    /// An ORDER BY or group key: its value (the client's column `selected`
+    /// when it is one, else a copy), weight and collation.
+    fn key(&mut self, text: &str, selected: Option<usize>, descending: bool) -> SortKey {
         SortKey {
-            value: self.add(&format!("({text})")),
+            value: match selected {
+                Some(i) => Place::Visible(i),
+                None => Place::Hidden(self.add(&format!("({text})"))),
+            },
             weight: self.add(&format!("WEIGHT_STRING(({text}))")),
             collation: self.add(&format!("COLLATION(({text}))")),
             descending,
@@ -135,6 +141,18 @@ impl Analysis<'_> {
         if grouped && combines.len() < select.projection.len() {
             return Err("* with GROUP BY or aggregates".into());
         }
+        // A key that is a selected column is read there rather than sent
+        // twice (not past a `*`, which hides where columns are).
+        let wildcard = select.projection.iter().any(|item| {
+            !matches!(
+                item,
+                SelectItem::UnnamedExpr(_) | SelectItem::ExprWithAlias { .. }
+            )
+        });
+        let selected = |text: &str| match wildcard {
+            true => None,
+            false => self.selected_expression(text, select),
+        };
         let order = match &query.order_by {
             None => &[][..],
             Some(OrderBy {
@@ -173,7 +191,7 @@ impl Analysis<'_> {
                 // rows meet in the merge.
                 true => {
                     for text in &group_keys {
-                        spec.keys.push(hidden.key(text, false));
+                        spec.keys.push(hidden.key(text, selected(text), false));
                     }
                     clauses.push_str(&order_by_keys(&spec.keys));
                 }
@@ -185,7 +203,8 @@ impl Analysis<'_> {
                     match covers {
                         true => {
                             for (text, descending) in &order_keys {
-                                spec.keys.push(hidden.key(text, *descending));
+                                spec.keys
+                                    .push(hidden.key(text, selected(text), *descending));
                             }
                         }
                         // ORDER BY an aggregate: the partitions sort by the
@@ -207,7 +226,7 @@ impl Analysis<'_> {
                                 });
                             }
                             for text in &group_keys {
-                                spec.keys.push(hidden.key(text, false));
+                                spec.keys.push(hidden.key(text, selected(text), false));
                             }
                             clauses.push_str(&order_by_keys(&spec.keys));
                             // The client's ORDER BY is hscale's to apply.
@@ -236,7 +255,8 @@ impl Analysis<'_> {
             }
         } else if !grouped {
             for (text, descending) in &order_keys {
-                spec.keys.push(hidden.key(text, *descending));
+                spec.keys
+                    .push(hidden.key(text, selected(text), *descending));
             }
         }
         // Aggregates without GROUP BY: one row, whatever its ORDER BY.
@@ -449,6 +469,19 @@ impl Analysis<'_> {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                 self.text_of(e).is_ok_and(|t| normalized(&t) == text)
             }
+            _ => false,
+        })
+    }
+
+    /// The select item whose expression is exactly `text` parsed (not
+    /// merely alike when case and spaces are ignored: `'A'` is not `'a'`).
+    fn selected_expression(&self, text: &str, select: &Select) -> Option<usize> {
+        let parsed = Parser::new(&MySqlDialect {})
+            .try_with_sql(text)
+            .and_then(|mut parser| parser.parse_expr())
+            .ok()?;
+        select.projection.iter().position(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => *e == parsed,
             _ => false,
         })
     }
@@ -775,10 +808,7 @@ impl Analysis<'_> {
 
 /// ` ORDER BY` the hidden value columns of these keys.
 fn order_by_keys(keys: &[SortKey]) -> String {
-    let columns: Vec<String> = keys
-        .iter()
-        .map(|key| format!("`__hscale_{}`", key.value))
-        .collect();
+    let columns: Vec<String> = keys.iter().map(|key| key.value.order_term()).collect();
     format!(" ORDER BY {}", columns.join(", "))
 }
 

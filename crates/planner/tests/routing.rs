@@ -1,5 +1,6 @@
 //! Routing one-liners: SQL in, physical tables and rewritten SQL out.
 
+use hscale_merge::Place;
 use hscale_planner::{
     plan, Action, AutoColumn, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
     PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, TableDefinition,
@@ -218,25 +219,39 @@ fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
             Combine::Avg { sum: 2, count: 3 },
         ])
     );
+    // The group key is a selected column: read there, not sent twice.
     assert_eq!(
         (spec.keys[0].value, spec.hidden, spec.limit),
-        (4, 7, Some(3))
+        (Place::Visible(0), 6, Some(3))
     );
     assert_eq!(
         r.steps[0].sql,
         "SELECT grp, COUNT(*), MIN(nickname), AVG(id) , WEIGHT_STRING(MIN(nickname)) AS `__hscale_0`, \
          COLLATION(MIN(nickname)) AS `__hscale_1`, SUM(id) AS `__hscale_2`, COUNT(id) AS `__hscale_3`, \
-         (grp) AS `__hscale_4`, WEIGHT_STRING((grp)) AS `__hscale_5`, COLLATION((grp)) AS `__hscale_6` \
-         FROM `users_default` AS `users` WHERE id > 1 GROUP BY grp ORDER BY `__hscale_4` LIMIT 3"
+         WEIGHT_STRING((grp)) AS `__hscale_4`, COLLATION((grp)) AS `__hscale_5` \
+         FROM `users_default` AS `users` WHERE id > 1 GROUP BY grp ORDER BY 1 LIMIT 3"
     );
     // DISTINCT: a group per distinct row, grouped by its columns on each
     // partition (the added columns must not make rows distinct).
     let r = route("SELECT DISTINCT nickname FROM users");
     assert_eq!(
         r.steps[0].sql,
-        "SELECT  nickname , (nickname) AS `__hscale_0`, WEIGHT_STRING((nickname)) AS `__hscale_1`, \
-         COLLATION((nickname)) AS `__hscale_2` FROM `users_default` AS `users` GROUP BY nickname \
-         ORDER BY `__hscale_0`"
+        "SELECT  nickname , WEIGHT_STRING((nickname)) AS `__hscale_0`, \
+         COLLATION((nickname)) AS `__hscale_1` FROM `users_default` AS `users` GROUP BY nickname \
+         ORDER BY 1"
+    );
+    // A key that is not selected, or past a `*`, goes as a copy.
+    let r = route("SELECT id FROM users GROUP BY grp ORDER BY grp LIMIT 1");
+    assert!(
+        r.steps[0].sql.contains("(grp) AS `__hscale_0`"),
+        "{}",
+        r.steps[0].sql
+    );
+    let r = route("SELECT *, LOWER(nickname) AS l FROM users ORDER BY LOWER(nickname)");
+    assert!(
+        r.steps[0].sql.contains("(LOWER(nickname)) AS `__hscale_0`"),
+        "{}",
+        r.steps[0].sql
     );
 }
 
@@ -249,16 +264,19 @@ fn order_by_and_limit_over_several_partitions_send_keys_and_raise_the_limit() {
         Merge::Rows(spec) => *spec.clone(),
         other => panic!("{other:?}"),
     };
-    assert_eq!((spec.offset, spec.limit, spec.hidden), (5, Some(10), 6));
+    assert_eq!((spec.offset, spec.limit, spec.hidden), (5, Some(10), 4));
     assert!(spec.keys[0].descending && !spec.keys[1].descending);
     let second = spec.keys[1];
-    assert_eq!((second.value, second.weight, second.collation), (3, 4, 5));
+    assert_eq!(
+        (second.value, second.weight, second.collation),
+        (Place::Visible(0), 2, 3)
+    );
     assert_eq!(
         r.steps[0].sql,
-        "SELECT id, nickname AS nick , (nickname) AS `__hscale_0`, \
-         WEIGHT_STRING((nickname)) AS `__hscale_1`, COLLATION((nickname)) AS `__hscale_2`, \
-         (id) AS `__hscale_3`, WEIGHT_STRING((id)) AS `__hscale_4`, \
-         COLLATION((id)) AS `__hscale_5` FROM `users_default` AS `users` \
+        "SELECT id, nickname AS nick , \
+         WEIGHT_STRING((nickname)) AS `__hscale_0`, COLLATION((nickname)) AS `__hscale_1`, \
+         WEIGHT_STRING((id)) AS `__hscale_2`, \
+         COLLATION((id)) AS `__hscale_3` FROM `users_default` AS `users` \
          WHERE id > 1 ORDER BY nick DESC, 1 LIMIT 15"
     );
     let r = route("SELECT * FROM users /* c */ LIMIT 3 OFFSET 2");

@@ -639,7 +639,7 @@ fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> 
         .iter()
         .map(|key| {
             let direction = if key.descending { " DESC" } else { "" };
-            format!("`__hscale_{}`{direction}", key.value)
+            format!("{}{direction}", key.value.order_term())
         })
         .collect();
     let limit = match (
