@@ -74,7 +74,7 @@ impl PlanCache {
     }
 
     /// The cached plan for the prepared statement, if its shape is known at
-    /// this dictionary version and renders.
+    /// this dictionary version and `render` takes it (`None`: plan anew).
     pub(crate) fn lookup(
         &mut self,
         sql: &str,
@@ -83,7 +83,7 @@ impl PlanCache {
             &TokenShape,
             &[Value],
             &dyn Fn(&TokenRange) -> Option<Range<usize>>,
-        ) -> Action,
+        ) -> Option<Action>,
     ) -> Option<Action> {
         let cached = self.entries.get(&self.key)?;
         let action = match cached {
@@ -91,11 +91,11 @@ impl PlanCache {
             Cached::Shaped { version, shape } if *version == ctx.dictionary.version => {
                 let mut values: SmallVec<[Value; 2]> = SmallVec::new();
                 for key in shape.keys.iter().flatten() {
-                    let token = self.tokens.get(key.at.0.start)?;
+                    let token = self.tokens.get(key.at.token()?)?;
                     values.push(value(sql.as_bytes(), token, key.negative, ctx.quoting)?);
                 }
                 let (starts, ends) = (&self.starts, &self.ends);
-                render(shape, &values, &|at: &TokenRange| at.locate(starts, ends))
+                render(shape, &values, &|at: &TokenRange| at.locate(starts, ends))?
             }
             _ => return None,
         };
@@ -127,8 +127,8 @@ impl PlanCache {
 }
 
 /// Literal tokens: numbers and strings (`"..."` is a string in MySQL's default
-/// sql_mode).
-fn literal_kind(kind: TokenKind) -> Option<TokenKind> {
+/// sql_mode); the fingerprint leaves them out.
+pub(crate) fn literal_kind(kind: TokenKind) -> Option<TokenKind> {
     match kind {
         TokenKind::Number | TokenKind::Quoted(b'\'' | b'"') => Some(kind),
         _ => None,

@@ -285,16 +285,20 @@ fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut Pla
     cache.prepare(sql.as_bytes(), ctx);
     let hit = cache.lookup(sql, ctx, |shape, values, locate| {
         let Some(table) = ctx.dictionary.table(&shape.table.db, &shape.table.name) else {
-            return Action::Main;
+            return Some(Action::Main);
         };
         if table.locked() {
-            return Action::Wait(table.table.clone());
+            return Some(Action::Wait(table.table.clone()));
         }
         if let Some(joined) = shape.locked_joined(ctx.dictionary) {
-            return Action::Wait(joined.clone());
+            return Some(Action::Wait(joined.clone()));
         }
         let routed = shape.render(sql, table, ctx.main_backend, values, locate);
-        crate::route::finish(routed, summary, ctx, &table.table)
+        // A merge read from this statement's literals is planned anew.
+        if shape.scan_reads_literals && !matches!(&routed, Ok(route) if route.steps.len() == 1) {
+            return None;
+        }
+        Some(crate::route::finish(routed, summary, ctx, &table.table))
     });
     if let Some(action) = hit {
         return action;

@@ -461,6 +461,7 @@ impl Analysis<'_> {
         };
         let (mut shape, values) = self.shape(select.selection.as_ref(), &owners, many, false)?;
         shape.scan_edits = scan_edits;
+        shape.scan_reads_literals = self.merge_reads_literals();
         Ok((shape, values))
     }
 
@@ -509,6 +510,7 @@ impl Analysis<'_> {
             edits,
             scan_edits: Vec::new(),
             many,
+            scan_reads_literals: false,
             writes,
             others: self.others > 0,
             joined: owners
@@ -719,6 +721,7 @@ impl Analysis<'_> {
             edits: self.edits(Some(Naming::Renamed))?,
             scan_edits: Vec::new(),
             many: Err("one row in several partitions".into()),
+            scan_reads_literals: false,
             writes: true,
             others: self.others > 0,
             joined: Vec::new(),

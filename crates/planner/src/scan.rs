@@ -637,6 +637,33 @@ impl Analysis<'_> {
             .last()
     }
 
+    /// Whether a literal stands outside the FROM and WHERE clauses, where the
+    /// merge of several partitions is read from (the select list, GROUP BY,
+    /// HAVING, ORDER BY, LIMIT): statements that differ only there have one
+    /// fingerprint but merge differently.
+    pub(crate) fn merge_reads_literals(&self) -> bool {
+        let Some(from) = self.top_level_word(0, &["from"]) else {
+            return true;
+        };
+        let after_where = &[
+            "group",
+            "having",
+            "order",
+            "limit",
+            "window",
+            "for",
+            "lock",
+            "into",
+            "procedure",
+        ];
+        let end = self
+            .top_level_word(from.end, after_where)
+            .map_or(self.sql.len(), |w| w.start);
+        Tokens::new(self.sql.as_bytes(), self.ctx.quoting).any(|t| {
+            crate::cache::literal_kind(t.kind).is_some() && !(from.start..end).contains(&t.start)
+        })
+    }
+
     /// The first of `words` at or after byte `from` outside parentheses.
     fn top_level_word(&self, from: usize, words: &[&str]) -> Option<Range<usize>> {
         let mut depth = 0i32;

@@ -21,11 +21,15 @@ pub(crate) struct Shape<R> {
     /// Where the text changes.
     pub edits: Vec<Edit<R>>,
     /// Where the text changes too when it runs on several partitions: the
-    /// columns a merge compares, LIMIT raised by OFFSET. Their text depends
-    /// on literals, so such a shape is never cached.
+    /// columns a merge compares, LIMIT raised by OFFSET.
     pub scan_edits: Vec<Edit<R>>,
     /// With several partitions: how their answers combine, or why they cannot.
     pub many: Result<Merge, String>,
+    /// `many` and `scan_edits` come from clauses that hold literals (a
+    /// LIMIT, a constant in the select list, ORDER BY 2): a statement of the
+    /// same fingerprint merges differently, so the plan cache serves this
+    /// shape only to statements on one partition.
+    pub scan_reads_literals: bool,
     pub writes: bool,
     /// The statement names tables that are not partitioned too.
     pub others: bool,
@@ -78,10 +82,17 @@ pub(crate) enum EditText {
 /// Positions as byte ranges of one statement's text.
 pub(crate) type ByteShape = Shape<Range<usize>>;
 
-/// Positions as ranges of token indices: the same for every statement of the
-/// same fingerprint, whatever its literals.
+/// Positions as token indices: the same for every statement of the same
+/// fingerprint, whatever its literals.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TokenRange(pub Range<usize>);
+pub(crate) enum TokenRange {
+    /// These tokens.
+    Tokens(Range<usize>),
+    /// The empty place where this token starts.
+    Before(usize),
+    /// The empty place where this token ends.
+    After(usize),
+}
 
 pub(crate) type TokenShape = Shape<TokenRange>;
 
@@ -305,13 +316,34 @@ impl ByteShape {
     /// The same shape with positions as ranges of token indices, if every
     /// position falls on token boundaries.
     pub fn to_tokens(&self, starts: &[usize], ends: &[usize]) -> Option<TokenShape> {
-        if !self.scan_edits.is_empty() {
-            return None;
-        }
         let index = |at: &Range<usize>| -> Option<TokenRange> {
+            if at.is_empty() {
+                // An insertion: where a token starts, or where one ends.
+                return match starts.binary_search(&at.start) {
+                    Ok(i) => Some(TokenRange::Before(i)),
+                    Err(_) => Some(TokenRange::After(ends.binary_search(&at.end).ok()?)),
+                };
+            }
             let first = starts.binary_search(&at.start).ok()?;
             let last = ends.binary_search(&at.end).ok()?;
-            (first <= last).then_some(TokenRange(first..last + 1))
+            (first <= last).then_some(TokenRange::Tokens(first..last + 1))
+        };
+        let edits = |edits: &[Edit<Range<usize>>]| {
+            edits
+                .iter()
+                .map(|e| {
+                    Some(Edit {
+                        at: index(&e.at)?,
+                        text: e.text.clone(),
+                    })
+                })
+                .collect::<Option<Vec<_>>>()
+        };
+        // Scan edits that fall between tokens serve no other statement; one
+        // partition's statements do without them.
+        let scan_edits = match self.scan_reads_literals {
+            true => None,
+            false => edits(&self.scan_edits),
         };
         Some(Shape {
             table: self.table.clone(),
@@ -320,7 +352,7 @@ impl ByteShape {
                 Some(keys) => Some(
                     keys.iter()
                         .map(|k| {
-                            let at = index(&k.at).filter(|r| r.0.len() == 1)?;
+                            let at = index(&k.at).filter(|r| r.token().is_some())?;
                             Some(Key {
                                 at,
                                 negative: k.negative,
@@ -330,17 +362,9 @@ impl ByteShape {
                         .collect::<Option<Vec<_>>>()?,
                 ),
             },
-            edits: self
-                .edits
-                .iter()
-                .map(|e| {
-                    Some(Edit {
-                        at: index(&e.at)?,
-                        text: e.text.clone(),
-                    })
-                })
-                .collect::<Option<Vec<_>>>()?,
-            scan_edits: Vec::new(),
+            edits: edits(&self.edits)?,
+            scan_reads_literals: scan_edits.is_none(),
+            scan_edits: scan_edits.unwrap_or_default(),
             many: self.many.clone(),
             writes: self.writes,
             others: self.others,
@@ -353,6 +377,20 @@ impl TokenRange {
     /// The bytes of these tokens, for a statement whose token `i` starts at
     /// `starts[i]` and ends at `ends[i]`.
     pub fn locate(&self, starts: &[usize], ends: &[usize]) -> Option<Range<usize>> {
-        Some(*starts.get(self.0.start)?..*ends.get(self.0.end.checked_sub(1)?)?)
+        match self {
+            TokenRange::Tokens(tokens) => {
+                Some(*starts.get(tokens.start)?..*ends.get(tokens.end.checked_sub(1)?)?)
+            }
+            TokenRange::Before(i) => starts.get(*i).map(|&at| at..at),
+            TokenRange::After(i) => ends.get(*i).map(|&at| at..at),
+        }
+    }
+
+    /// The index of the one token this is, if it is one.
+    pub fn token(&self) -> Option<usize> {
+        match self {
+            TokenRange::Tokens(tokens) if tokens.len() == 1 => Some(tokens.start),
+            _ => None,
+        }
     }
 }

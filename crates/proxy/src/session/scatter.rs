@@ -3,6 +3,8 @@
 //! summed into one OK.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
@@ -20,6 +22,11 @@ use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
 use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
+
+/// How long a scan runs before hscale watches its client's socket for a
+/// disconnect: most scans end sooner, and the watch costs a handful of system
+/// calls.
+const WATCH_AFTER: Duration = Duration::from_millis(20);
 
 impl Session {
     /// Commands on several partitions, their answers merged into one.
@@ -124,15 +131,19 @@ impl Session {
             may_borrow.then_some(fan_out),
             &mut out,
         );
+        let watched = async {
+            tokio::select! {
+                biased;
+                outcome = driven => outcome,
+                never = watcher => match never {},
+            }
+        };
         let outcome = match timeout_ms {
-            0 => driven.await,
-            ms => tokio::time::timeout(std::time::Duration::from_millis(ms), driven)
+            0 => watched.await,
+            ms => tokio::time::timeout(Duration::from_millis(ms), watched)
                 .await
                 .unwrap_or(Err(Abort::Failed(ProxyError::ScanTimeout { ms }))),
         };
-        if let Some(watcher) = watcher {
-            watcher.abort();
-        }
         self.handle.scan_ended();
         let outcome = match outcome {
             Ok(()) => Ok(()),
@@ -198,26 +209,36 @@ impl Session {
     }
 
     /// While a scan waits on its partitions, hscale writes nothing to the
-    /// client and would not see it leave: a task watches the client's socket
-    /// (a duplicate of it, peeked, never read) and kills the partitions'
-    /// queries if the client closes it. A client that sends something meanwhile
-    /// (a pipelined command) ends the watch.
-    fn watch_client(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let duplicate = socket2::SockRef::from(self.client.get_ref())
-            .try_clone()
-            .ok()?;
-        let duplicate: std::net::TcpStream = duplicate.into();
-        duplicate.set_nonblocking(true).ok()?;
-        let socket = tokio::net::TcpStream::from_std(duplicate).ok()?;
+    /// client and would not see it leave: once the scan has run for
+    /// `WATCH_AFTER`, this watches the client's socket (a duplicate of it,
+    /// peeked, never read) and kills the partitions' queries if the client
+    /// closes it. A client that sends something meanwhile (a pipelined
+    /// command) ends the watch. Never completes: it runs beside the scan and
+    /// is dropped with it.
+    fn watch_client(&self) -> impl std::future::Future<Output = std::convert::Infallible> {
+        let raw = self.client.get_ref().as_raw_fd();
         let (handle, shared) = (self.handle.clone(), self.shared.clone());
-        Some(tokio::spawn(async move {
-            let mut byte = [0u8; 1];
-            if matches!(socket.peek(&mut byte).await, Ok(0) | Err(_)) {
-                for (backend, thread_id) in handle.threads() {
-                    kill_backend_thread(&shared, backend, thread_id, KillScope::Query).await;
+        async move {
+            tokio::time::sleep(WATCH_AFTER).await;
+            // SAFETY: `merge_rows` drops this future before it returns, and
+            // the session's client socket outlives `merge_rows`.
+            let client = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+            let watched = || {
+                let duplicate: std::net::TcpStream =
+                    socket2::SockRef::from(&client).try_clone().ok()?.into();
+                duplicate.set_nonblocking(true).ok()?;
+                tokio::net::TcpStream::from_std(duplicate).ok()
+            };
+            if let Some(socket) = watched() {
+                let mut byte = [0u8; 1];
+                if matches!(socket.peek(&mut byte).await, Ok(0) | Err(_)) {
+                    for (backend, thread_id) in handle.threads() {
+                        kill_backend_thread(&shared, backend, thread_id, KillScope::Query).await;
+                    }
                 }
             }
-        }))
+            std::future::pending().await
+        }
     }
 
     /// Feeds the merger from the partitions as it asks and sends the client
