@@ -7,6 +7,8 @@
 #   sysbench oltp_read_only on sbtest1 partitioned by MOD(2) of id (every
 #     range query on both backends), and by DIV(5000) of id (a range query
 #     on one backend, but across the middle);
+#   each kind of oltp_read_only statement alone, with the CPU hscale and the
+#     MariaDB servers spend on it;
 #   a 1M-row x 300-byte scan through hscale to a client that reads slowly,
 #     with hscale's peak RSS.
 # Times are medians of --runs runs; hscale's peak RSS (VmHWM) is printed after
@@ -140,6 +142,38 @@ for threads in 1 8; do
 done
 echo
 echo "hscale peak RSS after sysbench: $(peak_rss_mib) MiB"
+echo
+
+# Where a transaction's time goes: each kind of oltp_read_only statement alone
+# (one per transaction, no BEGIN/COMMIT; BEGIN + COMMIT alone on the last
+# line), 1 thread, with the CPU that hscale and the two MariaDB servers spend
+# per statement (both servers' threads: direct runs use backend 1 only).
+MARIADB2_PID=$(sed -n 's/^backend 2: .*(pid \([0-9]*\)).*/\1/p' "$WORK/playground.log")
+BREAKDOWN_SECONDS=$(( SECONDS_EACH < 5 ? SECONDS_EACH : 5 ))
+cell() { # port db args... -> "tps hscale_us mariadb_us"
+  local h0 m0 h1 m1 out
+  h0=$(cpu_ns); m0=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+  out=$(sb "$@" --threads=1 --time="$BREAKDOWN_SECONDS" --db-ps-mode=disable run)
+  h1=$(cpu_ns); m1=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+  echo "$out" | awk -v h=$((h1 - h0)) -v m=$((m1 - m0)) '
+    /transactions:/ {n = $2; gsub(/[(]/, "", $3); tps = $3}
+    END {printf "%.0f %.0f %.0f", tps, h / n / 1000, m / n / 1000}'
+}
+NONE="--point_selects=0 --simple_ranges=0 --sum_ranges=0 --order_ranges=0 --distinct_ranges=0"
+echo "Each statement alone, 1 thread, $BREAKDOWN_SECONDS s per cell: tps, and CPU µs per statement of hscale and of both MariaDB servers:"
+echo
+echo "| statement | direct (tps) | MariaDB CPU | MOD(2) (tps) | hscale CPU | MariaDB CPU | DIV(5000) (tps) | hscale CPU | MariaDB CPU |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+for kind in point_selects simple_ranges sum_ranges order_ranges distinct_ranges begin_commit; do
+  case $kind in
+    begin_commit) args="$NONE" ;;
+    *) args="$NONE --skip_trx=on --$kind=1" ;;
+  esac
+  read -r dt _ dm <<<"$(cell "$DIRECT" sb_direct $args)"
+  read -r ht hh hm <<<"$(cell "$PORT" sb_part $args)"
+  read -r rt rh rm <<<"$(cell "$PORT" sb_range $args)"
+  echo "| $kind | $dt | $dm | $ht | $hh | $hm | $rt | $rh | $rm |"
+done
 echo
 
 # 1M rows of 300 bytes over two backends, read by a client that stops

@@ -33,7 +33,7 @@ pub use plan::{
     plan, plan_prepared, Action, Context, Merge, Plan, Refusal, Route, SchemaChange, SchemaEffect,
     SessionChange, Step,
 };
-pub use rewrite::quote_identifier;
+pub use rewrite::{quote_identifier, text_literal};
 pub use set::{parse_set, SetItem};
-pub use show::{Listing, NameColumn, Physical};
+pub use show::{Elsewhere, Listing, NameColumn, Physical};
 pub use template::{Execution, Routing, Run, Template};

@@ -74,6 +74,13 @@ impl Splices {
     }
 }
 
+/// A string literal that reads the same under every sql_mode and character
+/// set: the bytes in hex, taken as utf8mb4.
+pub fn text_literal(value: &str) -> String {
+    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("CONVERT(X'{hex}' USING utf8mb4)")
+}
+
 /// An identifier in backticks, as hscale writes names it generates.
 pub fn quote_identifier(name: &str) -> String {
     let mut quoted = String::with_capacity(name.len() + 2);

@@ -17,7 +17,7 @@ use crate::cache::unquote;
 use crate::dictionary::PartitionedTable;
 use crate::lexer::{Token, TokenKind, Tokens};
 use crate::plan::Context;
-use crate::rewrite::quote_identifier;
+use crate::rewrite::{quote_identifier, text_literal};
 
 /// How to run a metadata statement and correct its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,20 @@ pub struct Listing {
     /// SHOW CREATE TABLE: the CREATE TABLE statement in the second column
     /// names the logical table.
     pub create_statement: bool,
+    /// Rows another backend holds: SHOW TABLE STATUS of a partitioned table
+    /// whose default table lives off the listing's backend. Added, named for
+    /// their logical table, then every row sorted by name.
+    pub elsewhere: Vec<Elsewhere>,
+}
+
+/// The row of one logical table that its default table's backend answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elsewhere {
+    pub backend: u32,
+    pub sql: String,
+    /// The default table the row names.
+    pub table: String,
+    pub logical: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +165,7 @@ pub(crate) fn information_schema(statements: &[Statement], ctx: &Context) -> Lis
         add: Vec::new(),
         like: None,
         create_statement: false,
+        elsewhere: Vec::new(),
     }
 }
 
@@ -313,6 +328,7 @@ fn show_tables(sql: &str, ctx: &Context) -> Option<Listing> {
             .collect(),
         like: None,
         create_statement: false,
+        elsewhere: Vec::new(),
     })
 }
 
@@ -347,8 +363,32 @@ fn table_status(sql: &str, tokens: &[Token], from: usize, ctx: &Context) -> Opti
             _ => break,
         }
     }
+    // A WHERE filters the rows from elsewhere too.
+    let condition = tokens
+        .get(at)
+        .filter(|t| sql[t.start..t.end].eq_ignore_ascii_case("where"))
+        .map(|t| sql[t.end..].trim().trim_end_matches(';'));
     let db = db?;
     let tables = in_database(ctx, &db)?;
+    let elsewhere = tables
+        .iter()
+        .filter(|t| t.default_backend != ctx.main_backend)
+        .filter(|t| {
+            like.as_ref()
+                .is_none_or(|p| self::like(p.as_bytes(), t.table.name.as_bytes()))
+        })
+        .map(|t| Elsewhere {
+            backend: t.default_backend,
+            sql: format!(
+                "SHOW TABLE STATUS FROM {} WHERE Name = {}{}",
+                quote_identifier(&db),
+                text_literal(&t.default_table),
+                condition.map_or(String::new(), |c| format!(" AND ({c})"))
+            ),
+            table: t.default_table.clone(),
+            logical: t.table.name.clone(),
+        })
+        .collect();
     let sql = like_range.map(|range| format!("{}{}", &sql[..range.start], &sql[range.end..]));
     Some(Listing {
         backend: ctx.main_backend,
@@ -359,6 +399,7 @@ fn table_status(sql: &str, tokens: &[Token], from: usize, ctx: &Context) -> Opti
         add: Vec::new(),
         like,
         create_statement: false,
+        elsewhere,
     })
 }
 
@@ -409,6 +450,7 @@ fn of_table(
         add: Vec::new(),
         like: None,
         create_statement,
+        elsewhere: Vec::new(),
     })
 }
 

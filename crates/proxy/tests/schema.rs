@@ -301,3 +301,65 @@ fn metadata_names_the_logical_table_never_a_physical_one() {
     assert_eq!(logical, columns_of(1, &db, "users_default"));
     assert!(!logical.is_empty());
 }
+
+#[test]
+fn table_status_finds_a_table_whose_default_partition_is_on_another_backend() {
+    let db = cluster().database("schema_status_elsewhere");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE notes (id INT)")
+        .unwrap();
+    cluster()
+        .direct(2, Some(&db))
+        .query_drop("CREATE TABLE events (id INT PRIMARY KEY, what VARCHAR(20)) ENGINE=InnoDB")
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('events', 'id', 'events_default', 2, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('events', 'odd', 1, 1)")
+        .unwrap();
+
+    let names = |c: &mut Conn, sql: &str| -> Vec<(String, String)> {
+        let rows: Vec<mysql::Row> = c.query(sql).unwrap();
+        rows.iter()
+            .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+            .collect()
+    };
+    let engines = |tables: &[&str]| -> Vec<(String, String)> {
+        tables
+            .iter()
+            .map(|t| (t.to_string(), "InnoDB".to_string()))
+            .collect()
+    };
+    assert_eq!(
+        names(&mut c, "SHOW TABLE STATUS"),
+        engines(&["events", "notes"])
+    );
+    assert_eq!(
+        names(
+            &mut c,
+            &format!("SHOW TABLE STATUS FROM `{db}` LIKE 'ev%';")
+        ),
+        engines(&["events"])
+    );
+    assert_eq!(
+        names(&mut c, "SHOW TABLE STATUS LIKE 'no%'"),
+        engines(&["notes"])
+    );
+    assert_eq!(
+        names(&mut c, "SHOW TABLE STATUS WHERE Engine = 'InnoDB'"),
+        engines(&["events", "notes"])
+    );
+    assert!(names(&mut c, "SHOW TABLE STATUS WHERE Engine = 'Aria'").is_empty());
+    // The statistics are the default table's, read on backend 2.
+    let status: Vec<mysql::Row> = c.query("SHOW TABLE STATUS LIKE 'events'").unwrap();
+    let direct: Vec<mysql::Row> = cluster()
+        .direct(2, Some(&db))
+        .query("SHOW TABLE STATUS LIKE 'events_default'")
+        .unwrap();
+    assert_eq!(
+        status[0].get::<String, _>("Create_time"),
+        direct[0].get::<String, _>("Create_time")
+    );
+}

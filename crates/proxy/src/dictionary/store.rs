@@ -10,11 +10,7 @@ use hscale_planner::{
 use crate::backend::{BackendConn, Rows};
 use crate::error::ProxyError;
 
-/// A string literal that reads the same under every sql_mode and character
-/// set: the bytes in hex, taken as utf8mb4.
-pub fn text_literal(value: &str) -> String {
-    format!("CONVERT(X'{}' USING utf8mb4)", hex(value.as_bytes()))
-}
+pub use hscale_planner::text_literal;
 
 /// Bytes as a binary string literal: stored into any column as they are.
 pub fn bytes_literal(value: &[u8]) -> String {

@@ -21,13 +21,44 @@ impl Session {
         payload: Bytes,
         listing: Listing,
     ) -> Result<(), ProxyError> {
-        let slot = self.slot_of(listing.backend)?;
         let payload = match &listing.sql {
             Some(sql) => Bytes::from(command(COM_QUERY, sql)),
             None => payload,
         };
+        let (header, rows, end) = match self.answer_of(listing.backend, &payload).await? {
+            Answer::Packet(packet) => {
+                self.client.send_packet(1, &packet).await?;
+                return Ok(());
+            }
+            Answer::Rows { header, rows, end } => (header, rows, end),
+        };
+        let mut elsewhere = Vec::with_capacity(listing.elsewhere.len());
+        for (i, other) in listing.elsewhere.iter().enumerate() {
+            let payload = Bytes::from(command(COM_QUERY, &other.sql));
+            match self.answer_of(other.backend, &payload).await? {
+                Answer::Rows { rows, .. } => elsewhere.extend(rows.into_iter().map(|r| (i, r))),
+                // Its error is the answer's: a listing without the row
+                // would hide the table.
+                Answer::Packet(packet) => {
+                    self.client.send_packet(1, &packet).await?;
+                    return Ok(());
+                }
+            }
+        }
+        let rows = correct(&listing, &header, rows, elsewhere);
+        let mut seq = 1;
+        for packet in header.iter().chain(rows.iter()) {
+            seq = self.client.queue_packet(seq, packet);
+        }
+        self.client.send_packet(seq, &end).await?;
+        Ok(())
+    }
+
+    /// The whole answer of one statement on `backend`.
+    async fn answer_of(&mut self, backend: u32, payload: &Bytes) -> Result<Answer, ProxyError> {
+        let slot = self.slot_of(backend)?;
         let mut lease = self.checkout(slot, Needs::default()).await?;
-        let answer = match read_answer(&mut lease.conn, &payload).await {
+        let answer = match read_answer(&mut lease.conn, payload).await {
             Ok(answer) => answer,
             Err(RelayError::Backend { source, .. }) => {
                 let backend = lease.conn.backend;
@@ -37,26 +68,19 @@ impl Session {
             Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
         };
         self.finish_command(slot, lease, &Completion::default());
-        let (header, rows, end) = match answer {
-            Answer::Packet(packet) => {
-                self.client.send_packet(1, &packet).await?;
-                return Ok(());
-            }
-            Answer::Rows { header, rows, end } => (header, rows, end),
-        };
-        let rows = correct(&listing, &header, rows);
-        let mut seq = 1;
-        for packet in header.iter().chain(rows.iter()) {
-            seq = self.client.queue_packet(seq, packet);
-        }
-        self.client.send_packet(seq, &end).await?;
-        Ok(())
+        Ok(answer)
     }
 }
 
 /// The rows as the listing says: physical tables left out or renamed, rows
-/// added and sorted. An answer without the name column is left as it is.
-fn correct(listing: &Listing, header: &[Bytes], rows: Vec<Bytes>) -> Vec<Bytes> {
+/// added (`elsewhere`: rows of `listing.elsewhere[i]`) and sorted. An answer
+/// without the name column is left as it is.
+fn correct(
+    listing: &Listing,
+    header: &[Bytes],
+    rows: Vec<Bytes>,
+    elsewhere: Vec<(usize, Bytes)>,
+) -> Vec<Bytes> {
     // header: the column count, one definition per column, maybe an EOF.
     let Some(columns) = header
         .first()
@@ -111,7 +135,20 @@ fn correct(listing: &Listing, header: &[Bytes], rows: Vec<Bytes>) -> Vec<Bytes> 
         write_text_row(&values, &mut packet);
         named.push((name, Bytes::from(packet)));
     }
-    if !listing.add.is_empty() {
+    for (i, row) in elsewhere {
+        let other = &listing.elsewhere[i];
+        let Some(mut values) = parse_text_row(&row, columns) else {
+            continue;
+        };
+        if values.get(name_at).cloned().flatten().as_deref() != Some(other.table.as_bytes()) {
+            continue;
+        }
+        values[name_at] = Some(other.logical.clone().into_bytes());
+        let mut packet = Vec::with_capacity(row.len());
+        write_text_row(&values, &mut packet);
+        named.push((other.logical.clone().into_bytes(), Bytes::from(packet)));
+    }
+    if !listing.add.is_empty() || !listing.elsewhere.is_empty() {
         for row in &listing.add {
             let mut packet = Vec::new();
             write_text_row(row, &mut packet);
