@@ -35,5 +35,5 @@ pub use plan::{
 };
 pub use rewrite::{quote_identifier, text_literal};
 pub use set::{parse_set, SetItem};
-pub use show::{Elsewhere, Listing, NameColumn, Physical};
+pub use show::{Combine, Elsewhere, Listing, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};

@@ -853,7 +853,7 @@ fn normalized(text: &str) -> String {
 
 /// The name of an aggregate an expression has inside it, or "window" for a
 /// window function.
-fn nested_aggregate(expr: &Expr) -> Option<String> {
+pub(crate) fn nested_aggregate(expr: &Expr) -> Option<String> {
     let mut nested = None;
     let _ = visit_expressions(expr, |e: &Expr| {
         if let Expr::Function(f) = e {

@@ -7,8 +7,9 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    visit_expressions_mut, BinaryOperator, Expr, ShowStatementFilter, ShowStatementFilterPosition,
-    Statement, Value as SqlValue,
+    visit_expressions_mut, BinaryOperator, Expr, GroupByExpr, Ident, LimitClause, ObjectNamePart,
+    OrderByExpr, OrderByKind, OrderBySort, Query, SelectItem, SetExpr, ShowStatementFilter,
+    ShowStatementFilterPosition, Statement, TableFactor, TableWithJoins, Value as SqlValue,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -41,20 +42,48 @@ pub struct Listing {
     /// SHOW CREATE TABLE: the CREATE TABLE statement in the second column
     /// names the logical table.
     pub create_statement: bool,
-    /// Rows another backend holds: SHOW TABLE STATUS of a partitioned table
-    /// whose default table lives off the listing's backend. Added, named for
-    /// their logical table, then every row sorted by name.
+    /// Rows other backends hold: those of partitioned tables whose default
+    /// table lives off the listing's backend. Named for their logical table
+    /// and combined with the listing's rows as `combine` says.
     pub elsewhere: Vec<Elsewhere>,
+    pub combine: Combine,
 }
 
-/// The row of one logical table that its default table's backend answers.
+/// What one backend other than the listing's answers: rows of the default
+/// tables in `physical`, which stand for their logical tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Elsewhere {
     pub backend: u32,
     pub sql: String,
-    /// The default table the row names.
-    pub table: String,
-    pub logical: String,
+    pub physical: Vec<Physical>,
+    /// `sql` only asks whether the backend has rows the answer would need:
+    /// an answer of aggregates or groups cannot take them in, so any row
+    /// refuses the statement.
+    pub probe: bool,
+}
+
+/// How the listing's rows and those from elsewhere make one answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Combine {
+    /// Every row sorted by name, as SHOW statements list them.
+    SortedByName,
+    /// The client's query on information_schema. Rows from one backend keep
+    /// its order; rows from several are combined only where the query says
+    /// nothing that concatenation would break.
+    Query {
+        order: QueryOrder,
+        limited: bool,
+        distinct: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryOrder {
+    Free,
+    /// Ascending by the table name column.
+    ByName,
+    /// Anything else: rows from several backends are refused.
+    Other,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,14 +151,47 @@ pub(crate) fn listing(sql: &str, ctx: &Context) -> Option<Listing> {
 /// A query on information_schema (that names no partitioned table): its
 /// rows that name physical tables are corrected, and a filter on TABLE_NAME
 /// that names a logical table matches its default table too, which stands for
-/// it (on the main backend no table has the logical name).
+/// it (no backend has a table of the logical name). Default tables off the
+/// main backend are asked of their own backend (`elsewhere_of_query`).
 pub(crate) fn information_schema(statements: &[Statement], ctx: &Context) -> Listing {
+    let (widened, changed) = widened(statements, ctx, Some(ctx.main_backend));
+    let sql = changed.then(|| sql_of(&widened));
+    let (elsewhere, combine) = match elsewhere_of_query(statements, ctx) {
+        Some(found) => found,
+        None => (Vec::new(), Combine::SortedByName),
+    };
+    Listing {
+        backend: ctx.main_backend,
+        sql,
+        column: NameColumn::Named("TABLE_NAME"),
+        schema_column: Some("TABLE_SCHEMA"),
+        physical: ctx
+            .dictionary
+            .tables()
+            .iter()
+            .flat_map(|t| physical(t, ctx))
+            .collect(),
+        add: Vec::new(),
+        like: None,
+        create_statement: false,
+        elsewhere,
+        combine,
+    }
+}
+
+/// The statements with their TABLE_NAME filters widened to match the default
+/// tables on `backend` (every backend: `None`), and whether any was.
+fn widened(
+    statements: &[Statement],
+    ctx: &Context,
+    backend: Option<u32>,
+) -> (Vec<Statement>, bool) {
     let tables = ctx.dictionary.tables();
     let stands_for = |name: &str, pattern: bool| -> Vec<String> {
         let name = name.to_lowercase();
         tables
             .iter()
-            .filter(|t| t.default_backend == ctx.main_backend)
+            .filter(|t| backend.is_none_or(|b| t.default_backend == b))
             .filter(|t| {
                 let logical = t.table.name.to_lowercase();
                 match pattern {
@@ -141,31 +203,197 @@ pub(crate) fn information_schema(statements: &[Statement], ctx: &Context) -> Lis
             .collect()
     };
     let mut statements = statements.to_vec();
-    let mut widened = false;
+    let mut changed = false;
     let _ = visit_expressions_mut(&mut statements, |expr| {
         if let Some(wider) = widen_table_filter(expr, &stands_for) {
             *expr = wider;
-            widened = true;
+            changed = true;
         }
         ControlFlow::<()>::Continue(())
     });
-    let sql = widened.then(|| {
-        statements
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    });
-    Listing {
-        backend: ctx.main_backend,
-        sql,
-        column: NameColumn::Named("TABLE_NAME"),
-        schema_column: Some("TABLE_SCHEMA"),
-        physical: tables.iter().flat_map(|t| physical(t, ctx)).collect(),
-        add: Vec::new(),
-        like: None,
-        create_statement: false,
-        elsewhere: Vec::new(),
+    (statements, changed)
+}
+
+fn sql_of(statements: &[Statement]) -> String {
+    statements
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The information_schema tables that list rows per table, by TABLE_SCHEMA
+/// and TABLE_NAME.
+const PER_TABLE: &[&str] = &[
+    "tables",
+    "columns",
+    "statistics",
+    "key_column_usage",
+    "table_constraints",
+    "partitions",
+];
+
+/// For a query on one of the `PER_TABLE` tables, alone in its FROM: the same
+/// query on each backend that holds default tables off the main backend,
+/// restricted to those tables (an aggregate or grouped query: a probe for
+/// rows), and how the answers combine. Other shapes (joins, unions,
+/// subqueries in FROM) are answered by the main backend alone.
+fn elsewhere_of_query(
+    statements: &[Statement],
+    ctx: &Context,
+) -> Option<(Vec<Elsewhere>, Combine)> {
+    let [Statement::Query(query)] = statements else {
+        return None;
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let [TableWithJoins {
+        relation: TableFactor::Table { name, alias, .. },
+        joins,
+    }] = select.from.as_slice()
+    else {
+        return None;
+    };
+    let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
+    let source = match parts.as_slice() {
+        [db, table] if db.value.eq_ignore_ascii_case("information_schema") => table,
+        [table]
+            if ctx
+                .db
+                .is_some_and(|db| db.eq_ignore_ascii_case("information_schema")) =>
+        {
+            table
+        }
+        _ => return None,
+    };
+    if !joins.is_empty() || !PER_TABLE.contains(&source.value.to_ascii_lowercase().as_str()) {
+        return None;
+    }
+    let qualifier: &Ident = alias.as_ref().map_or(*source, |a| &a.name);
+    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
+        || select.having.is_some()
+        || select.projection.iter().any(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                crate::scan::nested_aggregate(e).is_some()
+            }
+            _ => false,
+        });
+    let combine = Combine::Query {
+        order: query_order(query),
+        limited: query.limit_clause.is_some() || query.fetch.is_some(),
+        distinct: select.distinct.is_some(),
+    };
+    let mut backends: Vec<u32> = ctx
+        .dictionary
+        .tables()
+        .iter()
+        .map(|t| t.default_backend)
+        .filter(|&b| b != ctx.main_backend)
+        .collect();
+    backends.sort_unstable();
+    backends.dedup();
+    let widened = match backends.is_empty() {
+        true => Vec::new(),
+        false => widened(statements, ctx, None).0,
+    };
+    let elsewhere = backends
+        .into_iter()
+        .filter_map(|backend| {
+            let physical: Vec<Physical> = ctx
+                .dictionary
+                .tables()
+                .iter()
+                .filter(|t| t.default_backend == backend)
+                .map(|t| Physical {
+                    db: t.table.db.clone(),
+                    table: t.default_table.clone(),
+                    logical: Some(t.table.name.clone()),
+                })
+                .collect();
+            let mut statement = widened[0].clone();
+            let Statement::Query(query) = &mut statement else {
+                return None;
+            };
+            let SetExpr::Select(select) = query.body.as_mut() else {
+                return None;
+            };
+            let only = only_tables(&qualifier.value, &physical)?;
+            select.selection = Some(match select.selection.take() {
+                Some(filter) => Expr::BinaryOp {
+                    left: Box::new(Expr::Nested(Box::new(filter))),
+                    op: BinaryOperator::And,
+                    right: Box::new(only),
+                },
+                None => only,
+            });
+            if grouped {
+                select.projection = vec![SelectItem::UnnamedExpr(Expr::value(SqlValue::Number(
+                    "1".into(),
+                    false,
+                )))];
+                select.group_by = GroupByExpr::Expressions(Vec::new(), Vec::new());
+                select.having = None;
+                select.distinct = None;
+                query.order_by = None;
+                query.limit_clause = Some(LimitClause::LimitOffset {
+                    limit: Some(Expr::value(SqlValue::Number("1".into(), false))),
+                    offset: None,
+                    limit_by: Vec::new(),
+                });
+            }
+            Some(Elsewhere {
+                backend,
+                sql: statement.to_string(),
+                physical,
+                probe: grouped,
+            })
+        })
+        .collect();
+    Some((elsewhere, combine))
+}
+
+/// `(q.TABLE_SCHEMA, q.TABLE_NAME) IN (('db', 'table'), ...)`.
+fn only_tables(qualifier: &str, tables: &[Physical]) -> Option<Expr> {
+    let pairs: Vec<String> = tables
+        .iter()
+        .map(|t| format!("({}, {})", text_literal(&t.db), text_literal(&t.table)))
+        .collect();
+    let sql = format!(
+        "({q}.TABLE_SCHEMA, {q}.TABLE_NAME) IN ({})",
+        pairs.join(", "),
+        q = quote_identifier(qualifier)
+    );
+    Parser::new(&MySqlDialect {})
+        .try_with_sql(&sql)
+        .ok()?
+        .parse_expr()
+        .ok()
+}
+
+/// How a query on information_schema orders its rows.
+fn query_order(query: &Query) -> QueryOrder {
+    let Some(order_by) = &query.order_by else {
+        return QueryOrder::Free;
+    };
+    let OrderByKind::Expressions(keys) = &order_by.kind else {
+        return QueryOrder::Other;
+    };
+    let by_name = |key: &OrderByExpr| {
+        let ascending = matches!(key.options.sort, None | Some(OrderBySort::Asc));
+        let named = match &key.expr {
+            Expr::Identifier(ident) => ident.value.eq_ignore_ascii_case("table_name"),
+            Expr::CompoundIdentifier(parts) => parts
+                .last()
+                .is_some_and(|ident| ident.value.eq_ignore_ascii_case("table_name")),
+            _ => false,
+        };
+        ascending && named
+    };
+    match keys.as_slice() {
+        [] => QueryOrder::Free,
+        [key] if by_name(key) => QueryOrder::ByName,
+        _ => QueryOrder::Other,
     }
 }
 
@@ -329,6 +557,7 @@ fn show_tables(sql: &str, ctx: &Context) -> Option<Listing> {
         like: None,
         create_statement: false,
         elsewhere: Vec::new(),
+        combine: Combine::SortedByName,
     })
 }
 
@@ -385,8 +614,12 @@ fn table_status(sql: &str, tokens: &[Token], from: usize, ctx: &Context) -> Opti
                 text_literal(&t.default_table),
                 condition.map_or(String::new(), |c| format!(" AND ({c})"))
             ),
-            table: t.default_table.clone(),
-            logical: t.table.name.clone(),
+            physical: vec![Physical {
+                db: db.clone(),
+                table: t.default_table.clone(),
+                logical: Some(t.table.name.clone()),
+            }],
+            probe: false,
         })
         .collect();
     let sql = like_range.map(|range| format!("{}{}", &sql[..range.start], &sql[range.end..]));
@@ -400,6 +633,7 @@ fn table_status(sql: &str, tokens: &[Token], from: usize, ctx: &Context) -> Opti
         like,
         create_statement: false,
         elsewhere,
+        combine: Combine::SortedByName,
     })
 }
 
@@ -451,6 +685,7 @@ fn of_table(
         like: None,
         create_statement,
         elsewhere: Vec::new(),
+        combine: Combine::SortedByName,
     })
 }
 

@@ -58,6 +58,30 @@ fn dictionary() -> Dictionary {
     )
 }
 
+/// `app.events` partitioned on its integer column `id`.
+fn events(
+    function: HashFunction,
+    default_backend: u32,
+    entries: Vec<PartitionEntry>,
+) -> PartitionedTable {
+    PartitionedTable::new(
+        TableDefinition {
+            table: TableName {
+                db: "app".into(),
+                name: "events".into(),
+            },
+            column: "id".into(),
+            column_position: 1,
+            kind: ColumnKind::Integer,
+            function,
+            default_table: "events_default".into(),
+            default_backend,
+            auto_column: None,
+        },
+        entries,
+    )
+}
+
 /// A session in `db` whose main backend is 1.
 fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
     Context {
@@ -900,20 +924,9 @@ fn a_between_of_integers_goes_to_the_partitions_of_its_values() {
         state: PartitionState::Active,
     };
     // `events` by DIV(100) of id: 100-199 on backend 2, 200-299 on 1.
-    tables.push(PartitionedTable::new(
-        TableDefinition {
-            table: TableName {
-                db: "app".into(),
-                name: "events".into(),
-            },
-            column: "id".into(),
-            column_position: 1,
-            kind: ColumnKind::Integer,
-            function: HashFunction::Div(100),
-            default_table: "events_default".into(),
-            default_backend: 1,
-            auto_column: None,
-        },
+    tables.push(events(
+        HashFunction::Div(100),
+        1,
         vec![entry("p1", "1", 2), entry("p2", "2", 1)],
     ));
     let dictionary = Dictionary::new(1, tables);
@@ -978,4 +991,45 @@ fn a_between_of_integers_goes_to_the_partitions_of_its_values() {
             "SELECT * FROM `orders_p1` AS `orders` WHERE user_id BETWEEN 5 AND 5".into()
         )]
     );
+}
+
+#[test]
+fn information_schema_asks_the_backend_of_a_default_table_off_the_main_backend() {
+    let dictionary = Dictionary::new(1, vec![events(HashFunction::Mod(2), 2, Vec::new())]);
+    let listing = |sql: &str| match plan(
+        sql.as_bytes(),
+        &context(&dictionary, "app"),
+        &mut PlanCache::default(),
+    )
+    .action
+    {
+        Action::Listing(listing) => listing,
+        other => panic!("{sql}: expected a listing, got {other:?}"),
+    };
+    let asked = |sql: &str| -> Vec<(u32, String, bool)> {
+        listing(sql)
+            .elsewhere
+            .into_iter()
+            .map(|e| (e.backend, e.sql, e.probe))
+            .collect()
+    };
+    assert_eq!(
+        asked("SELECT column_name FROM information_schema.columns c WHERE c.table_name = 'events' ORDER BY ordinal_position"),
+        [(
+            2,
+            "SELECT column_name FROM information_schema.columns c WHERE (c.table_name IN ('events', 'events_default')) AND (`c`.TABLE_SCHEMA, `c`.TABLE_NAME) IN ((CONVERT(X'617070' USING utf8mb4), CONVERT(X'6576656e74735f64656661756c74' USING utf8mb4))) ORDER BY ordinal_position".into(),
+            false
+        )]
+    );
+    assert_eq!(
+        asked("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' GROUP BY ENGINE"),
+        [(
+            2,
+            "SELECT 1 FROM information_schema.TABLES WHERE (TABLE_SCHEMA = 'app') AND (`TABLES`.TABLE_SCHEMA, `TABLES`.TABLE_NAME) IN ((CONVERT(X'617070' USING utf8mb4), CONVERT(X'6576656e74735f64656661756c74' USING utf8mb4))) LIMIT 1".into(),
+            true
+        )]
+    );
+    // Shapes whose rows cannot be told apart by table stay on the main backend.
+    assert!(asked("SELECT * FROM information_schema.SCHEMATA").is_empty());
+    assert!(asked("SELECT t.TABLE_NAME FROM information_schema.TABLES t JOIN information_schema.COLUMNS c USING (TABLE_NAME)").is_empty());
 }

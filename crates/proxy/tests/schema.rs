@@ -302,9 +302,10 @@ fn metadata_names_the_logical_table_never_a_physical_one() {
     assert!(!logical.is_empty());
 }
 
-#[test]
-fn table_status_finds_a_table_whose_default_partition_is_on_another_backend() {
-    let db = cluster().database("schema_status_elsewhere");
+/// `notes` on backend 1, the main one; `events` by MOD(2) of id with its
+/// default table on backend 2 and partition `odd` on backend 1.
+fn default_off_main(db: &str) -> (Proxy, Conn, String) {
+    let db = cluster().database(db);
     cluster()
         .direct(1, Some(&db))
         .query_drop("CREATE TABLE notes (id INT)")
@@ -319,6 +320,12 @@ fn table_status_finds_a_table_whose_default_partition_is_on_another_backend() {
         .unwrap();
     c.query_drop("HSCALE ADD_PARTITION('events', 'odd', 1, 1)")
         .unwrap();
+    (proxy, c, db)
+}
+
+#[test]
+fn table_status_finds_a_table_whose_default_partition_is_on_another_backend() {
+    let (_proxy, mut c, db) = default_off_main("schema_status_elsewhere");
 
     let names = |c: &mut Conn, sql: &str| -> Vec<(String, String)> {
         let rows: Vec<mysql::Row> = c.query(sql).unwrap();
@@ -362,4 +369,58 @@ fn table_status_finds_a_table_whose_default_partition_is_on_another_backend() {
         status[0].get::<String, _>("Create_time"),
         direct[0].get::<String, _>("Create_time")
     );
+}
+
+#[test]
+fn information_schema_finds_a_table_whose_default_partition_is_on_another_backend() {
+    let (_proxy, mut c, db) = default_off_main("schema_is_elsewhere");
+    let tables = "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()";
+
+    let mut unordered: Vec<String> = c.query(tables).unwrap();
+    unordered.sort();
+    assert_eq!(unordered, ["events", "notes"]);
+    let ordered: Vec<String> = c.query(format!("{tables} ORDER BY TABLE_NAME")).unwrap();
+    assert_eq!(ordered, ["events", "notes"]);
+    let others: Vec<String> = c
+        .query(format!("{tables} AND TABLE_NAME <> 'events'"))
+        .unwrap();
+    assert_eq!(others, ["notes"]);
+    // Rows of one backend keep the order the query asked for.
+    let columns: Vec<String> = c
+        .query(format!("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'events' ORDER BY ORDINAL_POSITION DESC"))
+        .unwrap();
+    assert_eq!(columns, ["what", "id"]);
+    let mut aliased: Vec<(String, String)> = c
+        .query("SELECT c.column_name, c.table_name AS t FROM information_schema.columns AS c WHERE c.table_schema = DATABASE() AND c.table_name LIKE 'ev%'")
+        .unwrap();
+    aliased.sort();
+    assert_eq!(
+        aliased,
+        [
+            ("id".to_string(), "events".to_string()),
+            ("what".to_string(), "events".to_string())
+        ]
+    );
+    let indexes: Vec<String> = c
+        .query("SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'events'")
+        .unwrap();
+    assert_eq!(indexes, ["PRIMARY"]);
+    // An aggregate that does not reach the other backend's tables is exact.
+    let count: Option<u64> = c
+        .query_first("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'notes'")
+        .unwrap();
+    assert_eq!(count, Some(1));
+
+    // What hscale cannot combine exactly, it refuses.
+    for refused in [
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"
+            .to_string(),
+        format!("{tables} ORDER BY CREATE_TIME"),
+        format!("{tables} LIMIT 5"),
+    ] {
+        let (code, message) = error_of(&mut c, &refused);
+        assert_eq!(code, 1235, "{refused}: {message}");
+        assert!(message.contains("backend 2"), "{message}");
+        assert!(message.contains(&format!("{db}.events")), "{message}");
+    }
 }

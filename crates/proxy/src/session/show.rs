@@ -3,7 +3,7 @@
 //! the listing names, corrected to name logical tables only, then sent.
 
 use bytes::Bytes;
-use hscale_planner::{Listing, NameColumn};
+use hscale_planner::{Combine, Elsewhere, Listing, NameColumn, QueryOrder, Refusal};
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::Completion;
@@ -45,7 +45,12 @@ impl Session {
                 }
             }
         }
-        let rows = correct(&listing, &header, rows, elsewhere);
+        let rows = correct(&listing, &header, rows, elsewhere).map_err(|reason| {
+            ProxyError::Unroutable(Refusal {
+                table: None,
+                reason,
+            })
+        })?;
         let mut seq = 1;
         for packet in header.iter().chain(rows.iter()) {
             seq = self.client.queue_packet(seq, packet);
@@ -73,14 +78,15 @@ impl Session {
 }
 
 /// The rows as the listing says: physical tables left out or renamed, rows
-/// added (`elsewhere`: rows of `listing.elsewhere[i]`) and sorted. An answer
-/// without the name column is left as it is.
+/// added (`elsewhere`: rows of `listing.elsewhere[i]`) and combined. An
+/// answer whose rows from several backends cannot be combined exactly is
+/// refused with the reason.
 fn correct(
     listing: &Listing,
     header: &[Bytes],
     rows: Vec<Bytes>,
     elsewhere: Vec<(usize, Bytes)>,
-) -> Vec<Bytes> {
+) -> Result<Vec<Bytes>, String> {
     // header: the column count, one definition per column, maybe an EOF.
     let Some(columns) = header
         .first()
@@ -88,7 +94,7 @@ fn correct(
         .and_then(|(n, _)| usize::try_from(n).ok())
         .filter(|&n| n < header.len())
     else {
-        return rows;
+        return Ok(rows);
     };
     let position = |wanted: &str| {
         header[1..=columns].iter().position(|column| {
@@ -101,30 +107,24 @@ fn correct(
     let name_at = match listing.column {
         NameColumn::Position(i) => Some(i),
         NameColumn::Named(name) => position(name),
-    };
-    let Some(name_at) = name_at.filter(|&i| i < columns) else {
-        return rows;
-    };
+    }
+    .filter(|&i| i < columns);
     let schema_at = listing.schema_column.and_then(position);
-    let mut named: Vec<(Vec<u8>, Bytes)> = Vec::with_capacity(rows.len() + listing.add.len());
-    for row in rows {
+    let rename = |row: Bytes, correct: &LogicalName| {
+        let Some(name_at) = name_at else {
+            return Some((Vec::new(), row));
+        };
         let Some(mut values) = parse_text_row(&row, columns) else {
-            named.push((Vec::new(), row));
-            continue;
+            return Some((Vec::new(), row));
         };
         let Some(Some(table)) = values.get(name_at).cloned() else {
-            named.push((Vec::new(), row));
-            continue;
+            return Some((Vec::new(), row));
         };
         let db = schema_at.and_then(|i| values.get(i).cloned().flatten());
-        let Some(name) = listing.correct(db.as_deref(), &table) else {
-            continue;
-        };
-        if name == table.as_slice() {
-            named.push((table, row));
-            continue;
+        let name = correct(db.as_deref(), &table)?;
+        if name == table {
+            return Some((table, row));
         }
-        let name = name.to_vec();
         if listing.create_statement {
             if let Some(Some(create)) = values.get_mut(1) {
                 *create = rename_created(create, &table, &name);
@@ -133,31 +133,104 @@ fn correct(
         values[name_at] = Some(name.clone());
         let mut packet = Vec::with_capacity(row.len());
         write_text_row(&values, &mut packet);
-        named.push((name, Bytes::from(packet)));
-    }
+        Some((name, Bytes::from(packet)))
+    };
+    let mut named: Vec<(Vec<u8>, Bytes)> = rows
+        .into_iter()
+        .filter_map(|row| {
+            rename(row, &|db, table| {
+                listing.correct(db, table).map(<[u8]>::to_vec)
+            })
+        })
+        .collect();
+    // Which answers gave rows: the listing's backend's, then each elsewhere.
+    let mut sources = usize::from(!named.is_empty());
+    let mut last_source = None;
+    let other_source = |last: Option<usize>| &listing.elsewhere[last.unwrap_or(0)];
     for (i, row) in elsewhere {
         let other = &listing.elsewhere[i];
-        let Some(mut values) = parse_text_row(&row, columns) else {
-            continue;
+        if other.probe {
+            return Err(several_backends(listing, other, "aggregates or groups"));
+        }
+        let logical = |db: Option<&[u8]>, table: &[u8]| {
+            other
+                .physical
+                .iter()
+                .find(|p| p.table.as_bytes() == table && db.is_none_or(|db| db == p.db.as_bytes()))
+                .and_then(|p| p.logical.clone())
+                .map(String::into_bytes)
         };
-        if values.get(name_at).cloned().flatten().as_deref() != Some(other.table.as_bytes()) {
-            continue;
+        if let Some(row) = rename(row, &logical) {
+            if last_source != Some(i) {
+                sources += 1;
+                last_source = Some(i);
+            }
+            named.push(row);
         }
-        values[name_at] = Some(other.logical.clone().into_bytes());
-        let mut packet = Vec::with_capacity(row.len());
-        write_text_row(&values, &mut packet);
-        named.push((other.logical.clone().into_bytes(), Bytes::from(packet)));
     }
-    if !listing.add.is_empty() || !listing.elsewhere.is_empty() {
-        for row in &listing.add {
-            let mut packet = Vec::new();
-            write_text_row(row, &mut packet);
-            let name = row.first().cloned().flatten().unwrap_or_default();
-            named.push((name.into_bytes(), Bytes::from(packet)));
+    match &listing.combine {
+        Combine::SortedByName => {
+            if !listing.add.is_empty() || !listing.elsewhere.is_empty() {
+                for row in &listing.add {
+                    let mut packet = Vec::new();
+                    write_text_row(row, &mut packet);
+                    let name = row.first().cloned().flatten().unwrap_or_default();
+                    named.push((name.into_bytes(), Bytes::from(packet)));
+                }
+                named.sort();
+            }
         }
-        named.sort();
+        Combine::Query { .. } if sources <= 1 => {}
+        Combine::Query {
+            order,
+            limited,
+            distinct,
+        } => {
+            if *limited {
+                return Err(several_backends(
+                    listing,
+                    other_source(last_source),
+                    "LIMIT",
+                ));
+            }
+            match order {
+                QueryOrder::Free => {}
+                QueryOrder::ByName if name_at.is_some() => {
+                    // information_schema compares names case-insensitively.
+                    named.sort_by_cached_key(|(name, _)| name.to_ascii_lowercase());
+                }
+                QueryOrder::ByName | QueryOrder::Other => {
+                    return Err(several_backends(
+                        listing,
+                        other_source(last_source),
+                        "ORDER BY",
+                    ))
+                }
+            }
+            if *distinct {
+                let mut seen = std::collections::HashSet::new();
+                named.retain(|(_, row)| seen.insert(row.clone()));
+            }
+        }
     }
-    named.into_iter().map(|(_, row)| row).collect()
+    Ok(named.into_iter().map(|(_, row)| row).collect())
+}
+
+/// The name a row's (database, table) gets in the answer; `None` leaves it out.
+type LogicalName<'a> = dyn Fn(Option<&[u8]>, &[u8]) -> Option<Vec<u8>> + 'a;
+
+fn several_backends(listing: &Listing, other: &Elsewhere, what: &str) -> String {
+    let tables: Vec<String> = other
+        .physical
+        .iter()
+        .filter_map(|p| p.logical.as_ref().map(|l| format!("{}.{l}", p.db)))
+        .collect();
+    format!(
+        "this information_schema query's {what} would combine rows of backend {} with rows of backend {}, which holds the default partition of {}; ask each backend's tables separately",
+        listing.backend,
+        other.backend,
+        tables.join(", ")
+    )
 }
 
 /// `CREATE TABLE `physical` (...`: the first quoted name is the table's.
