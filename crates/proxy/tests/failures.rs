@@ -96,7 +96,9 @@ fn a_full_pool_makes_waiters_time_out_with_a_clear_error() {
     let proxy = Proxy::start(config);
     let mut holder = proxy.connect(None);
     let mut waiter = proxy.connect(None);
+    // A transaction holds its connection from its first statement on.
     holder.query_drop("BEGIN").unwrap();
+    holder.query_drop("SELECT 1").unwrap();
     let started = Instant::now();
     let err = mysql_error(waiter.query_drop("SELECT 1").unwrap_err());
     assert!(started.elapsed() >= Duration::from_millis(250));

@@ -96,6 +96,67 @@ fn a_transaction_keeps_its_connection_until_it_ends() {
     );
 }
 
+/// BEGIN, then another client's rows arrive before and after the first read:
+/// what the transaction sees at each step.
+fn snapshot_steps(a: &mut mysql::Conn, other: &mut mysql::Conn, begin: &str) -> Vec<i64> {
+    let count =
+        |c: &mut mysql::Conn| -> i64 { c.query_first("SELECT COUNT(*) FROM t").unwrap().unwrap() };
+    a.query_drop(begin).unwrap();
+    other.query_drop("INSERT INTO t VALUES (1)").unwrap();
+    let mut seen = vec![count(a)];
+    other.query_drop("INSERT INTO t VALUES (2)").unwrap();
+    seen.push(count(a));
+    seen.push(a.query_first("SELECT @@in_transaction").unwrap().unwrap());
+    a.query_drop("COMMIT").unwrap();
+    seen.push(count(a));
+    seen.push(a.query_first("SELECT @@in_transaction").unwrap().unwrap());
+    other.query_drop("DELETE FROM t").unwrap();
+    seen
+}
+
+#[test]
+fn a_begin_answered_by_hscale_opens_the_transaction_with_its_first_read() {
+    let db = database_with_table("mux_begin");
+    let proxy = small_pool_proxy(2);
+    for begin in [
+        "BEGIN",
+        "start transaction;",
+        "BEGIN WORK",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+    ] {
+        let direct = snapshot_steps(
+            &mut cluster().direct(1, Some(&db)),
+            &mut cluster().direct(1, Some(&db)),
+            begin,
+        );
+        let proxied = snapshot_steps(
+            &mut proxy.connect(Some(&db)),
+            &mut proxy.connect(Some(&db)),
+            begin,
+        );
+        assert_eq!(proxied, direct, "{begin}");
+    }
+    // The snapshot is taken at the first read: what InnoDB does anyway.
+    let plain = snapshot_steps(
+        &mut proxy.connect(Some(&db)),
+        &mut proxy.connect(Some(&db)),
+        "BEGIN",
+    );
+    assert_eq!(plain, [1, 1, 1, 2, 0]);
+
+    // A transaction that reached no backend ends with nothing open.
+    let mut a = proxy.connect(Some(&db));
+    let mut other = proxy.connect(Some(&db));
+    for end in ["COMMIT", "ROLLBACK WORK", "COMMIT AND NO CHAIN"] {
+        a.query_drop("BEGIN").unwrap();
+        a.query_drop(end).unwrap();
+        a.query_drop("INSERT INTO t VALUES (7)").unwrap();
+        let seen: Option<i64> = other.query_first("SELECT COUNT(*) FROM t").unwrap();
+        assert_eq!(seen, Some(1), "after BEGIN; {end} the insert committed");
+        a.query_drop("DELETE FROM t").unwrap();
+    }
+}
+
 #[test]
 fn last_insert_id_is_the_clients_own() {
     let db = cluster().database("mux_insert_id");

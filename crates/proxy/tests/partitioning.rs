@@ -267,6 +267,32 @@ fn transactions_commit_and_roll_back_on_every_backend_in_multi_mode() {
 }
 
 #[test]
+fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
+    let (proxy, db) = setup("part_tx_snapshot");
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let mut other = proxy.connect(Some(&db));
+    let ids = |c: &mut Conn, sql: &str| -> Vec<u32> { c.query(sql).unwrap() };
+    c.query_drop("BEGIN").unwrap();
+    // The first read on backend 2 opens the transaction there.
+    assert!(ids(&mut c, "SELECT id FROM users WHERE id = 1").is_empty());
+    other
+        .query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    other
+        .query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    // Backend 1 joins now and sees row 2; backend 2 keeps its snapshot.
+    assert_eq!(ids(&mut c, "SELECT id FROM users ORDER BY id"), [2]);
+    other
+        .query_drop("INSERT INTO users VALUES (4, 'd', '2000-01-01')")
+        .unwrap();
+    assert_eq!(ids(&mut c, "SELECT id FROM users ORDER BY id"), [2]);
+    c.query_drop("COMMIT").unwrap();
+    assert_eq!(ids(&mut c, "SELECT id FROM users ORDER BY id"), [1, 2, 4]);
+}
+
+#[test]
 fn a_second_instance_obeys_a_change_before_the_admin_command_returns() {
     let (first, db) = setup("part_two_instances");
     let second = Proxy::for_cluster();

@@ -81,6 +81,10 @@ pub struct BackendConn {
     pub statements: Statements,
     serial: u64,
     commands: u64,
+    /// Commands written ahead of the next one, whose answers `send_command`
+    /// reads before that command's: a deferred BEGIN rides with the
+    /// transaction's first read instead of costing a round trip.
+    queued: u8,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -203,6 +207,7 @@ impl BackendConn {
             thread_id: server.connection_id,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,
+            queued: 0,
             statements: Statements::new(config.prepared_statements),
             _permit: permit,
         }))
@@ -215,10 +220,31 @@ impl BackendConn {
         }
     }
 
-    /// Starts a command; every command goes through here so that `mark` counts it.
+    /// Starts a command; every command goes through here so that `mark` counts
+    /// it. The answers of commands queued ahead of it are read first: a failed
+    /// one fails this command's connection, whose answer then never reaches
+    /// anyone.
     pub async fn send_command(&mut self, payload: &[u8]) -> Result<(), WireError> {
         self.commands += 1;
-        self.stream.send_packet(0, payload).await.map(drop)
+        self.stream.send_packet(0, payload).await?;
+        while self.queued > 0 {
+            self.queued -= 1;
+            let completion = self.read_reply(Expect::ResultSets, |_, _| {}).await?;
+            if completion.error {
+                return Err(WireError::Io(std::io::Error::other(
+                    "a command queued ahead of the statement (the transaction's BEGIN) failed",
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a command that is sent with the next one (`send_command`); its
+    /// answer must be an OK or an error.
+    pub fn queue_command(&mut self, payload: &[u8]) {
+        self.commands += 1;
+        self.queued += 1;
+        self.stream.queue_packet(0, payload);
     }
 
     /// Runs a command whose answer hscale reads itself. The outer error is the
@@ -248,25 +274,34 @@ impl BackendConn {
         &mut self,
         command: &[u8],
         expect: Expect,
-        mut seen: impl FnMut(&[u8], Option<&Completion>),
+        seen: impl FnMut(&[u8], Option<&Completion>),
     ) -> Result<Completion, BackendError> {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         self.send_command(command).await.map_err(lost)?;
+        self.read_reply(expect, seen).await.map_err(lost)
+    }
+
+    /// Reads one command's whole answer.
+    async fn read_reply(
+        &mut self,
+        expect: Expect,
+        mut seen: impl FnMut(&[u8], Option<&Completion>),
+    ) -> Result<Completion, WireError> {
         let deprecate_eof = self
             .key
             .capabilities
             .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
         let mut scanner = ResponseScanner::new(expect, deprecate_eof);
         loop {
-            let progress = scanner.scan(self.stream.buffered()).map_err(lost)?;
+            let progress = scanner.scan(self.stream.buffered())?;
             let (n, done) = match progress {
                 Progress::More(n) => (n, None),
                 Progress::Done(n, completion) => (n, Some(completion)),
                 Progress::LocalInfile(_) => {
-                    return Err(lost(WireError::Malformed {
+                    return Err(WireError::Malformed {
                         what: "unexpected LOCAL INFILE request",
-                    }))
+                    })
                 }
             };
             seen(&self.stream.buffered()[..n], done.as_ref());
@@ -277,8 +312,8 @@ impl BackendConn {
                 }
                 return Ok(completion);
             }
-            if self.stream.fill().await.map_err(lost)? == 0 {
-                return Err(lost(WireError::Closed));
+            if self.stream.fill().await? == 0 {
+                return Err(WireError::Closed);
             }
         }
     }

@@ -79,6 +79,10 @@ pub struct Session {
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
+    /// hscale answered the BEGIN and no backend has the transaction yet: the
+    /// first backend it reaches opens it (with its first read, in the same
+    /// write). Once one has, the backends' status says whether it is open.
+    begun_here: bool,
 }
 
 impl Session {
@@ -127,6 +131,7 @@ impl Session {
             previous: Previous::Nothing,
             quoting: Quoting::default(),
             begin: None,
+            begun_here: false,
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
             wait_timeout_changed: false,
@@ -288,6 +293,7 @@ impl Session {
         }
         self.previous = Previous::Nothing;
         self.begin = None;
+        self.begun_here = false;
         self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;

@@ -9,6 +9,7 @@ use hscale_planner::{
     plan, Action, Context, Dictionary, Generate, Kind, Merge, Plan, Route, SessionChange, Step,
 };
 use hscale_wire::scan::Expect;
+use hscale_wire::StatusFlags;
 
 use super::slots::Needs;
 use super::state::COM_QUERY;
@@ -48,10 +49,7 @@ impl Session {
         let sql = &payload[1..];
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
         let plan = self.plan_waiting(|session| session.plan(sql)).await?;
-        let needs = Needs {
-            last_insert_id: plan.summary.last_insert_id,
-            previous_connection: plan.summary.reads_previous_statement,
-        };
+        let needs = Needs::of(&plan.summary);
         let main = self.shared.main;
         match plan.action {
             Action::Main => {
@@ -61,6 +59,9 @@ impl Session {
                 let kind = plan.summary.kind;
                 if matches!(kind, Kind::Commit | Kind::Rollback) && !plan.summary.multi_statement {
                     return self.end_transaction(payload, needs).await;
+                }
+                if kind == Kind::Begin && !self.in_transaction() && plain_begin(sql) {
+                    return self.begin_here(payload).await;
                 }
                 let slot = self.slot_for_previous(needs).unwrap_or(main);
                 if kind.writes() {
@@ -112,6 +113,22 @@ impl Session {
             }
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
+    }
+
+    /// A BEGIN outside a transaction, answered by hscale: each backend the
+    /// transaction reaches gets it with its first statement there, a read in
+    /// the same write (Vitess does the same), so that no backend pays a round
+    /// trip for it. InnoDB takes a transaction's snapshot at its first read,
+    /// not at BEGIN, so the client sees what it would have seen.
+    async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        self.begin = Some(payload);
+        self.begun_here = true;
+        // Autocommit is on, or the session would be in a transaction already.
+        let status = self.status_flags() | StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+        self.client
+            .send_packet(1, &super::handshake::ok_packet(status))
+            .await?;
+        Ok(())
     }
 
     /// Plans with `plan` until no partition move or schema change holds the
@@ -195,6 +212,12 @@ impl Session {
     /// client sees the last one's answer. Each commits in turn: not atomic
     /// across backends.
     async fn end_transaction(&mut self, payload: Bytes, needs: Needs) -> Result<(), ProxyError> {
+        if self.begun_here && plain_end(&payload[1..]) {
+            // No backend has the transaction: there is nothing to end.
+            self.begun_here = false;
+            self.begin = None;
+            return self.send_ok().await;
+        }
         let mut open: Vec<usize> = (0..self.slots.len())
             .filter(|&i| self.slots[i].binding.transaction)
             .collect();
@@ -357,4 +380,36 @@ fn unroutable_with_ids(table: hscale_planner::TableName) -> ProxyError {
         reason: "an INSERT with the AUTO_INCREMENT ids hscale wrote into it that cannot be routed"
             .into(),
     })
+}
+
+/// BEGIN [WORK] or START TRANSACTION alone: no snapshot taken at once (WITH
+/// CONSISTENT SNAPSHOT), no access mode that could refuse it.
+fn plain_begin(sql: &[u8]) -> bool {
+    words_match(sql, |words| {
+        matches!(
+            words,
+            ["begin"] | ["begin", "work"] | ["start", "transaction"]
+        )
+    })
+}
+
+/// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
+fn plain_end(sql: &[u8]) -> bool {
+    words_match(sql, |words| {
+        matches!(
+            words,
+            ["commit" | "rollback"] | ["commit" | "rollback", "work"]
+        )
+    })
+}
+
+/// Whether a statement's words, lowercase, are what `expected` accepts.
+fn words_match(sql: &[u8], expected: impl Fn(&[&str]) -> bool) -> bool {
+    let text = String::from_utf8_lossy(sql).to_ascii_lowercase();
+    let words: Vec<&str> = text
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .collect();
+    expected(&words)
 }

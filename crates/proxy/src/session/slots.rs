@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use hscale_planner::SessionChange;
+use hscale_planner::{Kind, SessionChange, Summary};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
@@ -77,6 +77,19 @@ pub(super) struct Needs {
     /// The connection that ran the session's previous command, untouched since
     /// (ROW_COUNT(), FOUND_ROWS()).
     pub previous_connection: bool,
+    /// The command only reads: a deferred BEGIN may ride with it. Were that
+    /// BEGIN to fail, the read ran outside the transaction and changed nothing.
+    pub reads_only: bool,
+}
+
+impl Needs {
+    pub fn of(summary: &Summary) -> Needs {
+        Needs {
+            last_insert_id: summary.last_insert_id,
+            previous_connection: summary.reads_previous_statement,
+            reads_only: summary.kind == Kind::Select,
+        }
+    }
 }
 
 impl Session {
@@ -197,7 +210,7 @@ impl Session {
     }
 
     pub(super) fn in_transaction(&self) -> bool {
-        self.slots.iter().any(|s| s.binding.transaction)
+        self.begun_here || self.slots.iter().any(|s| s.binding.transaction)
     }
 
     /// The held connection, or one from the pool brought to the session's
@@ -239,8 +252,12 @@ impl Session {
                 zero_row_count(&mut lease.conn).await?;
             }
             if let Some(begin) = begin {
-                super::state::run_command(&mut lease.conn, &begin).await?;
+                match needs.reads_only {
+                    true => lease.conn.queue_command(&begin),
+                    false => super::state::run_command(&mut lease.conn, &begin).await?,
+                }
                 self.slots[slot].binding.transaction = true;
+                self.begun_here = false;
             }
             Ok(())
         };

@@ -173,10 +173,7 @@ impl Session {
                 types: None,
                 binds: plan.binds,
                 change: plan.change,
-                needs: Needs {
-                    last_insert_id: plan.summary.last_insert_id,
-                    previous_connection: plan.summary.reads_previous_statement,
-                },
+                needs: Needs::of(&plan.summary),
                 kind: plan.summary.kind,
                 routed,
             };
