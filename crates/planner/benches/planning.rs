@@ -79,21 +79,36 @@ fn planning(c: &mut Criterion) {
         },
     );
     let insert = "INSERT INTO small (id, category) VALUES (4, 'hardware')";
-    c.bench_function(
-        "plan: one-row INSERT into partitioned small, cache hit",
-        |b| {
-            let mut cache = PlanCache::default();
-            let ctx = ctx(&partitioned);
-            b.iter(|| plan(insert.as_bytes(), &ctx, &mut cache))
-        },
+    let rows: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                "({}, '{}')",
+                10 + i,
+                ["books", "hardware", "software"][i % 3]
+            )
+        })
+        .collect();
+    let insert_rows = format!(
+        "INSERT INTO small (id, category) VALUES {}",
+        rows.join(", ")
     );
-    c.bench_function(
-        "plan: one-row INSERT into partitioned small, cache miss",
-        |b| {
-            let ctx = ctx(&partitioned);
-            b.iter(|| plan(insert.as_bytes(), &ctx, &mut PlanCache::default()))
-        },
-    );
+    for (what, sql) in [("one-row", insert), ("10-row", insert_rows.as_str())] {
+        c.bench_function(
+            &format!("plan: {what} INSERT into partitioned small, cache hit"),
+            |b| {
+                let mut cache = PlanCache::default();
+                let ctx = ctx(&partitioned);
+                b.iter(|| plan(sql.as_bytes(), &ctx, &mut cache))
+            },
+        );
+        c.bench_function(
+            &format!("plan: {what} INSERT into partitioned small, cache miss"),
+            |b| {
+                let ctx = ctx(&partitioned);
+                b.iter(|| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()))
+            },
+        );
+    }
     c.bench_function("plan: seed query on partitioned small, cache miss", |b| {
         let ctx = ctx(&partitioned);
         b.iter(|| plan(SEED.as_bytes(), &ctx, &mut PlanCache::default()))

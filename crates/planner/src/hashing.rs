@@ -82,6 +82,15 @@ impl Value<'_> {
             Value::Null => Value::Null,
         }
     }
+
+    /// The same value, owning its text.
+    pub fn into_owned(self) -> Value<'static> {
+        match self {
+            Value::Number(n) => Value::Number(Cow::Owned(n.into_owned())),
+            Value::String(s) => Value::String(Cow::Owned(s.into_owned())),
+            Value::Null => Value::Null,
+        }
+    }
 }
 
 /// A hashing function of the dictionary (DESIGN.md §5).

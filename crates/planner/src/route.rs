@@ -23,7 +23,8 @@ use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
 use crate::shape::{
-    apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, Key, RangeEnd, Shape,
+    apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, InsertRows, Key,
+    RangeEnd, Shape,
 };
 use crate::template::{Bound, Form, Row, Rows, Template};
 
@@ -136,7 +137,7 @@ pub(crate) fn route(
         Statement::Query(query) => analysis.select(query, summary),
         Statement::Insert(insert) => match (&insert.table, &insert.source) {
             (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
-                analysis.single_row_insert(insert)
+                analysis.values_insert(insert)
             }
             (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => {
                 analysis.insert_from_partitions(source, summary)
@@ -518,6 +519,7 @@ impl Analysis<'_> {
                 .filter(|o| o.co_located)
                 .map(|o| Arc::new(o.table.table.clone()))
                 .collect(),
+            rows: None,
         };
         Ok((shape, values))
     }
@@ -690,34 +692,64 @@ impl Analysis<'_> {
             .map(|a| &a.value)
     }
 
-    /// A one-row INSERT whose partition column is a literal: a shape with one
-    /// key, which the plan cache keeps. Anything else (several rows, INSERT
-    /// ... SELECT, what `insert` refuses) is `Err("")`: planned by `insert`.
-    fn single_row_insert(
+    /// An INSERT whose rows give the partition column as literals: a shape
+    /// with one key per row, which the plan cache keeps. Anything else (INSERT
+    /// ... SELECT, ON DUPLICATE KEY UPDATE, ids hscale hands out, `?` in
+    /// several rows, what `insert` refuses) is `Err("")`: planned by `insert`.
+    fn values_insert(
         &self,
         insert: &sqlparser::ast::Insert,
     ) -> Result<(ByteShape, Vec<Bound>), String> {
         let unshaped = || String::new();
+        let mysql_on = matches!(insert.on, None | Some(OnInsert::DuplicateKeyUpdate(_)));
         // With an AUTO_INCREMENT column, `insert` notes the highest id given.
-        if insert.on.is_some() || self.table.auto_column.is_some() {
+        if !mysql_on || self.table.auto_column.is_some() {
             return Err(unshaped());
         }
-        let value = match (&insert.source, insert.assignments.is_empty()) {
-            (None, false) => self.assigned_value(insert),
+        self.check_duplicate_update(insert)?;
+        let mut found = Vec::new();
+        let mut placed = None;
+        match (&insert.source, insert.assignments.is_empty()) {
+            (None, false) => found.push(self.assigned_value(insert)),
             (Some(source), true) => match (source.body.as_ref(), self.insert_position(insert)) {
-                (SetExpr::Values(values), Some(position)) if values.rows.len() == 1 => {
-                    values.rows[0].content.get(position)
+                (SetExpr::Values(values), Some(position)) => {
+                    let mut spans = Vec::with_capacity(values.rows.len());
+                    for row in &values.rows {
+                        found.push(row.content.get(position));
+                        let span =
+                            Span::new(row.opening_token.0.span.start, row.closing_token.0.span.end);
+                        spans.push(self.offsets.range(span).ok_or_else(unshaped)?);
+                    }
+                    if spans.len() > 1 {
+                        placed = Some(InsertRows {
+                            span: spans[0].start..spans[spans.len() - 1].end,
+                            rows: spans,
+                        });
+                    }
                 }
-                _ => None,
+                _ => return Err(unshaped()),
             },
-            _ => None,
+            _ => return Err(unshaped()),
+        }
+        let (bounds, keys): (Vec<Bound>, Vec<Key<Range<usize>>>) = found
+            .into_iter()
+            .map(|value| value.and_then(|v| self.literal_key(v)).ok_or_else(unshaped))
+            .collect::<Result<Vec<_>, String>>()?
+            .into_iter()
+            .unzip();
+        // A statement being prepared with `?` in its rows splits them with
+        // their parameters: `insert`'s rows know which.
+        let has_params = |rows: &InsertRows<Range<usize>>| {
+            rows.rows
+                .iter()
+                .any(|at| !self.params_within(at).is_empty())
         };
-        let (bound, key) = value
-            .and_then(|v| self.literal_key(v))
-            .ok_or_else(unshaped)?;
+        if placed.as_ref().is_some_and(has_params) {
+            return Err(unshaped());
+        }
         let shape = Shape {
             table: Arc::new(self.table.table.clone()),
-            keys: Some(vec![key]),
+            keys: Some(keys),
             edits: self.edits(Some(Naming::Renamed))?,
             scan_edits: Vec::new(),
             many: Err("one row in several partitions".into()),
@@ -725,26 +757,36 @@ impl Analysis<'_> {
             writes: true,
             others: self.others > 0,
             joined: Vec::new(),
+            rows: placed,
         };
-        Ok((shape, vec![bound]))
+        Ok((shape, bounds))
     }
 
-    /// An INSERT that `single_row_insert` did not shape: its rows, each
+    /// ON DUPLICATE KEY UPDATE works within the row's partition: it may not
+    /// move the row.
+    fn check_duplicate_update(&self, insert: &sqlparser::ast::Insert) -> Result<(), String> {
+        let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on else {
+            return Ok(());
+        };
+        let changes_column = assignments.iter().any(|a| match &a.target {
+            AssignmentTarget::ColumnName(name) => self.names_column(name, None),
+            AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names_column(n, None)),
+        });
+        match changes_column {
+            true => Err(format!(
+                "ON DUPLICATE KEY UPDATE that changes the partition column `{}`",
+                self.table.column
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// An INSERT that `values_insert` did not shape: its rows, each
     /// placed by its own key, or an INSERT ... SELECT's one route.
     fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Form, String> {
         let column = &self.table.column;
         let position = self.insert_position(insert);
-        if let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on {
-            let changes_column = assignments.iter().any(|a| match &a.target {
-                AssignmentTarget::ColumnName(name) => self.names_column(name, None),
-                AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names_column(n, None)),
-            });
-            if changes_column {
-                return Err(format!(
-                    "ON DUPLICATE KEY UPDATE that changes the partition column `{column}`"
-                ));
-            }
-        }
+        self.check_duplicate_update(insert)?;
         let no_column = || format!("a row without the partition column `{column}`");
         let edits = self.edits(Some(Naming::Renamed))?;
         let others = self.others > 0;

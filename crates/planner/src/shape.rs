@@ -11,6 +11,7 @@ use crate::dictionary::{partition_table, Dictionary, PartitionedTable, TableName
 use crate::hashing::Value;
 use crate::plan::{Merge, Route, Step};
 use crate::rewrite::{push_quoted, Splices};
+use crate::template::{Bound, Row, Rows};
 use smallvec::SmallVec;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,17 @@ pub(crate) struct Shape<R> {
     /// Partitioned tables joined to `table`, co-located with it: each runs
     /// as its table beside `table`'s.
     pub joined: Vec<Arc<TableName>>,
+    /// An INSERT of several rows: each key places its row.
+    pub rows: Option<InsertRows<R>>,
+}
+
+/// The VALUES rows of an INSERT, one per key in order: each partition's text
+/// keeps only its own rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InsertRows<R> {
+    /// From the first row's `(` to the last row's `)`.
+    pub span: R,
+    pub rows: Vec<R>,
 }
 
 /// A literal of the partition column: where it is, and whether a minus sign
@@ -195,6 +207,11 @@ impl<R> Shape<R> {
         values: &[Value],
         locate: impl Fn(&R) -> Option<Range<usize>>,
     ) -> Result<Route, String> {
+        if let Some(rows) = &self.rows {
+            return self
+                .insert_rows(rows, &locate, values)?
+                .route(sql, table, main_backend);
+        }
         let (targets, merge) = self.targets(table, main_backend, values)?;
         let edits = self.edits_for(targets.len() > 1, &locate);
         let mut steps = SmallVec::with_capacity(targets.len());
@@ -214,6 +231,44 @@ impl<R> Shape<R> {
             merge,
             writes: self.writes,
             highest_id: None,
+        })
+    }
+
+    /// The rows of an INSERT at this statement's positions, placed by
+    /// `values`.
+    fn insert_rows(
+        &self,
+        rows: &InsertRows<R>,
+        locate: impl Fn(&R) -> Option<Range<usize>>,
+        values: &[Value],
+    ) -> Result<Rows, String> {
+        let found = |at: &R| locate(at).ok_or("a row hscale cannot find in the text");
+        Ok(Rows {
+            edits: self
+                .edits
+                .iter()
+                .map(|e| {
+                    Ok(Edit {
+                        at: found(&e.at)?,
+                        text: e.text.clone(),
+                    })
+                })
+                .collect::<Result<_, String>>()?,
+            span: Some(found(&rows.span)?),
+            rows: rows
+                .rows
+                .iter()
+                .zip(values)
+                .map(|(at, value)| {
+                    Ok(Row {
+                        at: found(at)?,
+                        key: Bound::Literal(value.reborrow().into_owned()),
+                        params: 0..0,
+                    })
+                })
+                .collect::<Result<_, String>>()?,
+            others: self.others,
+            ids: Vec::new(),
         })
     }
 
@@ -369,6 +424,13 @@ impl ByteShape {
             writes: self.writes,
             others: self.others,
             joined: self.joined.clone(),
+            rows: match &self.rows {
+                None => None,
+                Some(rows) => Some(InsertRows {
+                    span: index(&rows.span)?,
+                    rows: rows.rows.iter().map(index).collect::<Option<_>>()?,
+                }),
+            },
         })
     }
 }

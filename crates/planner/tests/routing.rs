@@ -658,6 +658,9 @@ fn a_cached_shape_plans_like_a_fresh_parse() {
         "SELECT DISTINCT total FROM orders WHERE user_id IN ({n}, {m}) ORDER BY total",
         "SELECT user_id, SUM(total) FROM orders WHERE total > {n} GROUP BY user_id",
         "SELECT * FROM orders WHERE user_id = {n} ORDER BY total LIMIT {m}",
+        "INSERT INTO users (id, nickname) VALUES ({n}, '{a}'), ({m}, '{b}'), ({n}, 'x{a}')",
+        "INSERT INTO orders VALUES (-{m}, {n}), ({n}, {m}) /* {n} */",
+        "INSERT INTO app.users (nickname, id) VALUES ('{b}', {m}),('{a}', {n}) ON DUPLICATE KEY UPDATE id = id + {m}",
     ];
     // Literals that shape the merge of several partitions: planned anew
     // each time, and as a fresh parse plans them.
