@@ -694,8 +694,8 @@ impl Analysis<'_> {
 
     /// An INSERT whose rows give the partition column as literals: a shape
     /// with one key per row, which the plan cache keeps. Anything else (INSERT
-    /// ... SELECT, ON DUPLICATE KEY UPDATE, ids hscale hands out, `?` in
-    /// several rows, what `insert` refuses) is `Err("")`: planned by `insert`.
+    /// ... SELECT, ids hscale hands out, `?` in several rows, what `insert`
+    /// refuses) is `Err("")`: planned by `insert`.
     fn values_insert(
         &self,
         insert: &sqlparser::ast::Insert,
