@@ -203,12 +203,19 @@ fn a_setup_table_stopped_before_its_rename_is_finished_at_the_next_start() {
 }
 
 /// Records a schema change of `db`.users as an instance that died after its
-/// first step would have left it.
-fn leave_schema_change(db: &str, steps: [&str; 2], effect: &str, renamed_to: Option<&str>) {
+/// first step would have left it; `before`, the second table's definition
+/// recorded before its step was sent, if it got that far.
+fn leave_schema_change(
+    db: &str,
+    steps: [&str; 2],
+    effect: &str,
+    renamed_to: Option<&str>,
+    before: Option<String>,
+) {
     let mut main = cluster().direct(1, None);
     for (step, (table, sql)) in ["users_default", "users_odd"].iter().zip(steps).enumerate() {
         main.exec_drop(
-            "INSERT INTO hscale.schema_changes VALUES (?, 'users', ?, 1, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO hscale.schema_changes VALUES (?, 'users', ?, 1, ?, ?, ?, ?, ?, ?, ?)",
             (
                 db,
                 step,
@@ -218,6 +225,7 @@ fn leave_schema_change(db: &str, steps: [&str; 2], effect: &str, renamed_to: Opt
                 step == 0,
                 effect,
                 renamed_to,
+                if step == 1 { before.clone() } else { None },
             ),
         )
         .unwrap();
@@ -238,6 +246,7 @@ fn a_schema_change_stopped_after_its_first_partition_is_finished_at_the_next_sta
             "ALTER TABLE `users_odd` ADD COLUMN age INT",
         ],
         "unchanged",
+        None,
         None,
     );
     let proxy = Proxy::for_cluster();
@@ -264,6 +273,7 @@ fn a_schema_change_stopped_after_its_first_partition_is_finished_at_the_next_sta
         ],
         "renamed",
         Some("people"),
+        None,
     );
     let proxy = Proxy::for_cluster();
     let mut tables: Vec<String> = d.query("SHOW TABLES").unwrap();
@@ -274,4 +284,100 @@ fn a_schema_change_stopped_after_its_first_partition_is_finished_at_the_next_sta
         .query("SELECT id FROM people WHERE id IN (3, 4)")
         .unwrap();
     assert_eq!(ids.len(), 2);
+}
+
+/// The definition SHOW CREATE TABLE gives, as hscale records it.
+fn definition(conn: &mut Conn, table: &str) -> String {
+    let (_, created): (String, String) = conn
+        .query_first(format!("SHOW CREATE TABLE {table}"))
+        .unwrap()
+        .unwrap();
+    created
+}
+
+fn indexes_on_nickname(conn: &mut Conn, table: &str) -> Vec<String> {
+    let mut names: Vec<String> = conn
+        .exec(
+            "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'nickname'",
+            (table,),
+        )
+        .unwrap();
+    names.sort();
+    names
+}
+
+const ADD_INDEX_STEP: &str = "ALTER TABLE `users_odd` ADD INDEX (nickname)";
+
+/// `ADD INDEX (nickname)` on users, left by an instance that died after the
+/// first step, with the second table's definition recorded before its step.
+fn index_change_left(name: &str) -> (String, Conn) {
+    let (db, mut d) = partitioned(name);
+    let before = definition(&mut d, "users_odd");
+    d.query_drop("ALTER TABLE users_default ADD INDEX (nickname)")
+        .unwrap();
+    leave_schema_change(
+        &db,
+        [
+            "ALTER TABLE `users_default` ADD INDEX (nickname)",
+            ADD_INDEX_STEP,
+        ],
+        "unchanged",
+        None,
+        Some(before),
+    );
+    (db, d)
+}
+
+/// `ADD INDEX (nickname)` run twice makes a second index (`nickname_2`):
+/// the step that was on its way when hscale died must not run again once it
+/// took effect, nor race the dead instance's statement still running.
+#[test]
+fn the_step_running_when_hscale_stopped_runs_once() {
+    let mut holder = cluster().direct(1, None);
+    let (db, mut d) = index_change_left("recover_in_flight");
+    // The dead instance's statement, still waiting on the server (for a
+    // table lock) when the next instance starts.
+    holder.query_drop(format!("USE {db}")).unwrap();
+    holder.query_drop("LOCK TABLES users_odd WRITE").unwrap();
+    let sent = std::thread::spawn({
+        let db = db.clone();
+        move || cluster().direct(1, Some(&db)).query_drop(ADD_INDEX_STEP)
+    });
+    while d
+        .exec_first::<u64, _, _>(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = ?",
+            (ADD_INDEX_STEP,),
+        )
+        .unwrap()
+        == Some(0)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        holder.query_drop("UNLOCK TABLES").unwrap();
+    });
+    let proxy = Proxy::for_cluster();
+    release.join().unwrap();
+    sent.join()
+        .unwrap()
+        .expect("the dead instance's statement ran");
+    assert_eq!(indexes_on_nickname(&mut d, "users_odd"), ["nickname"]);
+    assert_eq!(indexes_on_nickname(&mut d, "users_default"), ["nickname"]);
+    let left: u64 = d
+        .query_first("SELECT COUNT(*) FROM hscale.schema_changes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 0, "the change is finished");
+    let ids: Vec<u32> = proxy
+        .connect(Some(&db))
+        .query("SELECT id FROM users WHERE nickname = 'n3'")
+        .unwrap();
+    assert_eq!(ids, [3]);
+    drop(proxy);
+
+    // Recorded but never sent: the definition is as recorded, so it runs.
+    let (_, mut d) = index_change_left("recover_unsent");
+    let _proxy = Proxy::for_cluster();
+    assert_eq!(indexes_on_nickname(&mut d, "users_odd"), ["nickname"]);
 }

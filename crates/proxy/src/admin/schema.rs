@@ -67,6 +67,21 @@ impl SchemaLock {
         &self.change
     }
 
+    /// Step `step` is about to be sent: its physical table's definition now
+    /// lets a restart tell whether it took effect.
+    pub async fn starting(&mut self, shared: &Shared, step: usize) -> Result<(), ProxyError> {
+        let target = &self.change.steps[step].target;
+        let mut c = own_connection(shared, super::slot(shared, target.backend)?).await?;
+        let before = store::definition(&mut c, &self.change.table.db, &target.table).await?;
+        let sql = format!(
+            "UPDATE {}.schema_changes SET before_definition = {} WHERE {} AND step = {step}",
+            ident(&shared.dictionary.schema),
+            before.as_deref().map_or("NULL".into(), text_literal),
+            of_table(&self.change.table)
+        );
+        exec(&mut self.admin.conn, &sql).await.map(drop)
+    }
+
     /// Step `step` succeeded: a restart does not run it again.
     pub async fn done(&mut self, shared: &Shared, step: usize) -> Result<(), ProxyError> {
         let sql = format!(
@@ -123,7 +138,7 @@ async fn record(
     let mut inserts = Vec::new();
     for (i, step) in change.steps.iter().enumerate() {
         inserts.push(format!(
-            "INSERT INTO {}.schema_changes VALUES ({}, {}, {i}, {}, {}, {}, {}, FALSE, '{}', {renamed_to})",
+            "INSERT INTO {}.schema_changes VALUES ({}, {}, {i}, {}, {}, {}, {}, FALSE, '{}', {renamed_to}, NULL)",
             ident(schema),
             text_literal(&change.table.db),
             text_literal(&change.table.name),
@@ -251,13 +266,15 @@ async fn column_positions(
 /// logged and left out, so that the table is not locked for good.
 pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let s = ident(&shared.dictionary.schema);
-    let pending = format!("SELECT db, table_name, step, backend, physical, partition_name, statement, done, effect, renamed_to FROM {s}.schema_changes ORDER BY db, table_name, step");
+    let pending = format!("SELECT db, table_name, step, backend, physical, partition_name, statement, done, effect, renamed_to, before_definition FROM {s}.schema_changes ORDER BY db, table_name, step");
     if exec(conn, &pending).await?.is_empty() {
         return Ok(());
     }
     let _lock = AdminLock::take(shared).await?;
     let rows = exec(conn, &pending).await?;
-    let mut changes: Vec<(SchemaChange, Vec<bool>)> = Vec::new();
+    // Per step: done, and the definition its table had just before it was sent.
+    type Progress = Vec<(bool, Option<String>)>;
+    let mut changes: Vec<(SchemaChange, Progress)> = Vec::new();
     for r in 0..rows.len() {
         let t = |c| text(&rows, r, c);
         let table = TableName {
@@ -274,11 +291,16 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
             },
             sql: t(6),
         };
-        let done = t(7) == "1";
+        let progress = (
+            t(7) == "1",
+            rows[r][10]
+                .as_ref()
+                .map(|d| String::from_utf8_lossy(d).into_owned()),
+        );
         match changes.last_mut() {
-            Some((change, dones)) if change.table == table => {
+            Some((change, steps)) if change.table == table => {
                 change.steps.push(step);
-                dones.push(done);
+                steps.push(progress);
             }
             _ => {
                 let effect = match t(8).as_str() {
@@ -295,15 +317,28 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
                     steps: vec![step],
                     effect,
                 };
-                changes.push((change, vec![done]));
+                changes.push((change, vec![progress]));
             }
         }
     }
-    for (change, dones) in changes {
-        for (step, _) in change.steps.iter().zip(dones).filter(|(_, done)| !done) {
-            tracing::warn!(table = %change.table, physical = %step.target.table, sql = %step.sql, "finishing an interrupted schema change");
+    for (change, progress) in changes {
+        for (step, (_, before)) in change
+            .steps
+            .iter()
+            .zip(progress)
+            .filter(|(_, (done, _))| !done)
+        {
             let slot = super::slot(shared, step.target.backend)?;
             let mut c = own_connection(shared, slot).await?;
+            wait_for_dead_statement(&mut c, &step.sql).await?;
+            if let Some(before) = before {
+                let now = store::definition(&mut c, &change.table.db, &step.target.table).await?;
+                if now.as_ref() != Some(&before) {
+                    tracing::warn!(table = %change.table, physical = %step.target.table, sql = %step.sql, "the step that was running when hscale stopped took effect; not run again");
+                    continue;
+                }
+            }
+            tracing::warn!(table = %change.table, physical = %step.target.table, sql = %step.sql, "finishing an interrupted schema change");
             let ran = async {
                 exec(&mut c, &format!("USE {}", ident(&change.table.db))).await?;
                 exec(&mut c, &step.sql).await
@@ -313,6 +348,25 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
             }
         }
         finish(shared, conn, &change).await?;
+    }
+    Ok(())
+}
+
+/// A statement a dead instance sent still runs to its end on the server:
+/// waits until no connection runs `sql`, so that recovery judges the table
+/// after it rather than racing it.
+async fn wait_for_dead_statement(conn: &mut BackendConn, sql: &str) -> Result<(), ProxyError> {
+    let running = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = {} AND ID <> CONNECTION_ID()",
+        text_literal(sql)
+    );
+    let mut waited = false;
+    while text(&exec(conn, &running).await?, 0, 0) != "0" {
+        if !waited {
+            tracing::warn!(%sql, "waiting for a schema statement sent before hscale stopped to end");
+            waited = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     Ok(())
 }

@@ -57,6 +57,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         format!("CREATE TABLE IF NOT EXISTS {s}.schema_changes (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, step INT UNSIGNED NOT NULL, backend INT UNSIGNED NOT NULL, physical VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NULL, statement LONGTEXT NOT NULL, done BOOLEAN NOT NULL, effect VARCHAR(16) NOT NULL, renamed_to VARCHAR(64) NULL, PRIMARY KEY (db, table_name, step)) {options}"),
         // Added after the first release: a dictionary made before gets them.
         format!("ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS auto_column VARCHAR(64) NULL, ADD COLUMN IF NOT EXISTS auto_position INT UNSIGNED NULL"),
+        // A step's physical table as it was just before the step was sent:
+        // recovery tells by it whether the step took effect.
+        format!("ALTER TABLE {s}.schema_changes ADD COLUMN IF NOT EXISTS before_definition LONGTEXT NULL"),
         // The next id of each partitioned table's AUTO_INCREMENT column;
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
@@ -220,4 +223,53 @@ pub async fn table_exists(
     );
     let rows = exec(conn, &sql).await?;
     Ok(text(&rows, 0, 0) != "0")
+}
+
+/// A table's definition (SHOW CREATE TABLE) without its AUTO_INCREMENT
+/// counter, which moves without the definition changing; `None` when the
+/// table does not exist.
+pub async fn definition(
+    conn: &mut BackendConn,
+    db: &str,
+    table: &str,
+) -> Result<Option<String>, ProxyError> {
+    if !table_exists(conn, db, table).await? {
+        return Ok(None);
+    }
+    let rows = exec(
+        conn,
+        &format!("SHOW CREATE TABLE {}.{}", ident(db), ident(table)),
+    )
+    .await?;
+    Ok(Some(without_auto_increment(&text(&rows, 0, 1))))
+}
+
+fn without_auto_increment(definition: &str) -> String {
+    const COUNTER: &str = " AUTO_INCREMENT=";
+    match definition.find(COUNTER) {
+        Some(start) => {
+            let digits = &definition[start + COUNTER.len()..];
+            let end = digits
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(digits.len());
+            format!("{}{}", &definition[..start], &digits[end..])
+        }
+        None => definition.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_auto_increment;
+
+    #[test]
+    fn a_definition_is_compared_without_its_auto_increment_counter() {
+        let created = "CREATE TABLE `t` (\n  `id` int(11) NOT NULL AUTO_INCREMENT,\n  PRIMARY KEY (`id`)\n) ENGINE=InnoDB AUTO_INCREMENT=11 DEFAULT CHARSET=latin1";
+        assert_eq!(
+            without_auto_increment(created),
+            "CREATE TABLE `t` (\n  `id` int(11) NOT NULL AUTO_INCREMENT,\n  PRIMARY KEY (`id`)\n) ENGINE=InnoDB DEFAULT CHARSET=latin1"
+        );
+        assert_eq!(without_auto_increment("x AUTO_INCREMENT=7"), "x");
+        assert_eq!(without_auto_increment("no counter"), "no counter");
+    }
 }

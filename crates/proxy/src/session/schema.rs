@@ -30,9 +30,12 @@ impl Session {
         let change = lock.change().clone();
         let mut total = OkInfo::default();
         for (i, step) in change.steps.iter().enumerate() {
-            let ran = match self.slot_of(step.target.backend) {
-                Ok(slot) => self.run_quietly(slot, &command(COM_QUERY, &step.sql)).await,
-                Err(e) => Err(e),
+            let ran = match (
+                lock.starting(&shared, i).await,
+                self.slot_of(step.target.backend),
+            ) {
+                (Ok(()), Ok(slot)) => self.run_quietly(slot, &command(COM_QUERY, &step.sql)).await,
+                (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match ran {
                 Ok(completion) => {
