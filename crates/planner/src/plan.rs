@@ -43,17 +43,17 @@ pub enum Action {
     Route(Route),
     /// A prepared statement on a partitioned table (`plan_prepared` only):
     /// routed at each execution by its parameters' values.
-    Template(crate::template::Template),
+    Template(Box<crate::template::Template>),
     /// An INSERT that needs ids for the table's AUTO_INCREMENT column: plan
     /// `Generate::fill`'s text once the ids are taken.
     Generate(crate::auto::Generate),
     /// A metadata statement (SHOW TABLES, SHOW CREATE TABLE, a query on
     /// information_schema, ...) whose answer is corrected to name logical
     /// tables only.
-    Listing(crate::show::Listing),
+    Listing(Box<crate::show::Listing>),
     /// A schema statement on a partitioned table: run on every physical
     /// table in turn, under the table lock.
-    Schema(SchemaChange),
+    Schema(Box<SchemaChange>),
     /// CREATE TABLE of a name that a partitioned table has: `quiet` with IF
     /// NOT EXISTS (an OK), else error 1050.
     Exists {
@@ -207,7 +207,9 @@ pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
             // parameter where each goes, which hscale binds.
             Action::Generate(generate) => match generate.fill_params(text, &params) {
                 Some((filled, ids)) => match plan_prepared(filled.as_bytes(), ctx).action {
-                    Action::Template(template) => Action::Template(template.with_ids(ids)),
+                    Action::Template(template) => {
+                        Action::Template(Box::new(template.with_ids(ids)))
+                    }
                     other => other,
                 },
                 None => Action::Refuse(Refusal {
@@ -263,7 +265,7 @@ fn plan_summarized(
         Kind::Kill => Action::Kill(parse_kill(&text())),
         Kind::Other if !ctx.dictionary.names().is_empty() => {
             match crate::show::listing(&text(), ctx) {
-                Some(listing) => Action::Listing(listing),
+                Some(listing) => Action::Listing(Box::new(listing)),
                 None if summary.names_partitioned => partitioned(&text(), &summary),
                 None => Action::Main,
             }

@@ -94,7 +94,8 @@ pub(crate) fn route(
     let (reference, table, others, joined) = match (schema_table, partitioned.as_slice()) {
         (Some((reference, table)), _) => (reference, table, 0, &[][..]),
         (None, []) if reads_information_schema(&statements, ctx) => {
-            return Action::Listing(crate::show::information_schema(&statements, ctx)).into()
+            return Action::Listing(Box::new(crate::show::information_schema(&statements, ctx)))
+                .into()
         }
         (None, []) => return Action::Main.into(),
         (None, [(reference, table), joined @ ..]) => (reference.clone(), *table, others, joined),
@@ -164,7 +165,7 @@ pub(crate) fn route(
             Ok(form) => {
                 let main_only = main_only(summary);
                 let template = Template::new(sql, table, ctx.dictionary.version, main_only, form);
-                Action::Template(template).into()
+                Action::Template(Box::new(template)).into()
             }
             Err(reason) => refuse(Some(&table.table), reason),
         };

@@ -44,12 +44,12 @@ impl Analysis<'_> {
     pub(crate) fn schema_change(&self) -> Result<Action, String> {
         let table = self.table;
         let change = |statement: &str, steps, effect| {
-            Ok(Action::Schema(SchemaChange {
+            Ok(Action::Schema(Box::new(SchemaChange {
                 table: table.table.clone(),
                 statement: statement.to_string(),
                 steps,
                 effect,
-            }))
+            })))
         };
         match self.statement {
             Statement::AlterTable(alter) => {
@@ -169,7 +169,7 @@ impl Analysis<'_> {
                 quote_identifier(&renamed)
             )
         });
-        Ok(Action::Schema(SchemaChange {
+        Ok(Action::Schema(Box::new(SchemaChange {
             table: table.table.clone(),
             statement: "RENAME TABLE".into(),
             steps,
@@ -177,7 +177,7 @@ impl Analysis<'_> {
                 db: new.db,
                 name: new.name,
             }),
-        }))
+        })))
     }
 }
 

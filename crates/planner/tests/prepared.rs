@@ -44,7 +44,7 @@ fn template(sql: &str) -> Template {
         main_backend: 1,
     };
     match plan_prepared(sql.as_bytes(), &ctx).action {
-        Action::Template(template) => template,
+        Action::Template(template) => *template,
         other => panic!("{sql}: expected a template, got {other:?}"),
     }
 }

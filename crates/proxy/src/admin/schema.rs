@@ -58,7 +58,10 @@ impl SchemaLock {
             }
         }
         record(shared, &mut admin.conn, &change).await?;
-        let mut lock = SchemaLock { admin, change };
+        let mut lock = SchemaLock {
+            admin,
+            change: *change,
+        };
         publish(shared, &mut lock.admin).await?;
         Ok(lock)
     }

@@ -95,7 +95,7 @@ impl Session {
                 self.run_route(route, needs, plan.summary.connection_id, None)
                     .await
             }
-            Action::Listing(listing) => self.listing(payload, listing).await,
+            Action::Listing(listing) => self.listing(payload, *listing).await,
             Action::Schema(_) => self.schema_change(sql).await,
             Action::Exists { table, quiet } => match quiet {
                 true => self.send_ok().await,

@@ -107,6 +107,12 @@ impl Session {
                 reason: reason.into(),
             }))
         };
+        let refuse_schema = |table| {
+            refuse(
+                Some(table),
+                "prepared schema statements on a partitioned table (send it as a query)",
+            )
+        };
         let (statement, slot, routed) = match plan.action {
             Action::Main | Action::Admin | Action::Kill(_) => {
                 (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
@@ -122,7 +128,7 @@ impl Session {
                 let statement = StatementKey::new(db.as_deref(), text.as_bytes());
                 let slot = self.slot_of(run.target.backend)?;
                 let routed = Routed {
-                    template,
+                    template: *template,
                     db: db.clone(),
                     sql,
                     texts: vec![(run, statement.clone())],
@@ -136,13 +142,8 @@ impl Session {
                 None,
                 "prepared statements (COM_STMT_PREPARE) that list tables while tables are partitioned (send it as a query)",
             ),
-            Action::Schema(hscale_planner::SchemaChange { table, .. })
-            | Action::Exists { table, .. } => {
-                return refuse(
-                    Some(table),
-                    "prepared schema statements on a partitioned table (send it as a query)",
-                )
-            }
+            Action::Schema(change) => return refuse_schema(change.table),
+            Action::Exists { table, .. } => return refuse_schema(table),
             Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
                 unreachable!("plan_prepared makes templates, plan_waiting waits")
             }
@@ -440,7 +441,7 @@ impl Session {
                     let routed = self.routed_mut(id).expect("checked");
                     match plan.action {
                         Action::Template(template) => {
-                            routed.template = template;
+                            routed.template = *template;
                             routed.texts.clear();
                         }
                         Action::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
