@@ -4,8 +4,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hscale_planner::{
-    plan, summarize, ColumnKind, Context, Dictionary, HashFunction, PartitionEntry, PartitionState,
-    PartitionedTable, PlanCache, Quoting, TableDefinition, TableName,
+    plan, summarize, ClientCharset, ColumnKind, Context, Dictionary, HashFunction, PartitionEntry,
+    PartitionState, PartitionedTable, PlanCache, Quoting, TableDefinition, TableName,
 };
 
 /// The 2008 seed query: a table of three rows, lots of comments.
@@ -51,6 +51,7 @@ fn planning(c: &mut Criterion) {
     let ctx = |dictionary| Context {
         db: Some("app"),
         quoting: Quoting::BackslashEscapes,
+        charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
     };

@@ -30,10 +30,10 @@ pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
 pub use plan::{
-    plan, plan_prepared, Action, Context, Merge, Plan, Refusal, Route, SchemaChange, SchemaEffect,
-    SessionChange, Step,
+    plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,
+    SchemaEffect, SessionChange, Step,
 };
 pub use rewrite::{quote_identifier, text_literal};
-pub use set::{parse_set, SetItem};
+pub use set::{client_charset_after, parse_set, SetItem};
 pub use show::{Combine, Elsewhere, Listing, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};

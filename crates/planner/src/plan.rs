@@ -17,9 +17,47 @@ pub struct Context<'a> {
     /// The session's current database.
     pub db: Option<&'a str>,
     pub quoting: Quoting,
+    pub charset: ClientCharset,
     pub dictionary: &'a Dictionary,
     /// Where every table that is not partitioned lives.
     pub main_backend: u32,
+}
+
+/// The character set the client's statements are written in
+/// (`character_set_client`), as far as hscale reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientCharset {
+    /// utf8mb3 or utf8mb4: hscale reads the text as the server does.
+    #[default]
+    Utf8,
+    /// Any other: only ASCII text reads the same in it as in UTF-8.
+    Other,
+}
+
+impl ClientCharset {
+    /// The character set of a collation id from the handshake (one byte).
+    pub fn of_collation(id: u8) -> ClientCharset {
+        match id {
+            // utf8mb3, utf8mb4, and MySQL 8's utf8mb4_0900_ai_ci.
+            33 | 83 | 192..=215 | 223 | 45 | 46 | 224..=247 | 255 => ClientCharset::Utf8,
+            _ => ClientCharset::Other,
+        }
+    }
+
+    pub fn named(name: &str) -> ClientCharset {
+        match name.to_ascii_lowercase().as_str() {
+            "utf8" | "utf8mb3" | "utf8mb4" => ClientCharset::Utf8,
+            _ => ClientCharset::Other,
+        }
+    }
+
+    /// Whether hscale reads `sql` as the server does: values it routes by,
+    /// text it rewrites or replays. ASCII reads the same in every character
+    /// set a client may use; anything else only as valid UTF-8 in a UTF-8
+    /// session.
+    pub fn reads(self, sql: &[u8]) -> bool {
+        sql.is_ascii() || (self == ClientCharset::Utf8 && std::str::from_utf8(sql).is_ok())
+    }
 }
 
 #[derive(Debug)]
@@ -273,10 +311,44 @@ fn plan_summarized(
         _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
+    let interprets = !matches!(action, Action::Main)
+        || !matches!(change, SessionChange::Nothing)
+        || summary.kind == Kind::Set;
+    if interprets && !ctx.charset.reads(sql) {
+        return unreadable(summary, binds);
+    }
     Plan {
         summary,
         action,
         change,
+        binds,
+    }
+}
+
+/// A statement hscale would have to read but cannot (see
+/// `ClientCharset::reads`): reading it anyway could store or route by values
+/// other than the server's. A SET keeps its connection, whose server read it;
+/// anything else hscale would act on is refused.
+fn unreadable(summary: Summary, binds: Option<&'static str>) -> Plan {
+    let reason = "a statement hscale must read whose text is not UTF-8 \
+                  (it reads such statements as utf8mb4: SET NAMES utf8mb4)";
+    let (action, binds) = match summary.kind {
+        Kind::Set => (
+            Action::Main,
+            Some(binds.unwrap_or("a SET whose text is not UTF-8")),
+        ),
+        _ => (
+            Action::Refuse(Refusal {
+                table: None,
+                reason: reason.into(),
+            }),
+            binds,
+        ),
+    };
+    Plan {
+        summary,
+        action,
+        change: SessionChange::Nothing,
         binds,
     }
 }

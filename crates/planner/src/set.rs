@@ -2,6 +2,7 @@
 //! another backend connection or knows it must not.
 
 use crate::lexer::{Quoting, TokenKind, Tokens};
+use crate::plan::ClientCharset;
 
 /// The effect of one SET statement on the client's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,43 @@ pub fn parse_set(sql: &str, quoting: Quoting) -> SetItem {
         (false, 0) => SetItem::Replayable(keys),
         // Replaying would set the global part again: keep the connection instead.
         (false, _) => SetItem::BindsConnection,
+    }
+}
+
+/// The client character set after `sql`, a SET statement that `parse_set`
+/// found replayable; `None` when it leaves `character_set_client` alone.
+/// A value hscale cannot name (DEFAULT, an expression) counts as `Other`.
+pub fn client_charset_after(sql: &str, quoting: Quoting) -> Option<ClientCharset> {
+    let body = strip_executable_comment(sql.trim());
+    let rest = strip_keyword(body, "set")?.trim_start();
+    let named = |after: &str| Some(ClientCharset::named(charset_name(after)));
+    if let Some(after) = strip_keyword(rest, "names").or_else(|| strip_keyword(rest, "charset")) {
+        return named(after);
+    }
+    if let Some(after) = strip_keyword(rest, "character") {
+        return named(strip_keyword(after.trim_start(), "set")?);
+    }
+    split_top_level(rest, quoting)
+        .into_iter()
+        .rev()
+        .find_map(|item| {
+            let item = item.trim();
+            match assignment_target(item) {
+                Target::Session(name) if name.eq_ignore_ascii_case("character_set_client") => {
+                    let (_, value) = item.split_once('=')?;
+                    named(value)
+                }
+                _ => None,
+            }
+        })
+}
+
+/// The charset a SET names: a word or a quoted name; empty for anything else.
+fn charset_name(s: &str) -> &str {
+    let s = s.trim_start();
+    match s.chars().next() {
+        Some(quote @ ('\'' | '"' | '`')) => s[1..].split(quote).next().unwrap_or(""),
+        _ => first_word(s),
     }
 }
 
@@ -184,6 +222,36 @@ mod tests {
             SetItem::Replayable(k) => k,
             other => panic!("{sql}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_client_charset_follows_names_charset_and_character_set_client() {
+        let after = |sql| client_charset_after(sql, Quoting::BackslashEscapes);
+        assert_eq!(after("SET NAMES utf8mb4"), Some(ClientCharset::Utf8));
+        assert_eq!(
+            after("set names 'UTF8' COLLATE utf8_bin"),
+            Some(ClientCharset::Utf8)
+        );
+        assert_eq!(
+            after("/*!40101 SET NAMES latin1 */"),
+            Some(ClientCharset::Other)
+        );
+        assert_eq!(
+            after("SET CHARACTER SET `utf8mb3`"),
+            Some(ClientCharset::Utf8)
+        );
+        assert_eq!(after("SET CHARSET cp1250"), Some(ClientCharset::Other));
+        assert_eq!(after("SET NAMES DEFAULT"), Some(ClientCharset::Other));
+        assert_eq!(
+            after("SET @@session.character_set_client = 'latin1', sql_mode = ''"),
+            Some(ClientCharset::Other)
+        );
+        assert_eq!(
+            after("SET character_set_client = latin1, character_set_client = utf8mb4"),
+            Some(ClientCharset::Utf8)
+        );
+        assert_eq!(after("SET character_set_results = latin1"), None);
+        assert_eq!(after("SET sql_mode = 'ANSI'"), None);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! routed at each execution by the bound values.
 
 use hscale_planner::{
-    plan_prepared, Action, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
-    PartitionState, PartitionedTable, Quoting, Routing, TableDefinition, TableName, Template,
-    Value,
+    plan_prepared, Action, ClientCharset, ColumnKind, Context, Dictionary, HashFunction, Merge,
+    PartitionEntry, PartitionState, PartitionedTable, Quoting, Routing, TableDefinition, TableName,
+    Template, Value,
 };
 
 /// `app.orders` by MOD(4) of user_id (column 1): default on backend 1, p1
@@ -40,6 +40,7 @@ fn template(sql: &str) -> Template {
     let ctx = Context {
         db: Some("app"),
         quoting: Quoting::BackslashEscapes,
+        charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: 1,
     };

@@ -2,9 +2,9 @@
 
 use hscale_merge::Place;
 use hscale_planner::{
-    plan, Action, AutoColumn, ColumnKind, Context, Dictionary, HashFunction, Merge, PartitionEntry,
-    PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, TableDefinition,
-    TableName,
+    plan, Action, AutoColumn, ClientCharset, ColumnKind, Context, Dictionary, HashFunction, Merge,
+    PartitionEntry, PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect,
+    TableDefinition, TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -87,6 +87,7 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
     Context {
         db: Some(db),
         quoting: Quoting::BackslashEscapes,
+        charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
     }
@@ -1035,4 +1036,48 @@ fn information_schema_asks_the_backend_of_a_default_table_off_the_main_backend()
     // Shapes whose rows cannot be told apart by table stay on the main backend.
     assert!(asked("SELECT * FROM information_schema.SCHEMATA").is_empty());
     assert!(asked("SELECT t.TABLE_NAME FROM information_schema.TABLES t JOIN information_schema.COLUMNS c USING (TABLE_NAME)").is_empty());
+}
+
+/// Text hscale would route by, rewrite or replay must read as the server
+/// reads it: a latin1 'é' is not UTF-8, and UTF-8 bytes in a latin1 session
+/// are other characters to the server than to hscale.
+#[test]
+fn statements_hscale_cannot_read_as_the_server_does_are_refused() {
+    let dictionary = dictionary();
+    let plan_in = |charset, sql: &[u8]| {
+        let ctx = Context {
+            charset,
+            ..context(&dictionary, "app")
+        };
+        plan(sql, &ctx, &mut PlanCache::default())
+    };
+    let latin1_insert = b"INSERT INTO users VALUES (1, 'mar\xe9')";
+    let utf8_insert = "INSERT INTO users VALUES (1, 'maré')".as_bytes();
+    for (charset, sql) in [
+        (ClientCharset::Utf8, &latin1_insert[..]),
+        (ClientCharset::Other, &latin1_insert[..]),
+        (ClientCharset::Other, utf8_insert),
+        (ClientCharset::Other, b"USE caf\xe9"),
+        (ClientCharset::Other, b"HSCALE LOOKUP('users', 'caf\xe9')"),
+    ] {
+        match plan_in(charset, sql).action {
+            Action::Refuse(refusal) => assert!(refusal.reason.contains("not UTF-8")),
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(sql)),
+        }
+    }
+    // What reads the same in both: ASCII in any session, UTF-8 in a UTF-8 one.
+    assert!(matches!(
+        plan_in(ClientCharset::Other, b"INSERT INTO users VALUES (1, 'mar')").action,
+        Action::Route(_)
+    ));
+    assert!(matches!(
+        plan_in(ClientCharset::Utf8, utf8_insert).action,
+        Action::Route(_)
+    ));
+    // Bytes hscale only passes on are not its to read.
+    let plain = plan_in(ClientCharset::Other, b"SELECT 'caf\xe9' FROM plain_table");
+    assert!(matches!(plain.action, Action::Main) && plain.binds.is_none());
+    // A SET it cannot read stays on the connection whose server read it.
+    let set = plan_in(ClientCharset::Other, b"SET sql_mode = 'caf\xe9'");
+    assert!(matches!(set.action, Action::Main) && set.binds.is_some());
 }

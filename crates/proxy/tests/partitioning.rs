@@ -444,3 +444,84 @@ fn insert_select_runs_where_both_sides_live() {
         Some(&(8, "n2".into()))
     );
 }
+
+/// The mariadb CLI in character set `charset`: it says so in its handshake and
+/// sends the bytes of `sql` as they are, one statement at a time. Its exit
+/// status and what it printed (errors included).
+fn cli_in(charset: &str, port: u16, db: &str, sql: &[u8]) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("mariadb")
+        .args(["-h127.0.0.1", &format!("-P{port}"), "-uroot", "--batch"])
+        .arg(format!("--default-character-set={charset}"))
+        .arg(db)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mariadb CLI");
+    child.stdin.take().unwrap().write_all(sql).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let printed = [output.stdout, output.stderr].concat();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&printed).into_owned(),
+    )
+}
+
+/// A latin1 'é' read as UTF-8 became U+FFFD in the rewritten INSERT, and
+/// UTF-8 bytes in a latin1 session are other characters to the server than
+/// to hscale: both are refused, and nothing is stored. What reads the same
+/// (ASCII, UTF-8 in a UTF-8 session) is routed as before.
+#[test]
+fn text_hscale_cannot_read_as_the_server_does_is_refused_and_nothing_is_stored() {
+    let (proxy, db) = setup("part_charset");
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'nick1', 'mar', 2)")
+        .unwrap();
+    let port = proxy.port;
+    for (charset, sql) in [
+        (
+            "latin1",
+            &b"INSERT INTO users VALUES (1, 'mar\xe9', '2020-01-01')"[..],
+        ),
+        (
+            "latin1",
+            "INSERT INTO users VALUES (2, 'maré', '2020-01-01')".as_bytes(),
+        ),
+        (
+            "utf8mb4",
+            "SET NAMES latin1; INSERT INTO users VALUES (3, 'maré', '2020-01-01')".as_bytes(),
+        ),
+    ] {
+        let (ok, printed) = cli_in(charset, port, &db, sql);
+        assert!(
+            !ok && printed.contains("1235") && printed.contains("not UTF-8"),
+            "{printed}"
+        );
+    }
+    let (ok, printed) = cli_in(
+        "latin1",
+        port,
+        &db,
+        "INSERT INTO users VALUES (4, 'martin', '2020-01-01'); SET NAMES utf8mb4; \
+         INSERT INTO users VALUES (5, 'maré', '2020-01-01')"
+            .as_bytes(),
+    );
+    assert!(ok, "{printed}");
+    // A prepared statement's value is read as the session's text is.
+    let mut latin1 = mysql::Conn::new(
+        hscale_testkit::opts(port, "root", "", Some(&db)).init(vec!["SET NAMES latin1"]),
+    )
+    .unwrap();
+    match latin1.exec_drop("INSERT INTO users VALUES (?, ?, '2020-01-01')", (6, "maré")) {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(
+        physical(2, &db, "users_nick1"),
+        [(4, "martin".to_string()), (5, "maré".to_string())]
+    );
+    assert!(physical(1, &db, "users_default").is_empty());
+}

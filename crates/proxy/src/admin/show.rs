@@ -2,7 +2,7 @@
 //! STATUS and EXPLAIN. They answer from this instance's memory and touch no
 //! backend.
 
-use hscale_planner::{plan, Action, Context, TableName, Value};
+use hscale_planner::{plan, Action, ClientCharset, Context, TableName, Value};
 use hscale_wire::resultset::ColumnType::{Integer, Text};
 
 use super::{AdminAnswer, AdminError, Caller};
@@ -158,6 +158,8 @@ pub fn explain(
     let ctx = Context {
         db: caller.db,
         quoting: caller.quoting,
+        // The admin command around the statement was read as UTF-8.
+        charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: shared.main_backend(),
     };

@@ -17,7 +17,9 @@ mod statements;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::{replace_connection_id, Kill, KillScope, PlanCache, Quoting, SessionChange};
+use hscale_planner::{
+    replace_connection_id, ClientCharset, Kill, KillScope, PlanCache, Quoting, SessionChange,
+};
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
 use hscale_wire::stream::PacketStream;
@@ -70,6 +72,9 @@ pub struct Session {
     /// How the server reads a backslash in this session's strings, as the
     /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
     quoting: Quoting,
+    /// The character set the client writes its statements in: from the
+    /// handshake, then SET NAMES and friends.
+    charset: ClientCharset,
     /// Shapes of this client's statements on partitioned tables.
     plans: PlanCache,
     /// The client's prepared statements.
@@ -130,6 +135,7 @@ impl Session {
             state: SessionState::default(),
             previous: Previous::Nothing,
             quoting: Quoting::default(),
+            charset: ClientCharset::of_collation(login.collation),
             begin: None,
             begun_here: false,
             plans: PlanCache::default(),
@@ -298,6 +304,7 @@ impl Session {
         self.state.clear_settings();
         self.state.last_insert_id = 0;
         self.quoting = self.new_session_quoting();
+        self.charset = ClientCharset::of_collation(self.collation);
         self.set_default_wait_timeout();
     }
 
@@ -363,6 +370,7 @@ impl Session {
         self.handle.set_user(&self.user);
         if let Some(collation) = request.collation {
             self.collation = collation as u8;
+            self.charset = ClientCharset::of_collation(self.collation);
         }
         self.state.db = None;
         self.set_buckets(false);

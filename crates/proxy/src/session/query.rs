@@ -28,6 +28,7 @@ impl Session {
         let ctx = Context {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
+            charset: self.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
         };
@@ -40,6 +41,7 @@ impl Session {
         Context {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
+            charset: self.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
         }

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use hscale_planner::{Kind, SessionChange, Summary};
+use hscale_planner::{client_charset_after, Kind, SessionChange, Summary};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
@@ -329,6 +329,12 @@ impl Session {
             }
             SessionChange::Setting(keys, sql) => {
                 self.wait_timeout_changed |= keys.iter().any(|k| k.ends_with("wait_timeout"));
+                if keys
+                    .iter()
+                    .any(|k| k == "names" || k == "character_set_client")
+                {
+                    self.charset = client_charset_after(&sql, self.quoting).unwrap_or(self.charset);
+                }
                 self.state.record_setting(keys, sql);
                 conn.settings = self.state.fingerprint();
             }

@@ -8,7 +8,8 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use hscale_planner::{
-    plan_prepared, Action, Context, Kind, Merge, Plan, Routing, Run, SessionChange, Template, Value,
+    plan_prepared, Action, ClientCharset, Context, Kind, Merge, Plan, Routing, Run, SessionChange,
+    Template, Value,
 };
 use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
@@ -384,10 +385,14 @@ impl Session {
         };
         let count = count + ids.len();
         let params = Parameters::parse(&rest, count).map_err(|_| wrong_arguments())?;
+        let charset = self.charset;
         let routed = self.routed_mut(id).expect("checked");
-        let given = routed
-            .template
-            .highest_id(|i| params.get(i).ok().and_then(|p| param_value(p).ok()));
+        let given = routed.template.highest_id(|i| {
+            params
+                .get(i)
+                .ok()
+                .and_then(|p| param_value(p, charset).ok())
+        });
         if let Some(given) = given {
             // Before the INSERT runs: nothing may be sent after its answer.
             let shared = self.shared.clone();
@@ -421,6 +426,7 @@ impl Session {
             })
         };
         let main_backend = self.shared.main_backend();
+        let charset = self.charset;
         let mut waited_since = None;
         let execution = loop {
             let dictionary = self.shared.dictionary.snapshot();
@@ -429,7 +435,7 @@ impl Session {
                 params
                     .get(i)
                     .map_err(|e| e.to_string())
-                    .and_then(param_value)
+                    .and_then(|param| param_value(param, charset))
             });
             match routing {
                 Routing::Run(execution) => break execution,
@@ -618,18 +624,23 @@ fn wrong_arguments() -> ProxyError {
     ))
 }
 
-/// A parameter as the partition column's value.
-fn param_value(param: Param<'_>) -> Result<Value<'_>, String> {
+fn unreadable() -> String {
+    "a value of the partition column that is not UTF-8 (hscale reads it as utf8mb4: SET NAMES utf8mb4)"
+        .to_string()
+}
+
+/// A parameter as the partition column's value, read as the server reads it
+/// (`ClientCharset::reads`) or not at all.
+fn param_value(param: Param<'_>, charset: ClientCharset) -> Result<Value<'_>, String> {
     Ok(match param {
         Param::Null => Value::Null,
         Param::Int(n) => Value::Number(n.to_string().into()),
         Param::UInt(n) => Value::Number(n.to_string().into()),
         Param::Double(d) => Value::Number(d.to_string().into()),
-        Param::Bytes(bytes) => {
-            Value::String(Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| {
-                "a value of the partition column that is not UTF-8".to_string()
-            })?))
-        }
+        Param::Bytes(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) if charset.reads(bytes) => Value::String(Cow::Borrowed(text)),
+            _ => return Err(unreadable()),
+        },
         Param::Temporal(text) => Value::String(text.into()),
     })
 }
