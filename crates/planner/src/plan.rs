@@ -204,6 +204,19 @@ pub struct Refusal {
     pub reason: String,
 }
 
+impl Refusal {
+    /// Text hscale must read but cannot read as the server does
+    /// (`ClientCharset::reads`).
+    pub fn unreadable() -> Refusal {
+        Refusal {
+            table: None,
+            reason: "a statement hscale must read whose text is not UTF-8 \
+                     (it reads such statements as utf8mb4: SET NAMES utf8mb4)"
+                .into(),
+        }
+    }
+}
+
 /// What a successful statement changes in the session's server-side state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionChange {
@@ -330,20 +343,12 @@ fn plan_summarized(
 /// other than the server's. A SET keeps its connection, whose server read it;
 /// anything else hscale would act on is refused.
 fn unreadable(summary: Summary, binds: Option<&'static str>) -> Plan {
-    let reason = "a statement hscale must read whose text is not UTF-8 \
-                  (it reads such statements as utf8mb4: SET NAMES utf8mb4)";
     let (action, binds) = match summary.kind {
         Kind::Set => (
             Action::Main,
             Some(binds.unwrap_or("a SET whose text is not UTF-8")),
         ),
-        _ => (
-            Action::Refuse(Refusal {
-                table: None,
-                reason: reason.into(),
-            }),
-            binds,
-        ),
+        _ => (Action::Refuse(Refusal::unreadable()), binds),
     };
     Plan {
         summary,

@@ -519,6 +519,11 @@ fn text_hscale_cannot_read_as_the_server_does_is_refused_and_nothing_is_stored()
         Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
         other => panic!("expected a refusal, got {other:?}"),
     }
+    // So is a database name hscale replays on every connection it takes.
+    match latin1.select_db("caf\u{e9}") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     assert_eq!(
         physical(2, &db, "users_nick1"),
         [(4, "martin".to_string()), (5, "maré".to_string())]

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hscale_planner::{
-    replace_connection_id, ClientCharset, Kill, KillScope, PlanCache, Quoting, SessionChange,
+    replace_connection_id, ClientCharset, Kill, KillScope, PlanCache, Quoting, Refusal,
+    SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
@@ -221,7 +222,11 @@ impl Session {
         let (expect, needs, change) = match code {
             command::QUERY => return self.query(payload).await,
             command::INIT_DB => {
-                let db = String::from_utf8_lossy(&payload[1..]).into_owned();
+                // The name is replayed on every connection the session takes.
+                let db = match std::str::from_utf8(&payload[1..]) {
+                    Ok(db) if self.charset.reads(db.as_bytes()) => db.to_string(),
+                    _ => return Err(ProxyError::Unroutable(Refusal::unreadable())),
+                };
                 (
                     Some(Expect::Single),
                     Needs::default(),
