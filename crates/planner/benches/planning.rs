@@ -50,13 +50,13 @@ fn planning(c: &mut Criterion) {
     let empty = Dictionary::default();
     let ctx = |dictionary| Context {
         db: Some("app"),
-        quoting: Quoting::BackslashEscapes,
+        quoting: Quoting::BACKSLASH_ESCAPES,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
     };
     c.bench_function("lexer: seed query, no partitioned table", |b| {
-        b.iter(|| summarize(SEED.as_bytes(), Quoting::BackslashEscapes, empty.names()))
+        b.iter(|| summarize(SEED.as_bytes(), Quoting::BACKSLASH_ESCAPES, empty.names()))
     });
     c.bench_function("plan: seed query, no partitioned table", |b| {
         let mut cache = PlanCache::default();

@@ -61,11 +61,13 @@ impl PlanCache {
         self.key.clear();
         self.key.extend_from_slice(ctx.db.unwrap_or("").as_bytes());
         self.key.push(0);
-        self.key.push(ctx.quoting as u8);
+        self.key.push(
+            u8::from(ctx.quoting.no_backslash_escapes) | u8::from(ctx.quoting.ansi_quotes) << 1,
+        );
         for token in &self.tokens {
             self.starts.push(token.start);
             self.ends.push(token.end);
-            match literal_kind(token.kind) {
+            match literal_kind(token.kind, ctx.quoting) {
                 Some(_) => self.key.push(b'?'),
                 None => self.key.extend_from_slice(&sql[token.start..token.end]),
             }
@@ -126,11 +128,14 @@ impl PlanCache {
     }
 }
 
-/// Literal tokens: numbers and strings (`"..."` is a string in MySQL's default
-/// sql_mode); the fingerprint leaves them out.
-pub(crate) fn literal_kind(kind: TokenKind) -> Option<TokenKind> {
+/// Literal tokens: numbers and strings (`"..."` is a string unless the
+/// sql_mode has ANSI_QUOTES); the fingerprint leaves them out.
+pub(crate) fn literal_kind(kind: TokenKind, quoting: Quoting) -> Option<TokenKind> {
     match kind {
-        TokenKind::Number | TokenKind::Quoted(b'\'' | b'"') => Some(kind),
+        TokenKind::Number => Some(kind),
+        TokenKind::Quoted(quote @ (b'\'' | b'"')) if !quoting.quotes_identifier(quote) => {
+            Some(kind)
+        }
         _ => None,
     }
 }
@@ -147,8 +152,8 @@ fn value<'a>(sql: &'a [u8], token: &Token, negative: bool, quoting: Quoting) -> 
         }
         TokenKind::Quoted(quote) if !negative => {
             let inner = text.strip_prefix(&[quote])?.strip_suffix(&[quote])?;
-            let escaped = inner.contains(&quote)
-                || (quoting == Quoting::BackslashEscapes && inner.contains(&b'\\'));
+            let escaped =
+                inner.contains(&quote) || (!quoting.no_backslash_escapes && inner.contains(&b'\\'));
             Some(Value::String(match escaped {
                 true => Cow::Owned(unquote(inner, quote, quoting)?),
                 false => Cow::Borrowed(std::str::from_utf8(inner).ok()?),
@@ -167,7 +172,7 @@ pub(crate) fn unquote(inner: &[u8], quote: u8, quoting: Quoting) -> Option<Strin
         if c == quote && inner.get(i + 1) == Some(&quote) {
             out.push(quote);
             i += 2;
-        } else if c == b'\\' && quoting == Quoting::BackslashEscapes {
+        } else if c == b'\\' && !quoting.no_backslash_escapes {
             let next = *inner.get(i + 1)?;
             match next {
                 b'0' => out.push(0),
@@ -195,12 +200,12 @@ mod tests {
 
     #[test]
     fn strings_read_as_mysql_reads_them() {
-        let q = Quoting::BackslashEscapes;
+        let q = Quoting::BACKSLASH_ESCAPES;
         assert_eq!(unquote(b"it''s", b'\'', q).unwrap(), "it's");
         assert_eq!(unquote(br"a\'b\\c\n", b'\'', q).unwrap(), "a'b\\c\n");
         assert_eq!(unquote(br"50\%", b'\'', q).unwrap(), "50\\%");
         assert_eq!(
-            unquote(br"C:\", b'\'', Quoting::NoBackslashEscapes).unwrap(),
+            unquote(br"C:\", b'\'', Quoting::NO_BACKSLASH_ESCAPES).unwrap(),
             "C:\\"
         );
     }

@@ -292,7 +292,7 @@ mod tests {
 
     fn replaced(sql: &str) -> String {
         String::from_utf8(
-            replace_connection_id(sql.as_bytes(), 42, Quoting::BackslashEscapes).expect("a call"),
+            replace_connection_id(sql.as_bytes(), 42, Quoting::BACKSLASH_ESCAPES).expect("a call"),
         )
         .unwrap()
     }
@@ -401,7 +401,7 @@ mod tests {
             "ALTER EVENT e DO INSERT INTO t VALUES (CONNECTION_ID())",
         ] {
             assert_eq!(
-                replace_connection_id(sql.as_bytes(), 42, Quoting::BackslashEscapes),
+                replace_connection_id(sql.as_bytes(), 42, Quoting::BACKSLASH_ESCAPES),
                 None,
                 "{sql}"
             );
@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn text_the_server_will_refuse_is_left_alone() {
         assert_eq!(
-            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42, Quoting::BackslashEscapes),
+            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42, Quoting::BACKSLASH_ESCAPES),
             None
         );
         assert_eq!(

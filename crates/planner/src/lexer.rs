@@ -105,15 +105,44 @@ impl Kind {
     }
 }
 
-/// What a backslash in a quoted string is: an escape, as MySQL reads it by
-/// default, or a plain character under sql_mode NO_BACKSLASH_ESCAPES. Read the
-/// wrong way, `'C:\'; SET @x = 1` is one string instead of two statements. The
-/// server tells its clients which in the status flags of every OK and EOF.
+/// How the session's sql_mode reads quotes. Read the wrong way, `'C:\'; SET
+/// @x = 1` is one string instead of two statements, and `"users"` a string
+/// instead of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Quoting {
-    #[default]
-    BackslashEscapes,
-    NoBackslashEscapes,
+pub struct Quoting {
+    /// NO_BACKSLASH_ESCAPES: a backslash in a string is a plain character,
+    /// not an escape. The server tells its clients in the status flags of
+    /// every OK and EOF.
+    pub no_backslash_escapes: bool,
+    /// ANSI_QUOTES (also in ANSI): `"..."` quotes an identifier, as a
+    /// backtick does, not a string. The server does not tell: hscale asks
+    /// after a SET of sql_mode.
+    pub ansi_quotes: bool,
+}
+
+impl Quoting {
+    /// MySQL's default.
+    pub const BACKSLASH_ESCAPES: Quoting = Quoting {
+        no_backslash_escapes: false,
+        ansi_quotes: false,
+    };
+    pub const NO_BACKSLASH_ESCAPES: Quoting = Quoting {
+        no_backslash_escapes: true,
+        ansi_quotes: false,
+    };
+
+    /// Whether a value of @@sql_mode has ANSI_QUOTES (which ANSI includes:
+    /// the server lists both).
+    pub fn ansi_quotes_in(sql_mode: &str) -> bool {
+        sql_mode
+            .split(',')
+            .any(|mode| mode.trim().eq_ignore_ascii_case("ansi_quotes"))
+    }
+
+    /// Whether `quote` opens an identifier rather than a string.
+    pub fn quotes_identifier(self, quote: u8) -> bool {
+        quote == b'`' || (quote == b'"' && self.ansi_quotes)
+    }
 }
 
 /// A lexical token of a statement; its bytes are `sql[start..end]`.
@@ -300,9 +329,9 @@ pub(crate) fn summarize_into(
                 note_function(word, after_statement_end, &mut s);
                 s.names_partitioned |= check_names && partitioned.contains(word);
             }
-            TokenKind::Quoted(b'`') if check_names => {
+            TokenKind::Quoted(quote) if check_names && quoting.quotes_identifier(quote) => {
                 let quoted = &sql[token.start + 1..token.end];
-                let name = quoted.strip_suffix(b"`").unwrap_or(quoted);
+                let name = quoted.strip_suffix(&[quote]).unwrap_or(quoted);
                 s.names_partitioned |= partitioned.contains(name);
             }
             TokenKind::Quoted(_) | TokenKind::Symbol(_) | TokenKind::Number => {}
@@ -433,6 +462,34 @@ fn skip_number(sql: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// Under ANSI_QUOTES, `sql` with each `"..."` identifier quoted with
+/// backticks instead, which every sql_mode reads as an identifier: the
+/// parser and everything after it then read the statement as the server
+/// does. Byte for byte the same length, so token positions still hold; an
+/// identifier holding a quote or a backtick cannot be kept so (`Err`).
+/// `None`: nothing to change.
+pub(crate) fn ansi_identifiers_as_backticks(
+    sql: &[u8],
+    quoting: Quoting,
+) -> Result<Option<Vec<u8>>, ()> {
+    if !quoting.ansi_quotes || !sql.contains(&b'"') {
+        return Ok(None);
+    }
+    let mut out = sql.to_vec();
+    for token in Tokens::new(sql, quoting) {
+        if token.kind != TokenKind::Quoted(b'"') || token.end - token.start < 2 {
+            continue;
+        }
+        let inner = &sql[token.start + 1..token.end - 1];
+        if inner.contains(&b'"') || inner.contains(&b'`') || sql[token.end - 1] != b'"' {
+            return Err(());
+        }
+        out[token.start] = b'`';
+        out[token.end - 1] = b'`';
+    }
+    Ok(Some(out))
+}
+
 fn skip_digits(sql: &[u8], mut i: usize) -> usize {
     while i < sql.len() && sql[i].is_ascii_digit() {
         i += 1;
@@ -443,7 +500,7 @@ fn skip_digits(sql: &[u8], mut i: usize) -> usize {
 /// The end of the quoted text at `start`; `None` if it runs to the end.
 fn skip_quoted(sql: &[u8], start: usize, quoting: Quoting) -> Option<usize> {
     let quote = sql[start];
-    let escapes = quote != b'`' && quoting == Quoting::BackslashEscapes;
+    let escapes = !quoting.quotes_identifier(quote) && !quoting.no_backslash_escapes;
     let mut i = start + 1;
     while i < sql.len() {
         match sql[i] {
@@ -484,7 +541,7 @@ mod tests {
     use super::*;
 
     fn summary(sql: &[u8]) -> Summary {
-        summarize(sql, Quoting::BackslashEscapes, &TableNames::default())
+        summarize(sql, Quoting::BACKSLASH_ESCAPES, &TableNames::default())
     }
 
     fn kind(sql: &str) -> Kind {
@@ -632,7 +689,7 @@ mod tests {
         let sql = b"SELECT 'C:\\'; SET @x = 1";
         let escaped = summary(sql);
         assert!(!escaped.user_variables && !escaped.multi_statement);
-        let plain = summarize(sql, Quoting::NoBackslashEscapes, &TableNames::default());
+        let plain = summarize(sql, Quoting::NO_BACKSLASH_ESCAPES, &TableNames::default());
         assert!(plain.user_variables && plain.multi_statement_binds());
         // Backticks never escape, whatever the mode.
         assert!(summary(b"SELECT `a\\`, @x").user_variables);
@@ -643,7 +700,7 @@ mod tests {
         let dict = crate::dictionary::tests::users();
         let names = dict.names();
         let check = |sql: &str| {
-            summarize(sql.as_bytes(), Quoting::BackslashEscapes, names).names_partitioned
+            summarize(sql.as_bytes(), Quoting::BACKSLASH_ESCAPES, names).names_partitioned
         };
         assert!(check("SELECT * FROM users WHERE id = 1"));
         assert!(check("select * from app.`Users`"));

@@ -9,7 +9,10 @@ use smallvec::SmallVec;
 use crate::cache::PlanCache;
 use crate::dictionary::{Dictionary, TableName, Target};
 use crate::kill::{parse_kill, Kill};
-use crate::lexer::{summarize, summarize_into, target_database, Kind, Quoting, Summary, TokenKind};
+use crate::lexer::{
+    ansi_identifiers_as_backticks, summarize, summarize_into, target_database, Kind, Quoting,
+    Summary, TokenKind,
+};
 use crate::set::{parse_set, SetItem};
 
 /// What planning needs to know of the session and the proxy.
@@ -225,6 +228,10 @@ pub enum SessionChange {
     DroppedDatabase(String),
     /// A replayable SET statement and the variables it sets.
     Setting(Vec<String>, String),
+    /// A SET whose values only the server can tell (they read user
+    /// variables): replayed by the values it reads back of the variables
+    /// set, or, when it cannot, by the statement itself.
+    SettingReadBack(Vec<String>, String),
 }
 
 /// Plans one statement. `cache` keeps the shapes of statements on
@@ -279,6 +286,26 @@ fn plan_summarized(
     ctx: &Context,
     partitioned: impl FnOnce(&str, &Summary) -> Action,
 ) -> Plan {
+    // What follows reads identifiers quoted as MySQL's default sql_mode does.
+    let translated;
+    let sql = match ansi_identifiers_as_backticks(sql, ctx.quoting) {
+        Ok(None) => sql,
+        Ok(Some(text)) => {
+            translated = text;
+            &translated[..]
+        }
+        Err(()) => {
+            return Plan {
+                summary,
+                action: Action::Refuse(Refusal {
+                    table: None,
+                    reason: "a \"...\" identifier that holds a quote or a backtick under sql_mode ANSI_QUOTES".into(),
+                }),
+                change: SessionChange::Nothing,
+                binds: None,
+            }
+        }
+    };
     let mut binds = if summary.binds_connection() {
         Some("session state only the backend connection holds")
     } else if summary.multi_statement_binds() {
@@ -293,6 +320,11 @@ fn plan_summarized(
     };
     let change = match summary.kind {
         Kind::Set => match parse_set(&text(), ctx.quoting) {
+            // `SET sql_mode = @saved`: replayed elsewhere, the text would
+            // read another connection's (unset) variable.
+            SetItem::Replayable(keys) if summary.user_variables => {
+                SessionChange::SettingReadBack(keys, text().into_owned())
+            }
             SetItem::Replayable(keys) => SessionChange::Setting(keys, text().into_owned()),
             SetItem::NoSessionState => SessionChange::Nothing,
             SetItem::BindsConnection => {

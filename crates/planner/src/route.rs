@@ -18,7 +18,7 @@ use sqlparser::tokenizer::Span;
 use crate::auto::{Fill, Generate};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
-use crate::lexer::{Quoting, Summary};
+use crate::lexer::Summary;
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
@@ -59,7 +59,7 @@ pub(crate) fn route(
         }))
     };
     // sqlparser's MySQL dialect reads a backslash as an escape.
-    if ctx.quoting == Quoting::NoBackslashEscapes && sql.contains('\\') {
+    if ctx.quoting.no_backslash_escapes && sql.contains('\\') {
         return refuse(
             None,
             "a backslash in a statement on a partitioned table under NO_BACKSLASH_ESCAPES".into(),

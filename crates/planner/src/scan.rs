@@ -660,7 +660,8 @@ impl Analysis<'_> {
             .top_level_word(from.end, after_where)
             .map_or(self.sql.len(), |w| w.start);
         Tokens::new(self.sql.as_bytes(), self.ctx.quoting).any(|t| {
-            crate::cache::literal_kind(t.kind).is_some() && !(from.start..end).contains(&t.start)
+            crate::cache::literal_kind(t.kind, self.ctx.quoting).is_some()
+                && !(from.start..end).contains(&t.start)
         })
     }
 

@@ -214,7 +214,7 @@ mod tests {
     use super::*;
 
     fn classify(sql: &str) -> SetItem {
-        parse_set(sql, Quoting::BackslashEscapes)
+        parse_set(sql, Quoting::BACKSLASH_ESCAPES)
     }
 
     fn keys(sql: &str) -> Vec<String> {
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn the_client_charset_follows_names_charset_and_character_set_client() {
-        let after = |sql| client_charset_after(sql, Quoting::BackslashEscapes);
+        let after = |sql| client_charset_after(sql, Quoting::BACKSLASH_ESCAPES);
         assert_eq!(after("SET NAMES utf8mb4"), Some(ClientCharset::Utf8));
         assert_eq!(
             after("set names 'UTF8' COLLATE utf8_bin"),
@@ -325,7 +325,7 @@ mod tests {
     fn items_are_split_as_the_server_reads_the_quotes() {
         let sql = "SET time_zone = 'C:\\', sql_mode = 'ANSI'";
         assert_eq!(keys(sql), ["time_zone"]);
-        let plain = parse_set(sql, Quoting::NoBackslashEscapes);
+        let plain = parse_set(sql, Quoting::NO_BACKSLASH_ESCAPES);
         assert_eq!(
             plain,
             SetItem::Replayable(vec!["time_zone".into(), "sql_mode".into()])

@@ -39,7 +39,7 @@ fn template(sql: &str) -> Template {
     let dictionary = dictionary(1);
     let ctx = Context {
         db: Some("app"),
-        quoting: Quoting::BackslashEscapes,
+        quoting: Quoting::BACKSLASH_ESCAPES,
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: 1,

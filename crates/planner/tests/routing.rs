@@ -86,7 +86,7 @@ fn events(
 fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
     Context {
         db: Some(db),
-        quoting: Quoting::BackslashEscapes,
+        quoting: Quoting::BACKSLASH_ESCAPES,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
@@ -1080,4 +1080,57 @@ fn statements_hscale_cannot_read_as_the_server_does_are_refused() {
     // A SET it cannot read stays on the connection whose server read it.
     let set = plan_in(ClientCharset::Other, b"SET sql_mode = 'caf\xe9'");
     assert!(matches!(set.action, Action::Main) && set.binds.is_some());
+}
+
+/// Under sql_mode ANSI_QUOTES `"..."` is an identifier: the table is found
+/// and routed, and a double-quoted word is a column, not a value to route by.
+#[test]
+fn ansi_quotes_read_double_quoted_words_as_identifiers() {
+    let dictionary = dictionary();
+    let default = context(&dictionary, "app");
+    let ansi = Context {
+        quoting: Quoting {
+            ansi_quotes: true,
+            ..Quoting::BACKSLASH_ESCAPES
+        },
+        ..context(&dictionary, "app")
+    };
+    // One cache for both: the same text must not share a plan across modes.
+    let mut cache = PlanCache::default();
+    let mut steps_in = |ctx: &Context, sql: &str| match plan(sql.as_bytes(), ctx, &mut cache).action
+    {
+        Action::Route(route) => route
+            .steps
+            .into_iter()
+            .map(|s| (s.target.backend, s.sql))
+            .collect::<Vec<_>>(),
+        other => panic!("{sql}: expected a route, got {other:?}"),
+    };
+    assert_eq!(
+        steps_in(
+            &ansi,
+            r#"SELECT "id" FROM "users" WHERE "nickname" = 'martin'"#
+        ),
+        [(
+            2,
+            "SELECT `id` FROM `users_nick1` AS `users` WHERE `nickname` = 'martin'".into()
+        )]
+    );
+    let by_string = r#"SELECT id FROM users WHERE nickname = "martin""#;
+    assert_eq!(steps_in(&default, by_string).len(), 1);
+    for _ in 0..2 {
+        // nickname = the column martin: every partition is asked.
+        assert_eq!(steps_in(&ansi, by_string).len(), 3);
+    }
+    assert_eq!(steps_in(&default, by_string).len(), 1);
+    // Without ANSI_QUOTES "users" is a string, and names no table.
+    assert!(matches!(
+        plan(br#"SELECT "users""#, &default, &mut cache).action,
+        Action::Main
+    ));
+    // An identifier that cannot be requoted with backticks is refused.
+    assert!(matches!(
+        plan(br#"SELECT "a`b" FROM users"#, &ansi, &mut cache).action,
+        Action::Refuse(_)
+    ));
 }

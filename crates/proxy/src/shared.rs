@@ -202,6 +202,9 @@ pub struct Shared {
     /// says: clients read from hscale's greeting whether to escape with
     /// backslashes, and hscale lexes their first statement the same way.
     pub new_session_status: StatusFlags,
+    /// The main backend's global sql_mode has ANSI_QUOTES: a new session
+    /// reads `"..."` as an identifier.
+    pub new_session_ansi_quotes: bool,
     pub max_connections: usize,
     pub counters: Counters,
     pub sessions: Sessions,
@@ -304,6 +307,7 @@ impl Shared {
             main,
             server_version: FALLBACK_VERSION.into(),
             new_session_status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+            new_session_ansi_quotes: false,
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
             sessions: Sessions::default(),
@@ -337,15 +341,19 @@ impl Shared {
                     & (StatusFlags::SERVER_STATUS_AUTOCOMMIT
                         | StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES);
                 let mut conn = lease.conn;
-                let sql = "SELECT @@global.wait_timeout, @@global.interactive_timeout";
+                let sql =
+                    "SELECT @@global.wait_timeout, @@global.interactive_timeout, @@global.sql_mode";
                 if let Ok(Ok(rows)) = conn.query(sql).await {
-                    let number = |i: usize| {
+                    let text = |i: usize| {
                         let value = rows.first()?.get(i)?.as_ref()?;
-                        std::str::from_utf8(value).ok()?.parse().ok()
+                        std::str::from_utf8(value).ok()
                     };
+                    let number = |i: usize| text(i)?.parse().ok();
                     if let (Some(wait), Some(interactive)) = (number(0), number(1)) {
                         self.wait_timeouts = (wait, interactive);
                     }
+                    self.new_session_ansi_quotes =
+                        text(2).is_some_and(hscale_planner::Quoting::ansi_quotes_in);
                 }
                 match learn_collations(&mut conn).await {
                     Some(collations) => self.collations = Arc::new(collations),

@@ -530,3 +530,38 @@ fn text_hscale_cannot_read_as_the_server_does_is_refused_and_nothing_is_stored()
     );
     assert!(physical(1, &db, "users_default").is_empty());
 }
+
+/// sql_mode ANSI_QUOTES, set by an expression and put back from a user
+/// variable: hscale asks the server what the mode is after each, and reads
+/// `"..."` as the server does.
+#[test]
+fn ansi_quotes_follow_the_sessions_sql_mode() {
+    let (proxy, db) = setup("part_ansi");
+    let mut c = proxy.connect(Some(&db));
+    c.query_drop(
+        "INSERT INTO users VALUES (1, 'martin', '2008-05-06'), (2, 'peter', '2009-01-02')",
+    )
+    .unwrap();
+    c.query_drop("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'nick1', 'mar', 2)")
+        .unwrap();
+    let by_string = r#"SELECT id FROM users WHERE nickname = "martin""#;
+    assert_eq!(c.query::<u32, _>(by_string).unwrap(), [1]);
+    c.query_drop("SET @saved = @@sql_mode").unwrap();
+    c.query_drop("SET sql_mode = CONCAT(@@sql_mode, ',ANSI')")
+        .unwrap();
+    let quoted = r#"SELECT "id" FROM "users" WHERE "nickname" = 'martin'"#;
+    assert_eq!(c.query::<u32, _>(quoted).unwrap(), [1]);
+    c.query_drop(
+        r#"INSERT INTO "users" ("id", "nickname", "created") VALUES (3, 'marvin', '2010-01-01')"#,
+    )
+    .unwrap();
+    assert_eq!(physical(2, &db, "users_nick1").len(), 2);
+    // nickname = the column martin, which does not exist: the server's error.
+    let (code, _) = error_of(&mut c, by_string);
+    assert_eq!(code, 1054);
+    // Carried to backend 2 by value: the text would read its unset @saved.
+    c.query_drop("SET sql_mode = @saved").unwrap();
+    assert_eq!(c.query::<u32, _>(by_string).unwrap(), [1]);
+}

@@ -80,8 +80,9 @@ pub struct Session {
     plans: PlanCache,
     /// The client's prepared statements.
     statements: ClientStatements,
-    /// A SET changed wait_timeout: hscale asks the server for the new value.
-    wait_timeout_changed: bool,
+    /// A statement may have changed wait_timeout or sql_mode: hscale asks
+    /// the server for their values before the next command.
+    session_variables_changed: bool,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -141,7 +142,7 @@ impl Session {
             begun_here: false,
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
-            wait_timeout_changed: false,
+            session_variables_changed: false,
         };
         session.quoting = session.new_session_quoting();
         session.set_default_wait_timeout();
@@ -177,9 +178,13 @@ impl Session {
 
     async fn command_loop(&mut self) -> Result<(), ProxyError> {
         loop {
-            if self.wait_timeout_changed {
-                self.wait_timeout_changed = false;
-                self.read_wait_timeout().await;
+            // Before waiting, so that a new wait_timeout bounds the wait;
+            // not while the client may still ask for the statement's
+            // warnings, which the read would clear.
+            let warnings = self.slots.iter().any(|s| s.binding.warnings);
+            if self.session_variables_changed && !warnings {
+                self.session_variables_changed = false;
+                self.read_session_variables().await;
             }
             self.handle.set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
@@ -203,6 +208,10 @@ impl Session {
             };
             if code == command::QUIT {
                 return Ok(());
+            }
+            if self.session_variables_changed && !asks_for_diagnostics(&packet.payload) {
+                self.session_variables_changed = false;
+                self.read_session_variables().await;
             }
             self.shared.counters.questions.add(1);
             if let Err(e) = self.dispatch(code, packet.payload).await {
@@ -327,27 +336,35 @@ impl Session {
         });
     }
 
-    /// After a SET of wait_timeout: its value as the server reads it (an
-    /// expression, a clamp to the allowed range).
-    async fn read_wait_timeout(&mut self) {
+    /// After a SET of wait_timeout or sql_mode: their values as the server
+    /// reads them (an expression, a clamp to the allowed range, ANSI's
+    /// modes spelt out).
+    async fn read_session_variables(&mut self) {
         let main = self.shared.main;
         let Ok(mut lease) = self.checkout(main, Needs::default()).await else {
             return;
         };
-        if let Ok(Ok(rows)) = lease.conn.query("SELECT @@session.wait_timeout").await {
-            let seconds = rows
-                .first()
-                .and_then(|row| row.first()?.as_ref())
-                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
-            if let Some(seconds) = seconds {
+        let sql = "SELECT @@session.wait_timeout, @@session.sql_mode";
+        if let Ok(Ok(rows)) = lease.conn.query(sql).await {
+            let text = |i: usize| {
+                let value = rows.first()?.get(i)?.as_ref()?;
+                std::str::from_utf8(value).ok()
+            };
+            if let Some(seconds) = text(0).and_then(|v| v.parse().ok()) {
                 self.handle.set_wait_timeout(seconds);
+            }
+            if let Some(sql_mode) = text(1) {
+                self.quoting.ansi_quotes = Quoting::ansi_quotes_in(sql_mode);
             }
         }
         self.checkin(main, lease.conn);
     }
 
     fn new_session_quoting(&self) -> Quoting {
-        quoting(self.shared.new_session_status)
+        Quoting {
+            no_backslash_escapes: no_backslash_escapes(self.shared.new_session_status),
+            ansi_quotes: self.shared.new_session_ansi_quotes,
+        }
     }
 
     async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {
@@ -402,7 +419,7 @@ impl Session {
             true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,
             false => status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT,
         }
-        if self.quoting == Quoting::NoBackslashEscapes {
+        if self.quoting.no_backslash_escapes {
             status |= StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
         }
         status.bits()
@@ -437,10 +454,36 @@ async fn reply_error(
     Ok(())
 }
 
-fn quoting(status: StatusFlags) -> Quoting {
-    if status.contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES) {
-        Quoting::NoBackslashEscapes
-    } else {
-        Quoting::BackslashEscapes
-    }
+/// SHOW WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS and the like: a
+/// command that reads the diagnostics the statement before it left.
+fn asks_for_diagnostics(payload: &[u8]) -> bool {
+    let Some((&command::QUERY, sql)) = payload.split_first() else {
+        return false;
+    };
+    let mut words = sql
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let first = words.next().unwrap_or_default();
+    let second = words.next().unwrap_or_default();
+    (first.eq_ignore_ascii_case(b"show")
+        && [&b"warnings"[..], b"errors", b"count(*)"]
+            .iter()
+            .any(|w| second.len() >= w.len() && second[..w.len()].eq_ignore_ascii_case(w)))
+        || (first.eq_ignore_ascii_case(b"select") && second.starts_with(b"@@"))
+}
+
+/// Whether a SET (or several statements) may change a session variable
+/// hscale follows: wait_timeout (its idle limit) or sql_mode (ANSI_QUOTES).
+/// Read back rather than parsed: `SET sql_mode = @saved` and expressions
+/// say nothing until the server evaluates them.
+fn may_change_session_variables(sql: &[u8]) -> bool {
+    let mentions = |word: &[u8]| {
+        sql.windows(word.len())
+            .any(|w| w.eq_ignore_ascii_case(word))
+    };
+    mentions(b"wait_timeout") || mentions(b"sql_mode")
+}
+
+fn no_backslash_escapes(status: StatusFlags) -> bool {
+    status.contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES)
 }

@@ -13,7 +13,7 @@ use hscale_wire::StatusFlags;
 
 use super::slots::Needs;
 use super::state::COM_QUERY;
-use super::Session;
+use super::{may_change_session_variables, Session};
 use crate::config::Transactions;
 use crate::error::ProxyError;
 use crate::exec::Command;
@@ -65,6 +65,8 @@ impl Session {
                 if kind == Kind::Begin && !self.in_transaction() && plain_begin(sql) {
                     return self.begin_here(payload).await;
                 }
+                let rereads = (kind == Kind::Set || plan.summary.multi_statement)
+                    && may_change_session_variables(sql);
                 let slot = self.slot_for_previous(needs).unwrap_or(main);
                 if kind.writes() {
                     self.check_writers(&[slot])?;
@@ -76,6 +78,7 @@ impl Session {
                 let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
                     .await?;
+                self.session_variables_changed |= rereads;
                 if opens && self.in_transaction() {
                     self.begin = Some(payload);
                 }

@@ -9,7 +9,7 @@ use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
 use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
-use super::{quoting, Session};
+use super::{may_change_session_variables, no_backslash_escapes, Session};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
 use crate::exec::{send, Command, RelayError};
@@ -154,6 +154,18 @@ impl Session {
             }
         };
         if !completion.error {
+            let change = match change {
+                // Not when the client may ask for the SET's warnings, which
+                // the read would clear.
+                SessionChange::SettingReadBack(keys, sql) if completion.warnings == 0 => {
+                    match read_back(&mut lease.conn, &keys).await {
+                        Some(values) => SessionChange::Setting(keys, values),
+                        None => SessionChange::Setting(keys, sql),
+                    }
+                }
+                SessionChange::SettingReadBack(keys, sql) => SessionChange::Setting(keys, sql),
+                change => change,
+            };
             self.record(change, &mut lease.conn);
         }
         if let Command::Statement {
@@ -198,7 +210,7 @@ impl Session {
             if !binding.transaction {
                 binding.wrote = false;
             }
-            self.quoting = quoting(status);
+            self.quoting.no_backslash_escapes = no_backslash_escapes(status);
         }
         binding.warnings = completion.warnings > 0;
         if completion.last_insert_id != 0 {
@@ -327,8 +339,9 @@ impl Session {
                     self.set_database(None);
                 }
             }
+            SessionChange::SettingReadBack(..) => unreachable!("read back when it ran"),
             SessionChange::Setting(keys, sql) => {
-                self.wait_timeout_changed |= keys.iter().any(|k| k.ends_with("wait_timeout"));
+                self.session_variables_changed |= may_change_session_variables(sql.as_bytes());
                 if keys
                     .iter()
                     .any(|k| k == "names" || k == "character_set_client")
@@ -355,6 +368,42 @@ impl Session {
             slot.binding = Binding::default();
         }
     }
+}
+
+/// A SET of `keys` as the values they have on `conn`: `SET @@session.k = v`,
+/// strings in hex so that they read the same under every sql_mode and
+/// character set. `None` when a name or a value cannot be read.
+async fn read_back(conn: &mut BackendConn, keys: &[String]) -> Option<String> {
+    let plain =
+        |k: &String| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !keys.iter().all(plain) {
+        return None;
+    }
+    let columns: Vec<String> = keys.iter().map(|k| format!("@@session.{k}")).collect();
+    let rows = conn
+        .query(&format!("SELECT {}", columns.join(", ")))
+        .await
+        .ok()?
+        .ok()?;
+    let row = rows.first()?;
+    let values = columns.iter().zip(row).map(|(column, value)| {
+        let value = match value {
+            None => "NULL".to_string(),
+            Some(v)
+                if !v.is_empty()
+                    && v.iter()
+                        .all(|b| b.is_ascii_digit() || *b == b'-' || *b == b'.') =>
+            {
+                String::from_utf8_lossy(v).into_owned()
+            }
+            Some(v) => format!(
+                "X'{}'",
+                v.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        };
+        format!("{column} = {value}")
+    });
+    Some(format!("SET {}", values.collect::<Vec<_>>().join(", ")))
 }
 
 #[cfg(test)]
