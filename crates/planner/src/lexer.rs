@@ -50,6 +50,10 @@ pub struct Summary {
     /// ROW_COUNT() / FOUND_ROWS(): answered from the statement before, so only
     /// by the connection that ran it.
     pub reads_previous_statement: bool,
+    /// SHOW WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS, GET DIAGNOSTICS,
+    /// @@warning_count, @@error_count: the messages the statement before
+    /// left, which only the connection that ran it keeps.
+    pub reads_diagnostics: bool,
     /// CONNECTION_ID(), which must answer the id hscale greeted the client
     /// with, not its backend connection's.
     pub connection_id: bool,
@@ -288,6 +292,7 @@ pub(crate) fn summarize_into(
         found_rows: false,
         last_insert_id: false,
         reads_previous_statement: false,
+        reads_diagnostics: false,
         connection_id: false,
         multi_statement: false,
         every_statement_plain: true,
@@ -301,7 +306,14 @@ pub(crate) fn summarize_into(
     for token in Tokens::new(sql, quoting) {
         sink(token);
         match token.kind {
-            TokenKind::Symbol(b'(' | b')' | b',') | TokenKind::SystemVariable => continue,
+            TokenKind::Symbol(b'(' | b')' | b',') => continue,
+            TokenKind::SystemVariable => {
+                let name = &sql[token.start + 2..token.end];
+                if is_diagnostics_count(name) {
+                    s.reads_diagnostics |= !after_statement_end;
+                }
+                continue;
+            }
             TokenKind::Symbol(b';') => {
                 after_statement_end = true;
                 statement_words = 0;
@@ -326,7 +338,17 @@ pub(crate) fn summarize_into(
                     // CREATE [OR REPLACE] TEMPORARY TABLE
                     first = Kind::CreateTemporary;
                 }
+                if words == 1 && first == Kind::Other && !after_statement_end {
+                    s.reads_diagnostics |=
+                        asks_for_diagnostics(sql[..token.start].trim_ascii(), word);
+                }
                 note_function(word, after_statement_end, &mut s);
+                if is_diagnostics_count(word) {
+                    // `@@session.warning_count`: the prefix is its own token.
+                    let before = sql[..token.start].to_ascii_lowercase();
+                    s.reads_diagnostics |= !after_statement_end
+                        && (before.ends_with(b"@@session.") || before.ends_with(b"@@local."));
+                }
                 s.names_partitioned |= check_names && partitioned.contains(word);
             }
             TokenKind::Quoted(quote) if check_names && quoting.quotes_identifier(quote) => {
@@ -346,7 +368,22 @@ pub(crate) fn summarize_into(
         statement_words += 1;
     }
     s.kind = first;
+    s.reads_previous_statement |= s.reads_diagnostics;
     s
+}
+
+/// `first` and `second` begin SHOW WARNINGS, SHOW ERRORS, SHOW COUNT(*)
+/// WARNINGS|ERRORS or GET [CURRENT|STACKED] DIAGNOSTICS.
+fn asks_for_diagnostics(first: &[u8], second: &[u8]) -> bool {
+    let is = |word: &[u8], w: &[u8]| word.eq_ignore_ascii_case(w);
+    (is(first, b"show")
+        && (is(second, b"warnings") || is(second, b"errors") || is(second, b"count")))
+        || (is(first, b"get")
+            && (is(second, b"diagnostics") || is(second, b"current") || is(second, b"stacked")))
+}
+
+fn is_diagnostics_count(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"warning_count") || name.eq_ignore_ascii_case(b"error_count")
 }
 
 /// The database a `USE db` or `DROP DATABASE [IF EXISTS] db` names.
@@ -616,6 +653,32 @@ mod tests {
         let one_query = summary(b"UPDATE t SET a = 1; SELECT ROW_COUNT()");
         assert!(!one_query.reads_previous_statement);
         assert!(summary(b"SELECT ROW_COUNT(); DO 1").reads_previous_statement);
+    }
+
+    #[test]
+    fn diagnostics_are_read_from_the_previous_statement() {
+        for sql in [
+            "SHOW WARNINGS",
+            "show errors limit 1",
+            "SHOW COUNT(*) WARNINGS",
+            "SELECT @@warning_count",
+            "SELECT @@session.error_count, 1",
+            "SELECT @@LOCAL.WARNING_COUNT",
+            "GET DIAGNOSTICS @n = NUMBER",
+            "SHOW WARNINGS; SELECT 1",
+        ] {
+            let s = summary(sql.as_bytes());
+            assert!(s.reads_diagnostics && s.reads_previous_statement, "{sql}");
+        }
+        for sql in [
+            "SHOW TABLES",
+            "SELECT warning_count FROM t",
+            "SELECT 'SHOW WARNINGS'",
+            "SELECT @@max_error_count",
+            "SELECT 1/0; SHOW WARNINGS",
+        ] {
+            assert!(!summary(sql.as_bytes()).reads_diagnostics, "{sql}");
+        }
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub enum ProxyError {
     QueryInterrupted,
     #[error("the statement reads the one before it, whose backend connection has since served another client")]
     PreviousStatementElsewhere,
+    #[error("the statement reads the one before it, which ran on several partitions")]
+    PreviousStatementScattered,
     /// The server refused a command hscale sent for the client (state replay).
     #[error("backend refused: {}", .0.message)]
     Refused(ErrorPacket),
@@ -181,7 +183,15 @@ impl ProxyError {
                 reply(
                     ER_UNKNOWN_ERROR,
                     "HY000",
-                    "hscale: ROW_COUNT() and FOUND_ROWS() read this client's previous statement, and the backend connection that ran it has served another client since; run both statements in one transaction".into(),
+                    "hscale: ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS read this client's previous statement, and the backend connection that ran it has served another client since; run both statements in one transaction".into(),
+                ),
+                Reply,
+            ),
+            ProxyError::PreviousStatementScattered => (
+                reply(
+                    ER_NOT_SUPPORTED_YET,
+                    "42000",
+                    "hscale: the previous statement ran on several partitions: no one connection keeps its ROW_COUNT(), FOUND_ROWS() or warnings; run it on one partition to read them".into(),
                 ),
                 Reply,
             ),
@@ -273,6 +283,7 @@ mod tests {
             ProxyError::ConnectionKilled,
             ProxyError::QueryInterrupted,
             ProxyError::PreviousStatementElsewhere,
+            ProxyError::PreviousStatementScattered,
             ProxyError::Refused(ErrorPacket::new(
                 1193,
                 "HY000",

@@ -565,3 +565,85 @@ fn ansi_quotes_follow_the_sessions_sql_mode() {
     c.query_drop("SET sql_mode = @saved").unwrap();
     assert_eq!(c.query::<u32, _>(by_string).unwrap(), [1]);
 }
+
+#[test]
+fn show_warnings_reads_the_previous_statement_wherever_it_ran() {
+    let (proxy, db) = setup("part_diagnostics");
+    let oracle_db = cluster().database("part_diagnostics_oracle");
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    oracle.query_drop(USERS).unwrap();
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    for conn in [&mut c, &mut oracle] {
+        for id in [1, 2] {
+            conn.exec_drop("INSERT INTO users VALUES (?, 'n', '2000-01-01')", (id,))
+                .unwrap();
+        }
+    }
+    type Messages = Vec<(String, u32, String)>;
+    let mut both = |sql: &str, expect_error: bool| -> (Messages, Messages) {
+        for conn in [&mut c, &mut oracle] {
+            assert_eq!(conn.query_drop(sql).is_err(), expect_error, "{sql}");
+        }
+        let ours: Messages = c.query("SHOW WARNINGS").unwrap();
+        let theirs: Messages = oracle.query("SHOW WARNINGS").unwrap();
+        let counts = "SELECT @@warning_count, @@error_count";
+        assert_eq!(
+            c.query_first::<(u32, u32), _>(counts).unwrap(),
+            oracle.query_first::<(u32, u32), _>(counts).unwrap(),
+            "after {sql}"
+        );
+        (ours, theirs)
+    };
+    let steps = [
+        // Backend 1 warns, then a statement on backend 2 replaces its messages.
+        (
+            "SELECT CAST('1x' AS SIGNED) + id FROM users WHERE id = 2",
+            false,
+            1,
+        ),
+        ("SELECT nickname FROM users WHERE id = 1", false, 0),
+        (
+            "SELECT CAST('2y' AS SIGNED) + id FROM users WHERE id = 1",
+            false,
+            1,
+        ),
+        ("SELECT nickname FROM users WHERE id = 2", false, 0),
+        ("SELECT nope FROM users WHERE id = 1", true, 1),
+        ("BEGIN", false, 1),
+        (
+            "SELECT CAST('3z' AS SIGNED) + id FROM users WHERE id = 2",
+            false,
+            1,
+        ),
+        ("SELECT nickname FROM users WHERE id = 1", false, 0),
+        ("COMMIT", false, 0),
+        ("SELECT COUNT(*) FROM users", false, 0),
+    ];
+    for (sql, expect_error, messages) in steps {
+        let (ours, theirs) = both(sql, expect_error);
+        assert_eq!(ours, theirs, "after {sql}");
+        assert_eq!(ours.len(), messages, "after {sql}: {ours:?}");
+    }
+    // Read twice, the messages stay.
+    c.query_drop("SELECT CAST('4w' AS SIGNED) + id FROM users WHERE id = 1")
+        .unwrap();
+    for _ in 0..2 {
+        let again: Messages = c.query("SHOW WARNINGS").unwrap();
+        assert_eq!(again.len(), 1, "{again:?}");
+        let count: Option<u32> = c.query_first("SHOW COUNT(*) WARNINGS").unwrap();
+        assert_eq!(count, Some(1));
+    }
+    // A statement over both backends keeps no one list of its warnings.
+    c.query_drop("SELECT CAST(nickname AS SIGNED) FROM users")
+        .unwrap();
+    assert_eq!(c.warnings(), 2);
+    assert_eq!(error_of(&mut c, "SHOW WARNINGS").0, 1235);
+    // Nor ROW_COUNT(), even where a transaction holds a connection.
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("UPDATE users SET nickname = 'q' WHERE id = 2")
+        .unwrap();
+    c.query_drop("SELECT * FROM users").unwrap();
+    assert_eq!(error_of(&mut c, "SELECT ROW_COUNT()").0, 1235);
+    c.query_drop("ROLLBACK").unwrap();
+}

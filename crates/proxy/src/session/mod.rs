@@ -17,8 +17,9 @@ mod statements;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hscale_planner::dictionary::TableNames;
 use hscale_planner::{
-    replace_connection_id, ClientCharset, Kill, KillScope, PlanCache, Quoting, Refusal,
+    replace_connection_id, summarize, ClientCharset, Kill, KillScope, PlanCache, Quoting, Refusal,
     SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
@@ -181,7 +182,7 @@ impl Session {
             // Before waiting, so that a new wait_timeout bounds the wait;
             // not while the client may still ask for the statement's
             // warnings, which the read would clear.
-            let warnings = self.slots.iter().any(|s| s.binding.warnings);
+            let warnings = self.slots.iter().any(|s| s.binding.diagnostics);
             if self.session_variables_changed && !warnings {
                 self.session_variables_changed = false;
                 self.read_session_variables().await;
@@ -209,7 +210,7 @@ impl Session {
             if code == command::QUIT {
                 return Ok(());
             }
-            if self.session_variables_changed && !asks_for_diagnostics(&packet.payload) {
+            if self.session_variables_changed && !self.asks_for_diagnostics(&packet.payload) {
                 self.session_variables_changed = false;
                 self.read_session_variables().await;
             }
@@ -413,6 +414,17 @@ impl Session {
     }
 
     /// The status flags of an answer hscale writes itself.
+    /// SHOW WARNINGS and the like, which reading session variables first
+    /// would answer wrong.
+    fn asks_for_diagnostics(&self, payload: &[u8]) -> bool {
+        match payload.split_first() {
+            Some((&command::QUERY, sql)) => {
+                summarize(sql, self.quoting, &TableNames::default()).reads_diagnostics
+            }
+            _ => false,
+        }
+    }
+
     fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
         match self.in_transaction() {
@@ -452,24 +464,6 @@ async fn reply_error(
         client.send_packet(seq, &payload).await?;
     }
     Ok(())
-}
-
-/// SHOW WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS and the like: a
-/// command that reads the diagnostics the statement before it left.
-fn asks_for_diagnostics(payload: &[u8]) -> bool {
-    let Some((&command::QUERY, sql)) = payload.split_first() else {
-        return false;
-    };
-    let mut words = sql
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|w| !w.is_empty());
-    let first = words.next().unwrap_or_default();
-    let second = words.next().unwrap_or_default();
-    (first.eq_ignore_ascii_case(b"show")
-        && [&b"warnings"[..], b"errors", b"count(*)"]
-            .iter()
-            .any(|w| second.len() >= w.len() && second[..w.len()].eq_ignore_ascii_case(w)))
-        || (first.eq_ignore_ascii_case(b"select") && second.starts_with(b"@@"))
 }
 
 /// Whether a SET (or several statements) may change a session variable

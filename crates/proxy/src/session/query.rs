@@ -11,7 +11,7 @@ use hscale_planner::{
 use hscale_wire::scan::Expect;
 use hscale_wire::StatusFlags;
 
-use super::slots::Needs;
+use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
 use super::{may_change_session_variables, Session};
 use crate::config::Transactions;
@@ -67,7 +67,7 @@ impl Session {
                 }
                 let rereads = (kind == Kind::Set || plan.summary.multi_statement)
                     && may_change_session_variables(sql);
-                let slot = self.slot_for_previous(needs).unwrap_or(main);
+                let slot = self.slot_for_previous(needs)?.unwrap_or(main);
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }
@@ -171,11 +171,18 @@ impl Session {
         Ok(())
     }
 
-    /// ROW_COUNT() and FOUND_ROWS() run where the previous statement ran.
-    fn slot_for_previous(&self, needs: Needs) -> Option<usize> {
+    /// ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS run where the previous
+    /// statement ran. After one that ran on several connections, SHOW
+    /// WARNINGS finds none on one of them, or is refused if it left some.
+    fn slot_for_previous(&self, needs: Needs) -> Result<Option<usize>, ProxyError> {
         match self.previous {
-            super::slots::Previous::On { slot, .. } if needs.previous_connection => Some(slot),
-            _ => None,
+            _ if !needs.previous_connection => Ok(None),
+            Previous::On { slot, .. } => Ok(Some(slot)),
+            Previous::Scattered { messages, slot } if needs.diagnostics && !messages => {
+                Ok(Some(slot))
+            }
+            Previous::Scattered { .. } => Err(ProxyError::PreviousStatementScattered),
+            Previous::Nothing => Ok(None),
         }
     }
 

@@ -184,7 +184,10 @@ impl Session {
             }
         }
         if slots.len() > 1 {
-            self.previous = Previous::Scattered;
+            self.previous = Previous::Scattered {
+                messages: out.warnings > 0 || outcome.is_err(),
+                slot: slots[0],
+            };
         }
         match outcome {
             Ok(()) => {
@@ -542,7 +545,10 @@ impl Session {
             total.last_insert_id = first;
             self.state.last_insert_id = first;
         }
-        self.previous = Previous::Scattered;
+        self.previous = Previous::Scattered {
+            messages: total.warnings > 0,
+            slot: slots[0],
+        };
         self.send_total(total).await
     }
 

@@ -51,7 +51,10 @@ impl Session {
         }
         lock.finish(&shared).await?;
         tracing::info!(table = %change.table, statement = %change.statement, "schema change done on every partition");
-        self.previous = super::slots::Previous::Scattered;
+        self.previous = super::slots::Previous::Scattered {
+            messages: total.warnings > 0,
+            slot: self.shared.main,
+        };
         self.send_total(total).await
     }
 }

@@ -27,13 +27,14 @@ pub(super) struct Binding {
     /// hscale's prepared statements with a cursor open or long data sent on
     /// this connection, by the client's id.
     pub open_statements: HashSet<u32>,
-    /// The last statement left warnings that SHOW WARNINGS must find.
-    pub warnings: bool,
+    /// The session's previous statement ran here and left warnings or an
+    /// error that SHOW WARNINGS must find. One slot at most.
+    pub diagnostics: bool,
 }
 
 impl Binding {
     pub fn holds(&self) -> bool {
-        self.pins() || self.warnings
+        self.pins() || self.diagnostics
     }
 
     /// Holds for more than the last statement's warnings, which the next
@@ -64,9 +65,13 @@ pub(super) enum Previous {
     On {
         slot: usize,
         mark: ConnMark,
+        /// It left warnings or an error, which only that connection has.
+        messages: bool,
     },
     /// The previous statement ran on several connections: no one count.
-    Scattered,
+    /// `messages`: it left warnings, which no one connection keeps whole;
+    /// otherwise `slot`'s connections have none.
+    Scattered { messages: bool, slot: usize },
 }
 
 /// What a command needs of the connection it runs on, beyond the session's state.
@@ -77,6 +82,8 @@ pub(super) struct Needs {
     /// The connection that ran the session's previous command, untouched since
     /// (ROW_COUNT(), FOUND_ROWS()).
     pub previous_connection: bool,
+    /// SHOW WARNINGS and the like: must not replace the diagnostics it reads.
+    pub diagnostics: bool,
     /// The command only reads: a deferred BEGIN may ride with it. Were that
     /// BEGIN to fail, the read ran outside the transaction and changed nothing.
     pub reads_only: bool,
@@ -87,6 +94,7 @@ impl Needs {
         Needs {
             last_insert_id: summary.last_insert_id,
             previous_connection: summary.reads_previous_statement,
+            diagnostics: summary.reads_diagnostics,
             reads_only: summary.kind == Kind::Select,
         }
     }
@@ -174,7 +182,17 @@ impl Session {
         {
             self.track_statement(slot, client_id, code, &completion);
         }
+        let read_messages = needs.diagnostics
+            && (self.slots[slot].binding.diagnostics
+                || matches!(self.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
+        // They stay on the connection: reset before another client uses it.
+        self.slots[slot].binding.diagnostics |= read_messages;
         self.finish_command(slot, lease, &completion);
+        if let Previous::On { messages, .. } = &mut self.previous {
+            // SHOW WARNINGS leaves the messages it read in place; the
+            // connection goes back, and another read takes it out again.
+            *messages |= read_messages;
+        }
         Ok(completion)
     }
 
@@ -188,7 +206,7 @@ impl Session {
     ) {
         // MySQL keeps warnings until a statement that uses a table: a connection
         // that had any must not show them to the next client.
-        let diagnostics_left = self.slots[slot].binding.warnings || completion.warnings > 0;
+        let diagnostics_left = self.slots[slot].binding.diagnostics || leaves_messages(completion);
         self.after(slot, completion);
         if diagnostics_left && !self.slots[slot].binding.holds() {
             lease.conn.settings = UNKNOWN_SETTINGS;
@@ -196,6 +214,7 @@ impl Session {
         self.previous = Previous::On {
             slot,
             mark: lease.conn.mark(),
+            messages: leaves_messages(completion),
         };
         self.checkin(slot, lease.conn);
     }
@@ -212,12 +231,35 @@ impl Session {
             }
             self.quoting.no_backslash_escapes = no_backslash_escapes(status);
         }
-        binding.warnings = completion.warnings > 0;
+        binding.diagnostics = leaves_messages(completion);
         if completion.last_insert_id != 0 {
             self.state.last_insert_id = completion.last_insert_id;
         }
         if !self.in_transaction() {
             self.begin = None;
+        }
+        // This statement's diagnostics replace those another backend's
+        // connection was kept for.
+        for other in (0..self.slots.len()).filter(|&other| other != slot) {
+            if self.slots[other].binding.diagnostics {
+                self.slots[other].binding.diagnostics = false;
+                self.release_unheld(other);
+            }
+        }
+    }
+
+    /// Gives a held connection back once nothing holds it. Its diagnostics
+    /// are not the next client's: it is reset first.
+    fn release_unheld(&mut self, slot: usize) {
+        if self.slots[slot].binding.holds() {
+            return;
+        }
+        if let Some(mut conn) = self.slots[slot].held.take() {
+            conn.settings = UNKNOWN_SETTINGS;
+            self.shared.pools[slot].release_to(&self.slots[slot].bucket, conn);
+            if self.slots.iter().all(|s| s.held.is_none()) {
+                self.handle.set_idle();
+            }
         }
     }
 
@@ -241,11 +283,23 @@ impl Session {
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn, fresh: false },
             None => match self.previous {
-                Previous::On { slot: s, mark } if needs.previous_connection && s == slot => {
-                    self.take_previous(slot, mark)?
+                Previous::On {
+                    slot: s,
+                    mark,
+                    messages,
+                } if needs.previous_connection && s == slot => {
+                    match self.take_previous(slot, mark) {
+                        Some(lease) => lease,
+                        // A pooled connection has no messages either.
+                        None if needs.diagnostics && !messages => {
+                            let bucket = &self.slots[slot].bucket;
+                            self.shared.pools[slot].acquire(bucket).await?
+                        }
+                        None => return Err(ProxyError::PreviousStatementElsewhere),
+                    }
                 }
-                Previous::Scattered if needs.previous_connection => {
-                    return Err(ProxyError::PreviousStatementElsewhere)
+                Previous::Scattered { .. } if needs.previous_connection && !needs.diagnostics => {
+                    return Err(ProxyError::PreviousStatementScattered)
                 }
                 _ => {
                     let bucket = &self.slots[slot].bucket;
@@ -287,12 +341,10 @@ impl Session {
     /// The connection that ran the session's previous command, if no one used it
     /// since. Only this session ran anything on it, so it holds the session's
     /// settings even if it was marked unknown for other clients' sake.
-    fn take_previous(&mut self, slot: usize, mark: ConnMark) -> Result<Lease, ProxyError> {
-        let mut conn = self.shared.pools[slot]
-            .take_marked(&self.slots[slot].bucket, mark)
-            .ok_or(ProxyError::PreviousStatementElsewhere)?;
+    fn take_previous(&mut self, slot: usize, mark: ConnMark) -> Option<Lease> {
+        let mut conn = self.shared.pools[slot].take_marked(&self.slots[slot].bucket, mark)?;
         conn.settings = self.state.fingerprint();
-        Ok(Lease { conn, fresh: false })
+        Some(Lease { conn, fresh: false })
     }
 
     pub(super) fn checkin(&mut self, slot: usize, conn: Box<BackendConn>) {
@@ -359,7 +411,7 @@ impl Session {
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(mut conn) = slot.held.take() {
                 if slot.binding.reusable() {
-                    if slot.binding.warnings {
+                    if slot.binding.diagnostics {
                         conn.settings = UNKNOWN_SETTINGS;
                     }
                     self.shared.pools[i].release_to(&slot.bucket, conn);
@@ -368,6 +420,11 @@ impl Session {
             slot.binding = Binding::default();
         }
     }
+}
+
+/// Warnings or an error: what SHOW WARNINGS would list.
+fn leaves_messages(completion: &Completion) -> bool {
+    completion.warnings > 0 || completion.error
 }
 
 /// A SET of `keys` as the values they have on `conn`: `SET @@session.k = v`,
@@ -414,9 +471,9 @@ mod tests {
     fn a_connection_is_held_for_any_reason_and_reused_only_without_server_state() {
         let mut b = Binding::default();
         assert!(!b.holds() && b.reusable());
-        b.warnings = true;
+        b.diagnostics = true;
         assert!(b.holds() && b.reusable());
-        b.warnings = false;
+        b.diagnostics = false;
         b.transaction = true;
         assert!(b.holds() && !b.reusable());
         b.transaction = false;
