@@ -94,7 +94,7 @@ impl PlanCache {
                 let mut values: SmallVec<[Value; 2]> = SmallVec::new();
                 for key in shape.keys.iter().flatten() {
                     let token = self.tokens.get(key.at.token()?)?;
-                    values.push(value(sql.as_bytes(), token, key.negative, ctx.quoting)?);
+                    values.push(value(sql, token, key.negative, ctx.quoting)?);
                 }
                 let (starts, ends) = (&self.starts, &self.ends);
                 render(shape, &values, &|at: &TokenRange| at.locate(starts, ends))?
@@ -140,23 +140,25 @@ pub(crate) fn literal_kind(kind: TokenKind, quoting: Quoting) -> Option<TokenKin
     }
 }
 
-fn value<'a>(sql: &'a [u8], token: &Token, negative: bool, quoting: Quoting) -> Option<Value<'a>> {
-    let text = &sql[token.start..token.end];
+fn value<'a>(sql: &'a str, token: &Token, negative: bool, quoting: Quoting) -> Option<Value<'a>> {
+    let text = sql.get(token.start..token.end)?;
     match token.kind {
         TokenKind::Number => {
-            let digits = std::str::from_utf8(text).ok()?;
+            let digits = text;
             Some(Value::Number(match negative {
                 true => Cow::Owned(format!("-{digits}")),
                 false => Cow::Borrowed(digits),
             }))
         }
         TokenKind::Quoted(quote) if !negative => {
-            let inner = text.strip_prefix(&[quote])?.strip_suffix(&[quote])?;
+            let quote_char = char::from(quote);
+            let inner = text.strip_prefix(quote_char)?.strip_suffix(quote_char)?;
+            let bytes = inner.as_bytes();
             let escaped =
-                inner.contains(&quote) || (!quoting.no_backslash_escapes && inner.contains(&b'\\'));
+                bytes.contains(&quote) || (!quoting.no_backslash_escapes && bytes.contains(&b'\\'));
             Some(Value::String(match escaped {
-                true => Cow::Owned(unquote(inner, quote, quoting)?),
-                false => Cow::Borrowed(std::str::from_utf8(inner).ok()?),
+                true => Cow::Owned(unquote(bytes, quote, quoting)?),
+                false => Cow::Borrowed(inner),
             }))
         }
         _ => None,

@@ -91,6 +91,13 @@ pub fn quote_identifier(name: &str) -> String {
 /// `name` in backquotes, appended to `out`.
 pub(crate) fn push_quoted(name: &str, out: &mut String) {
     out.push('`');
+    // Every statement routed writes a physical table's name: the common
+    // name without a backtick goes in one copy.
+    if !name.as_bytes().contains(&b'`') {
+        out.push_str(name);
+        out.push('`');
+        return;
+    }
     for (i, part) in name.split('`').enumerate() {
         if i > 0 {
             out.push_str("``");

@@ -236,6 +236,9 @@ fn show_warnings_sees_the_previous_statement() {
         Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1105, "{e}"),
         other => panic!("expected 1105, got {other:?}"),
     }
+    // An error keeps no connection: b is served at once.
+    assert!(a.query_drop("SELECT nope").is_err());
+    b.query_drop("SELECT 1").unwrap();
 }
 
 #[test]

@@ -27,8 +27,8 @@ pub(super) struct Binding {
     /// hscale's prepared statements with a cursor open or long data sent on
     /// this connection, by the client's id.
     pub open_statements: HashSet<u32>,
-    /// The session's previous statement ran here and left warnings or an
-    /// error that SHOW WARNINGS must find. One slot at most.
+    /// The session's previous statement ran here and left warnings that
+    /// SHOW WARNINGS must find. One slot at most.
     pub diagnostics: bool,
 }
 
@@ -231,7 +231,9 @@ impl Session {
             }
             self.quoting.no_backslash_escapes = no_backslash_escapes(status);
         }
-        binding.diagnostics = leaves_messages(completion);
+        // Not for an error: the client has it from the error packet, and a
+        // client that stops after one would keep a connection from the pool.
+        binding.diagnostics = completion.warnings > 0;
         if completion.last_insert_id != 0 {
             self.state.last_insert_id = completion.last_insert_id;
         }
