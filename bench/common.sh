@@ -56,6 +56,16 @@ stop_everything() { # pid...
   fi
 }
 
+# hscale's threads on CPU 1, MariaDB and this script (and so the clients it
+# starts) on CPU 0: on a 2-core machine hscale's CPU per query otherwise
+# follows how often the scheduler migrates its threads, which hides a
+# difference of a few µs.
+pin_apart() {
+  taskset -a -p -c 1 "$HSCALE_PID" >/dev/null
+  taskset -a -p -c 0 "$MARIADB_PID" >/dev/null
+  taskset -p -c 0 $$ >/dev/null
+}
+
 # The 2008 table in database `bench`, through MariaDB directly.
 create_seed_table() {
   mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE IF NOT EXISTS bench;

@@ -38,11 +38,7 @@ trap 'stop_everything; rm -f "$LOG"' EXIT
 start_playground "$PORT" "$LOG"
 HSCALE_PID=$PLAYGROUND_PID
 create_seed_table
-if [ "$PIN" = 1 ]; then
-  taskset -a -p -c 1 "$HSCALE_PID" >/dev/null
-  taskset -a -p -c 0 "$MARIADB_PID" >/dev/null
-  taskset -p -c 0 $$ >/dev/null # the clients this script starts inherit it
-fi
+[ "$PIN" = 1 ] && pin_apart
 
 direct_sql() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N -e "$1"; }
 proxy_sql() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N "${@:2}" -e "$1"; }

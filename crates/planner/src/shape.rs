@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::dictionary::{partition_table, Dictionary, PartitionedTable, TableName, Target};
 use crate::hashing::Value;
+use crate::lexer::Token;
 use crate::plan::{Merge, Route, Step};
 use crate::rewrite::{push_quoted, Splices};
 use crate::template::{Bound, Row, Rows};
@@ -370,17 +371,19 @@ pub(crate) fn check_others<'t>(
 impl ByteShape {
     /// The same shape with positions as ranges of token indices, if every
     /// position falls on token boundaries.
-    pub fn to_tokens(&self, starts: &[usize], ends: &[usize]) -> Option<TokenShape> {
+    pub fn to_tokens(&self, tokens: &[Token]) -> Option<TokenShape> {
+        let starting = |at: usize| tokens.binary_search_by_key(&at, |t| t.start);
+        let ending = |at: usize| tokens.binary_search_by_key(&at, |t| t.end);
         let index = |at: &Range<usize>| -> Option<TokenRange> {
             if at.is_empty() {
                 // An insertion: where a token starts, or where one ends.
-                return match starts.binary_search(&at.start) {
+                return match starting(at.start) {
                     Ok(i) => Some(TokenRange::Before(i)),
-                    Err(_) => Some(TokenRange::After(ends.binary_search(&at.end).ok()?)),
+                    Err(_) => Some(TokenRange::After(ending(at.end).ok()?)),
                 };
             }
-            let first = starts.binary_search(&at.start).ok()?;
-            let last = ends.binary_search(&at.end).ok()?;
+            let first = starting(at.start).ok()?;
+            let last = ending(at.end).ok()?;
             (first <= last).then_some(TokenRange::Tokens(first..last + 1))
         };
         let edits = |edits: &[Edit<Range<usize>>]| {
@@ -438,13 +441,13 @@ impl ByteShape {
 impl TokenRange {
     /// The bytes of these tokens, for a statement whose token `i` starts at
     /// `starts[i]` and ends at `ends[i]`.
-    pub fn locate(&self, starts: &[usize], ends: &[usize]) -> Option<Range<usize>> {
+    pub fn locate(&self, tokens: &[Token]) -> Option<Range<usize>> {
         match self {
-            TokenRange::Tokens(tokens) => {
-                Some(*starts.get(tokens.start)?..*ends.get(tokens.end.checked_sub(1)?)?)
+            TokenRange::Tokens(range) => {
+                Some(tokens.get(range.start)?.start..tokens.get(range.end.checked_sub(1)?)?.end)
             }
-            TokenRange::Before(i) => starts.get(*i).map(|&at| at..at),
-            TokenRange::After(i) => ends.get(*i).map(|&at| at..at),
+            TokenRange::Before(i) => tokens.get(*i).map(|t| t.start..t.start),
+            TokenRange::After(i) => tokens.get(*i).map(|t| t.end..t.end),
         }
     }
 
