@@ -44,6 +44,43 @@ start_playground() { # port log
   esac
 }
 
+# Starts `hscale serve` (binary $1) on port $2 with its output in $3 (its
+# config in $3.toml), its one backend at $4 (default $BACKEND, the
+# playground's MariaDB) with the backend settings $5 if any, and sets
+# SERVE_PID once it answers and SERVE_HTTP to its metrics port: a proxy that
+# can be stopped and started again apart from the playground's, or run as
+# another build.
+start_serve() { # binary port log [address] [backend settings]
+  SERVE_HTTP=$(free_port)
+  cat >"$3.toml" <<EOF
+[proxy]
+listen = "127.0.0.1:$2"
+http = "127.0.0.1:$SERVE_HTTP"
+
+[[users]]
+name = "root"
+password = ""
+
+[[backends]]
+id = 1
+address = "${4:-$BACKEND}"
+user = "root"
+${5:-}
+
+[log]
+level = "warn"
+EOF
+  "$1" serve --config "$3.toml" >"$3" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 1 100); do
+    mariadb -h127.0.0.1 -P"$2" -uroot -e 'SELECT 1' >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  cat "$3"
+  kill "$SERVE_PID"
+  return 1
+}
+
 # Stops the processes given and the playground: for EXIT traps. Not under
 # `set -e`, which would end the trap at the first process already gone and leave
 # the playground's servers running.

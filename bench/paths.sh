@@ -32,8 +32,7 @@ source bench/common.sh
 PORT=$(free_port)
 LOG=$(mktemp)
 SECOND=$(free_port)
-CONFIG=$(mktemp --suffix .toml)
-trap 'stop_everything ${SECOND_PID:-}; rm -f "$LOG" "$CONFIG" "$LOG.second"' EXIT
+trap 'stop_everything ${SECOND_PID:-}; rm -f "$LOG" "$LOG.second" "$LOG.second.toml"' EXIT
 start_playground "$PORT" "$LOG"
 TCP_PID=$PLAYGROUND_PID
 create_seed_table
@@ -43,30 +42,8 @@ if [ -n "$OTHER" ]; then
 else
   second_address=$SOCKET; OTHER=target/release/hscale; A="TCP"; B="unix socket"
 fi
-cat >"$CONFIG" <<EOF
-[proxy]
-listen = "127.0.0.1:$SECOND"
-http = "127.0.0.1:$(free_port)"
-
-[[users]]
-name = "root"
-password = ""
-admin = true
-
-[[backends]]
-id = 1
-address = "$second_address"
-user = "root"
-
-[log]
-level = "warn"
-EOF
-"$OTHER" serve --config "$CONFIG" >"$LOG.second" 2>&1 &
-SECOND_PID=$!
-for _ in $(seq 1 100); do
-  mariadb -h127.0.0.1 -P"$SECOND" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_serve "$OTHER" "$SECOND" "$LOG.second" "$second_address"
+SECOND_PID=$SERVE_PID
 
 # Voluntary context switches of all of a process's threads.
 switches() {

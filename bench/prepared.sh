@@ -32,32 +32,10 @@ BACKENDS=2 start_playground "$PLAY" "$WORK/playground.log"
 
 # hscale of its own on the playground's MariaDB, with a pool of 16.
 PORT=$(free_port)
-HTTP=$(free_port)
-cat >"$WORK/hscale.toml" <<EOF
-[proxy]
-listen = "127.0.0.1:$PORT"
-http = "127.0.0.1:$HTTP"
-
-[[users]]
-name = "root"
-password = ""
-
-[[backends]]
-id = 1
-address = "$BACKEND"
-user = "root"
-max_connections = 16
-
-[log]
-level = "warn"
-EOF
-target/release/hscale serve --config "$WORK/hscale.toml" >"$WORK/hscale.log" 2>&1 &
-HSCALE_PID=$!
+start_serve target/release/hscale "$PORT" "$WORK/hscale.log" "$BACKEND" "max_connections = 16"
+HSCALE_PID=$SERVE_PID
+HTTP=$SERVE_HTTP
 PIDS+=("$HSCALE_PID")
-for _ in $(seq 1 100); do
-  mariadb -h127.0.0.1 -P"$PORT" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
-  sleep 0.1
-done
 
 mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE IF NOT EXISTS bench"
 SB=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user=root --mysql-password= --mysql-db=bench

@@ -5,11 +5,13 @@
 //! and no parser runs. A cache belongs to one session, so the hot path shares
 //! nothing between threads.
 
+use crate::dictionary::PartitionedTable;
 use crate::hashing::Value;
 use crate::lexer::{Quoting, Token, TokenKind};
 use crate::plan::{Action, Context};
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -39,11 +41,11 @@ pub struct PlanCache {
 #[derive(Debug, Clone)]
 enum Cached {
     /// A statement that only seemed to name a partitioned table.
-    Main {
-        version: u64,
-    },
+    Main { generation: u64 },
+    /// With the table it routes to, the dictionary snapshot's own.
     Shaped {
-        version: u64,
+        generation: u64,
+        table: Arc<PartitionedTable>,
         shape: TokenShape,
     },
 }
@@ -68,13 +70,14 @@ impl PlanCache {
     }
 
     /// The cached plan for the prepared statement, if its shape is known at
-    /// this dictionary version and `render` takes it (`None`: plan anew).
+    /// this dictionary snapshot and `render` takes it (`None`: plan anew).
     pub(crate) fn lookup(
         &mut self,
         sql: &str,
         ctx: &Context,
         render: impl FnOnce(
             &TokenShape,
+            &PartitionedTable,
             &[Value],
             &dyn Fn(&TokenRange) -> Option<Range<usize>>,
         ) -> Option<Action>,
@@ -84,15 +87,21 @@ impl PlanCache {
         }
         let cached = self.entries.get(&self.key)?;
         let action = match cached {
-            Cached::Main { version } if *version == ctx.dictionary.version => Action::Main,
-            Cached::Shaped { version, shape } if *version == ctx.dictionary.version => {
+            Cached::Main { generation } if *generation == ctx.dictionary.generation() => {
+                Action::Main
+            }
+            Cached::Shaped {
+                generation,
+                table,
+                shape,
+            } if *generation == ctx.dictionary.generation() => {
                 let mut values: SmallVec<[Value; 2]> = SmallVec::new();
                 for key in shape.keys.iter().flatten() {
                     let token = self.tokens.get(key.at.token()?)?;
                     values.push(value(sql, token, key.negative, ctx.quoting)?);
                 }
                 let tokens = &self.tokens;
-                render(shape, &values, &|at: &TokenRange| at.locate(tokens))?
+                render(shape, table, &values, &|at: &TokenRange| at.locate(tokens))?
             }
             _ => return None,
         };
@@ -107,14 +116,23 @@ impl PlanCache {
         action: &Action,
         shape: Option<&crate::shape::ByteShape>,
     ) {
-        let version = ctx.dictionary.version;
+        let generation = ctx.dictionary.generation();
         let cached = match (action, shape) {
-            (Action::Main, _) => Cached::Main { version },
+            (Action::Main, _) => Cached::Main { generation },
             _ if self.uncacheable => return,
-            (_, Some(shape)) => match shape.to_tokens(&self.tokens) {
-                Some(shape) => Cached::Shaped { version, shape },
-                None => return,
-            },
+            (_, Some(shape)) => {
+                let table = ctx
+                    .dictionary
+                    .shared_table(&shape.table.db, &shape.table.name);
+                match (table, shape.to_tokens(&self.tokens)) {
+                    (Some(table), Some(shape)) => Cached::Shaped {
+                        generation,
+                        table: table.clone(),
+                        shape,
+                    },
+                    _ => return,
+                }
+            }
             _ => return,
         };
         if self.entries.len() >= CAPACITY {

@@ -4,6 +4,7 @@
 //! whole; nothing here changes after `Dictionary::new`.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -428,9 +429,13 @@ fn length_bit(len: usize) -> u64 {
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
     pub version: u64,
-    /// By database, then name: looked up with borrowed names, once per
-    /// statement on a partitioned table.
-    tables: FxHashMap<String, FxHashMap<String, PartitionedTable>>,
+    /// Which snapshot this is, unique in the process: what the plan cache
+    /// keys its entries by, since a version read twice (the admin lock's
+    /// dictionary, a test's) may hold other tables.
+    generation: u64,
+    /// By database, then name: looked up with borrowed names once per
+    /// statement shape (the plan cache keeps the table it found).
+    tables: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>>,
     names: TableNames,
 }
 
@@ -444,19 +449,25 @@ impl Dictionary {
         if !tables.is_empty() {
             names.insert("information_schema");
         }
-        let mut by_db: FxHashMap<String, FxHashMap<String, PartitionedTable>> =
+        let mut by_db: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>> =
             FxHashMap::default();
         for t in tables {
             by_db
                 .entry(t.table.db.clone())
                 .or_default()
-                .insert(t.table.name.clone(), t);
+                .insert(t.table.name.clone(), Arc::new(t));
         }
+        static GENERATIONS: AtomicU64 = AtomicU64::new(1);
         Dictionary {
             version,
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             tables: by_db,
             names,
         }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn names(&self) -> &TableNames {
@@ -464,19 +475,28 @@ impl Dictionary {
     }
 
     pub fn table(&self, db: &str, name: &str) -> Option<&PartitionedTable> {
+        self.shared_table(db, name).map(|t| &**t)
+    }
+
+    /// `table`, for keeping beyond this snapshot's borrow.
+    pub fn shared_table(&self, db: &str, name: &str) -> Option<&Arc<PartitionedTable>> {
         self.tables.get(db)?.get(name)
     }
 
     /// Tables in name order.
     pub fn tables(&self) -> Vec<&PartitionedTable> {
-        let mut tables: Vec<_> = self.tables.values().flat_map(|t| t.values()).collect();
+        let mut tables: Vec<&PartitionedTable> = self
+            .tables
+            .values()
+            .flat_map(|t| t.values().map(|t| &**t))
+            .collect();
         tables.sort_by(|a, b| a.table.cmp(&b.table));
         tables
     }
 
     /// Whether `db.table` is a physical table of some partitioned table.
     pub fn owns_physical(&self, db: &str, table: &str) -> Option<&PartitionedTable> {
-        self.tables.get(db)?.values().find(|t| {
+        self.tables.get(db)?.values().map(|t| &**t).find(|t| {
             t.default_table == table
                 || t.entries
                     .iter()

@@ -394,10 +394,7 @@ fn unreadable(summary: Summary, binds: Option<&'static str>) -> Plan {
 /// shape is known, else analysed (and its shape kept).
 fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut PlanCache) -> Action {
     cache.prepare(sql.as_bytes(), ctx);
-    let hit = cache.lookup(sql, ctx, |shape, values, locate| {
-        let Some(table) = ctx.dictionary.table(&shape.table.db, &shape.table.name) else {
-            return Some(Action::Main);
-        };
+    let hit = cache.lookup(sql, ctx, |shape, table, values, locate| {
         if table.locked() {
             return Some(Action::Wait(table.table.clone()));
         }

@@ -289,8 +289,8 @@ impl<R> Shape<R> {
         &self,
         several: bool,
         locate: impl Fn(&R) -> Option<Range<usize>>,
-    ) -> Vec<&Edit<R>> {
-        let mut edits: Vec<&Edit<R>> = self.edits.iter().collect();
+    ) -> SmallVec<[&Edit<R>; 4]> {
+        let mut edits: SmallVec<[&Edit<R>; 4]> = self.edits.iter().collect();
         if several && !self.scan_edits.is_empty() {
             edits.extend(&self.scan_edits);
             // An insertion goes before a replacement that starts where it is.

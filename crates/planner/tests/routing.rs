@@ -609,6 +609,35 @@ fn a_locked_table_makes_statements_wait() {
 }
 
 #[test]
+fn a_cached_shape_serves_only_the_snapshot_it_was_planned_in() {
+    let sql = b"SELECT * FROM users WHERE nickname = 'zoe'";
+    let unlocked = dictionary();
+    let mut cache = PlanCache::default();
+    for _ in 0..2 {
+        let action = plan(sql, &context(&unlocked, "app"), &mut cache).action;
+        assert!(matches!(action, Action::Route(_)), "{action:?}");
+    }
+    assert_eq!(cache.hits(), 1);
+    // The admin lock reads the dictionary again: the same version, a table
+    // locked since. The cached shape (and the table it keeps) must not serve.
+    let mut users = unlocked.table("app", "users").unwrap().clone();
+    users.entries[0].state = PartitionState::Copying;
+    let locked = Dictionary::new(
+        unlocked.version,
+        vec![PartitionedTable::new(
+            users.definition(),
+            users.entries.clone(),
+        )],
+    );
+    let action = plan(sql, &context(&locked, "app"), &mut cache).action;
+    assert!(
+        matches!(&action, Action::Wait(t) if t.name == "users"),
+        "{action:?}"
+    );
+    assert_eq!(cache.hits(), 1);
+}
+
+#[test]
 fn describe_answers_for_the_default_table() {
     assert_eq!(steps("DESC users"), [(1, "DESC `users_default`".into())]);
     assert_eq!(
@@ -883,8 +912,10 @@ fn a_cached_join_renders_like_a_fresh_one_and_waits_for_a_locked_joined_table() 
             "SELECT * FROM orders o JOIN items i ON o.user_id = i.user_id WHERE o.user_id = {n}"
         )
     };
-    let first = joined_plan(&sql(5), &mut cache);
-    let again = joined_plan(&sql(2), &mut cache);
+    let joined = joined_dictionary();
+    let ctx = context(&joined, "app");
+    let first = plan(sql(5).as_bytes(), &ctx, &mut cache).action;
+    let again = plan(sql(2).as_bytes(), &ctx, &mut cache).action;
     assert_eq!(cache.hits(), 1);
     let (Action::Route(first), Action::Route(again)) = (first, again) else {
         panic!("expected routes");
@@ -905,7 +936,7 @@ fn a_cached_join_renders_like_a_fresh_one_and_waits_for_a_locked_joined_table() 
     tables.push(items);
     dictionary = Dictionary::new(1, tables);
     let ctx = context(&dictionary, "app");
-    // The same version: the cached shape is used, and still waits.
+    // Another snapshot of the same version: planned anew, and waits.
     let action = plan(sql(5).as_bytes(), &ctx, &mut cache).action;
     assert!(
         matches!(&action, Action::Wait(t) if t.name == "items"),
