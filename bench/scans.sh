@@ -6,7 +6,8 @@
 #     and half the others on backend 1, the rest on backend 2);
 #   sysbench oltp_read_only on sbtest1 partitioned by MOD(2) of id (every
 #     range query on both backends), and by DIV(5000) of id (a range query
-#     on one backend, but across the middle);
+#     on one backend, but across the middle), beside the plain table direct
+#     and through a byte relay that parses nothing (bench/floor.sh's);
 #   each kind of oltp_read_only statement alone, with the CPU hscale and the
 #     MariaDB servers spend on it;
 #   a 1M-row x 300-byte scan through hscale to a client that reads slowly,
@@ -17,6 +18,8 @@
 #   bench/scans.sh [--rows N] [--runs N] [--seconds N] [--big-rows N]
 #                  [--sysbench-args "..."]   (added to every sysbench run,
 #                  e.g. "--order_ranges=0 --distinct_ranges=0")
+#                  [--parts "scans sysbench statements big"]   (the parts to
+#                  run, all by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +28,7 @@ RUNS=5
 SECONDS_EACH=10
 BIG_ROWS=1000000
 SYSBENCH_ARGS=""
+PARTS="scans sysbench statements big"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -32,18 +36,24 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --big-rows) BIG_ROWS=$2; shift 2 ;;
     --sysbench-args) SYSBENCH_ARGS=$2; shift 2 ;;
+    --parts) PARTS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 command -v sysbench >/dev/null || { echo "needs sysbench (apt-get install sysbench)" >&2; exit 1; }
 
-cargo build --release --quiet --bin hscale
+cargo build --release --quiet --bin hscale --example relay_floor
 source bench/common.sh
 WORK=$(mktemp -d)
-trap 'stop_everything; rm -rf "$WORK"' EXIT
+trap 'stop_everything ${RELAY_PID:-}; rm -rf "$WORK"' EXIT
 PORT=$(free_port)
 BACKENDS=2 start_playground "$PORT" "$WORK/playground.log"
 HSCALE_PID=$PLAYGROUND_PID
+# What any proxy gets on this machine: a byte relay that parses nothing, in
+# front of the direct runs' server.
+RELAY=$(free_port)
+target/release/examples/relay_floor "127.0.0.1:$RELAY" "$BACKEND" &
+RELAY_PID=$!
 
 direct() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N "$@"; }
 proxy() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N "$@"; }
@@ -53,140 +63,162 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 echo "mariadb: $(direct -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version); $ROWS rows, median of $RUNS runs; hscale reaches both MariaDB servers over $BACKEND_PATH"
 echo
 
-# The rows, made by each server from MariaDB's sequence engine: k spread over
-# [0, ROWS/2) (about 100k groups for 200k rows). Partitions are filled
-# straight on their backends.
-TABLE="CREATE TABLE t (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL)"
-fill() { # port db table where
-  mariadb -h127.0.0.1 -P"$1" -uroot "$2" -e "INSERT INTO $3 SELECT seq, seq * 7919 % $((ROWS / 2)),
-    LPAD(seq * 104729 % 1000000007, 120, '0'), LPAD(seq, 60, '0') FROM seq_1_to_$ROWS WHERE $4"
-}
-direct -e "CREATE DATABASE scan_direct; USE scan_direct; $TABLE;"
-fill "$DIRECT" scan_direct t 1
-direct -e "ANALYZE TABLE scan_direct.t" >/dev/null
-for p in 2 4 8 16; do
-  direct -e "CREATE DATABASE scan_$p; USE scan_$p; $TABLE;"
-  mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE scan_$p"
-  proxy "scan_$p" -e "HSCALE SETUP_TABLE('t', 'id', 't_default', 1, 'MOD($p)')"
-  fill "$DIRECT" "scan_$p" t_default "seq % $p = 0"
-  for v in $(seq 1 $((p - 1))); do
-    backend=$((v % 2 + 1))
-    proxy "scan_$p" -e "HSCALE ADD_PARTITION('t', 'p$v', $v, $backend)"
-    port=$DIRECT
-    [ "$backend" = 2 ] && port=$DIRECT2
-    fill "$port" "scan_$p" "t_p$v" "seq % $p = $v"
-  done
-done
-echo "loaded; hscale peak RSS so far: $(peak_rss_mib) MiB"
-echo
-
-# Seconds per query: the median of RUNS runs of REPEAT queries each.
-seconds_per_query() { # port schema repeat sql
-  local runs=() r
-  for _ in $(seq 1 "$RUNS"); do
-    r=$(QUERY=$4 QUERIES=$3 SCHEMA=$2 slap_seconds "$1" 1)
-    runs+=("$(awk -v t="$r" -v n="$3" 'BEGIN {printf "%.6f", t/n}')")
-  done
-  printf '%s\n' "${runs[@]}" | median
-}
-
-echo "| query | partitions | MariaDB direct, one table (ms) | hscale (ms) | ratio |"
-echo "|---|---:|---:|---:|---:|"
-for query in "SELECT COUNT(*) FROM t" \
-             "SELECT id, k FROM t ORDER BY k DESC LIMIT 10" \
-             "SELECT k, COUNT(*) FROM t GROUP BY k"; do
-  repeat=20
-  case "$query" in *"GROUP BY"*) repeat=3 ;; esac
-  d=$(seconds_per_query "$DIRECT" scan_direct "$repeat" "$query")
+scans_part() {
+  # The rows, made by each server from MariaDB's sequence engine: k spread over
+  # [0, ROWS/2) (about 100k groups for 200k rows). Partitions are filled
+  # straight on their backends.
+  TABLE="CREATE TABLE t (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL)"
+  fill() { # port db table where
+    mariadb -h127.0.0.1 -P"$1" -uroot "$2" -e "INSERT INTO $3 SELECT seq, seq * 7919 % $((ROWS / 2)),
+      LPAD(seq * 104729 % 1000000007, 120, '0'), LPAD(seq, 60, '0') FROM seq_1_to_$ROWS WHERE $4"
+  }
+  direct -e "CREATE DATABASE scan_direct; USE scan_direct; $TABLE;"
+  fill "$DIRECT" scan_direct t 1
+  direct -e "ANALYZE TABLE scan_direct.t" >/dev/null
   for p in 2 4 8 16; do
-    h=$(seconds_per_query "$PORT" "scan_$p" "$repeat" "$query")
-    awk -v q="$query" -v p="$p" -v d="$d" -v h="$h" \
-      'BEGIN {printf "| `%s` | %d | %.1f | %.1f | %.2f |\n", q, p, d*1000, h*1000, h/d}'
+    direct -e "CREATE DATABASE scan_$p; USE scan_$p; $TABLE;"
+    mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE scan_$p"
+    proxy "scan_$p" -e "HSCALE SETUP_TABLE('t', 'id', 't_default', 1, 'MOD($p)')"
+    fill "$DIRECT" "scan_$p" t_default "seq % $p = 0"
+    for v in $(seq 1 $((p - 1))); do
+      backend=$((v % 2 + 1))
+      proxy "scan_$p" -e "HSCALE ADD_PARTITION('t', 'p$v', $v, $backend)"
+      port=$DIRECT
+      [ "$backend" = 2 ] && port=$DIRECT2
+      fill "$port" "scan_$p" "t_p$v" "seq % $p = $v"
+    done
   done
-done
-echo
-echo "hscale peak RSS after the scans: $(peak_rss_mib) MiB"
-echo
+  echo "loaded; hscale peak RSS so far: $(peak_rss_mib) MiB"
+  echo
 
-# sysbench oltp_read_only: one plain table direct, the same rows partitioned
-# over the two backends through hscale by MOD(2) of id and by DIV(5000).
+  # Seconds per query: the median of RUNS runs of REPEAT queries each.
+  seconds_per_query() { # port schema repeat sql
+    local runs=() r
+    for _ in $(seq 1 "$RUNS"); do
+      r=$(QUERY=$4 QUERIES=$3 SCHEMA=$2 slap_seconds "$1" 1)
+      runs+=("$(awk -v t="$r" -v n="$3" 'BEGIN {printf "%.6f", t/n}')")
+    done
+    printf '%s\n' "${runs[@]}" | median
+  }
+
+  echo "| query | partitions | MariaDB direct, one table (ms) | hscale (ms) | ratio |"
+  echo "|---|---:|---:|---:|---:|"
+  for query in "SELECT COUNT(*) FROM t" \
+               "SELECT id, k FROM t ORDER BY k DESC LIMIT 10" \
+               "SELECT k, COUNT(*) FROM t GROUP BY k"; do
+    repeat=20
+    case "$query" in *"GROUP BY"*) repeat=3 ;; esac
+    d=$(seconds_per_query "$DIRECT" scan_direct "$repeat" "$query")
+    for p in 2 4 8 16; do
+      h=$(seconds_per_query "$PORT" "scan_$p" "$repeat" "$query")
+      awk -v q="$query" -v p="$p" -v d="$d" -v h="$h" \
+        'BEGIN {printf "| `%s` | %d | %.1f | %.1f | %.2f |\n", q, p, d*1000, h*1000, h/d}'
+    done
+  done
+  echo
+  echo "hscale peak RSS after the scans: $(peak_rss_mib) MiB"
+  echo
+}
+
+# sysbench oltp_read_only: one plain table direct (and through a byte relay
+# that parses nothing: what any proxy gets on this machine), the same rows
+# partitioned over the two backends through hscale by MOD(2) of id and by
+# DIV(5000).
 sb() { # port db more...
   local port=$1 db=$2; shift 2
   sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" \
     --mysql-user=root --mysql-password= --mysql-db="$db" --tables=1 --table-size=10000 $SYSBENCH_ARGS "$@"
 }
-direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range"
-mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part; CREATE DATABASE sb_range"
-sb "$DIRECT" sb_direct prepare >/dev/null
-for db in sb_part sb_range; do
-  direct -e "CREATE TABLE $db.sbtest1 LIKE sb_direct.sbtest1; INSERT INTO $db.sbtest1 SELECT * FROM sb_direct.sbtest1"
-done
-proxy sb_part -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)"
-proxy sb_range -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'DIV(5000)'); HSCALE ADD_PARTITION('sbtest1', 'upper', 1, 2); HSCALE ADD_PARTITION('sbtest1', 'upper', 2, 2)"
 tps() { sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p'; }
 errors() { sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p'; }
-echo "sysbench oltp_read_only, 10,000 rows, $SECONDS_EACH s per cell:"
-echo
-echo "| threads | ps-mode | MariaDB direct (tps) | hscale, MOD(2) (tps) | ratio | errors | hscale, DIV(5000) (tps) | ratio | errors |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-for threads in 1 8; do
-  for mode in disable auto; do
-    d=$(sb "$DIRECT" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
-    h=$(sb "$PORT" sb_part --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
-    r=$(sb "$PORT" sb_range --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
-    awk -v t="$threads" -v m="$mode" -v d="$(echo "$d" | tps)" \
-      -v h="$(echo "$h" | tps)" -v e="$(echo "$h" | errors)" \
-      -v r="$(echo "$r" | tps)" -v f="$(echo "$r" | errors)" \
-      'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %s | %.0f | %.2f | %s |\n", t, m, d, h, h/d, e, r, r/d, f}'
+
+sysbench_tables() {
+  direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range"
+  mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part; CREATE DATABASE sb_range"
+  sb "$DIRECT" sb_direct prepare >/dev/null
+  for db in sb_part sb_range; do
+    direct -e "CREATE TABLE $db.sbtest1 LIKE sb_direct.sbtest1; INSERT INTO $db.sbtest1 SELECT * FROM sb_direct.sbtest1"
   done
-done
-echo
-echo "hscale peak RSS after sysbench: $(peak_rss_mib) MiB"
-echo
-
-# Where a transaction's time goes: each kind of oltp_read_only statement alone
-# (one per transaction, no BEGIN/COMMIT; BEGIN + COMMIT alone on the last
-# line), 1 thread, with the CPU that hscale and the two MariaDB servers spend
-# per statement (both servers' threads: direct runs use backend 1 only).
-MARIADB2_PID=$(sed -n 's/^backend 2: .*(pid \([0-9]*\)).*/\1/p' "$WORK/playground.log")
-BREAKDOWN_SECONDS=$(( SECONDS_EACH < 5 ? SECONDS_EACH : 5 ))
-cell() { # port db args... -> "tps hscale_us mariadb_us"
-  local h0 m0 h1 m1 out
-  h0=$(cpu_ns); m0=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
-  out=$(sb "$@" --threads=1 --time="$BREAKDOWN_SECONDS" --db-ps-mode=disable run)
-  h1=$(cpu_ns); m1=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
-  echo "$out" | awk -v h=$((h1 - h0)) -v m=$((m1 - m0)) '
-    /transactions:/ {n = $2; gsub(/[(]/, "", $3); tps = $3}
-    END {printf "%.0f %.0f %.0f", tps, h / n / 1000, m / n / 1000}'
+  proxy sb_part -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)"
+  proxy sb_range -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'DIV(5000)'); HSCALE ADD_PARTITION('sbtest1', 'upper', 1, 2); HSCALE ADD_PARTITION('sbtest1', 'upper', 2, 2)"
 }
-NONE="--point_selects=0 --simple_ranges=0 --sum_ranges=0 --order_ranges=0 --distinct_ranges=0"
-echo "Each statement alone, 1 thread, $BREAKDOWN_SECONDS s per cell: tps, and CPU µs per statement of hscale and of both MariaDB servers:"
-echo
-echo "| statement | direct (tps) | MariaDB CPU | MOD(2) (tps) | hscale CPU | MariaDB CPU | DIV(5000) (tps) | hscale CPU | MariaDB CPU |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-for kind in point_selects simple_ranges sum_ranges order_ranges distinct_ranges begin_commit; do
-  case $kind in
-    begin_commit) args="$NONE" ;;
-    *) args="$NONE --skip_trx=on --$kind=1" ;;
-  esac
-  read -r dt _ dm <<<"$(cell "$DIRECT" sb_direct $args)"
-  read -r ht hh hm <<<"$(cell "$PORT" sb_part $args)"
-  read -r rt rh rm <<<"$(cell "$PORT" sb_range $args)"
-  echo "| $kind | $dt | $dm | $ht | $hh | $hm | $rt | $rh | $rm |"
-done
-echo
 
-# 1M rows of 300 bytes over two backends, read by a client that stops
-# reading for 10 s (a full pipe), then drains the rest.
-BIG="CREATE TABLE big (id INT PRIMARY KEY, pad CHAR(255) NOT NULL)"
-direct -e "CREATE DATABASE scan_big; USE scan_big; $BIG"
-mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE scan_big"
-proxy scan_big -e "HSCALE SETUP_TABLE('big', 'id', 'big_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('big', 'odd', 1, 2)"
-# Loaded straight into the physical tables: even ids on backend 1, odd on 2.
-direct scan_big -e "INSERT INTO big_default SELECT seq * 2, REPEAT('x', 255) FROM seq_1_to_$((BIG_ROWS / 2))"
-mariadb -h127.0.0.1 -P"$DIRECT2" -uroot scan_big -e "INSERT INTO big_odd SELECT seq * 2 - 1, REPEAT('x', 255) FROM seq_1_to_$((BIG_ROWS / 2))"
-before=$(peak_rss_mib)
-start=$(date +%s.%N)
-received=$(proxy --quick scan_big -e "SELECT id, pad FROM big" | { sleep 10; wc -l; })
-end=$(date +%s.%N)
-echo "1M-row scan: $received rows of ~300 B in $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", e-s}') s (10 s of it the client not reading); hscale peak RSS $before MiB before, $(peak_rss_mib) MiB after"
+sysbench_part() {
+  echo "sysbench oltp_read_only, 10,000 rows, $SECONDS_EACH s per cell:"
+  echo
+  echo "| threads | ps-mode | MariaDB direct (tps) | byte relay (tps) | ratio | hscale, MOD(2) (tps) | ratio | errors | hscale, DIV(5000) (tps) | ratio | errors |"
+  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for threads in 1 8; do
+    for mode in disable auto; do
+      d=$(sb "$DIRECT" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+      b=$(sb "$RELAY" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+      h=$(sb "$PORT" sb_part --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+      r=$(sb "$PORT" sb_range --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+      awk -v t="$threads" -v m="$mode" -v d="$(echo "$d" | tps)" -v b="$(echo "$b" | tps)" \
+        -v h="$(echo "$h" | tps)" -v e="$(echo "$h" | errors)" \
+        -v r="$(echo "$r" | tps)" -v f="$(echo "$r" | errors)" \
+        'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %.0f | %.2f | %s | %.0f | %.2f | %s |\n", t, m, d, b, b/d, h, h/d, e, r, r/d, f}'
+    done
+  done
+  echo
+  echo "hscale peak RSS after sysbench: $(peak_rss_mib) MiB"
+  echo
+}
+
+statements_part() {
+  # Where a transaction's time goes: each kind of oltp_read_only statement alone
+  # (one per transaction, no BEGIN/COMMIT; BEGIN + COMMIT alone on the last
+  # line), 1 thread, with the CPU that hscale and the two MariaDB servers spend
+  # per statement (both servers' threads: direct runs use backend 1 only).
+  MARIADB2_PID=$(sed -n 's/^backend 2: .*(pid \([0-9]*\)).*/\1/p' "$WORK/playground.log")
+  BREAKDOWN_SECONDS=$(( SECONDS_EACH < 5 ? SECONDS_EACH : 5 ))
+  cell() { # port db args... -> "tps hscale_us mariadb_us"
+    local h0 m0 h1 m1 out
+    h0=$(cpu_ns); m0=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+    out=$(sb "$@" --threads=1 --time="$BREAKDOWN_SECONDS" --db-ps-mode=disable run)
+    h1=$(cpu_ns); m1=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+    echo "$out" | awk -v h=$((h1 - h0)) -v m=$((m1 - m0)) '
+      /transactions:/ {n = $2; gsub(/[(]/, "", $3); tps = $3}
+      END {printf "%.0f %.0f %.0f", tps, h / n / 1000, m / n / 1000}'
+  }
+  NONE="--point_selects=0 --simple_ranges=0 --sum_ranges=0 --order_ranges=0 --distinct_ranges=0"
+  echo "Each statement alone, 1 thread, $BREAKDOWN_SECONDS s per cell: tps, and CPU µs per statement of hscale and of both MariaDB servers:"
+  echo
+  echo "| statement | direct (tps) | MariaDB CPU | MOD(2) (tps) | hscale CPU | MariaDB CPU | DIV(5000) (tps) | hscale CPU | MariaDB CPU |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for kind in point_selects simple_ranges sum_ranges order_ranges distinct_ranges begin_commit; do
+    case $kind in
+      begin_commit) args="$NONE" ;;
+      *) args="$NONE --skip_trx=on --$kind=1" ;;
+    esac
+    read -r dt _ dm <<<"$(cell "$DIRECT" sb_direct $args)"
+    read -r ht hh hm <<<"$(cell "$PORT" sb_part $args)"
+    read -r rt rh rm <<<"$(cell "$PORT" sb_range $args)"
+    echo "| $kind | $dt | $dm | $ht | $hh | $hm | $rt | $rh | $rm |"
+  done
+  echo
+}
+
+big_part() {
+  # 1M rows of 300 bytes over two backends, read by a client that stops
+  # reading for 10 s (a full pipe), then drains the rest.
+  BIG="CREATE TABLE big (id INT PRIMARY KEY, pad CHAR(255) NOT NULL)"
+  direct -e "CREATE DATABASE scan_big; USE scan_big; $BIG"
+  mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE scan_big"
+  proxy scan_big -e "HSCALE SETUP_TABLE('big', 'id', 'big_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('big', 'odd', 1, 2)"
+  # Loaded straight into the physical tables: even ids on backend 1, odd on 2.
+  direct scan_big -e "INSERT INTO big_default SELECT seq * 2, REPEAT('x', 255) FROM seq_1_to_$((BIG_ROWS / 2))"
+  mariadb -h127.0.0.1 -P"$DIRECT2" -uroot scan_big -e "INSERT INTO big_odd SELECT seq * 2 - 1, REPEAT('x', 255) FROM seq_1_to_$((BIG_ROWS / 2))"
+  before=$(peak_rss_mib)
+  start=$(date +%s.%N)
+  received=$(proxy --quick scan_big -e "SELECT id, pad FROM big" | { sleep 10; wc -l; })
+  end=$(date +%s.%N)
+  echo "1M-row scan: $received rows of ~300 B in $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", e-s}') s (10 s of it the client not reading); hscale peak RSS $before MiB before, $(peak_rss_mib) MiB after"
+}
+
+runs_part() { [[ " $PARTS " == *" $1 "* ]]; }
+if runs_part scans; then scans_part; fi
+if runs_part sysbench || runs_part statements; then sysbench_tables; fi
+if runs_part sysbench; then sysbench_part; fi
+if runs_part statements; then statements_part; fi
+if runs_part big; then big_part; fi

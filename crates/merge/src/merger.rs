@@ -44,6 +44,16 @@ pub struct Spec {
     pub calcs: Vec<Calc>,
 }
 
+impl Spec {
+    /// Whether a group's row is its first row (without the hidden columns):
+    /// every column a GROUP BY key or a value any row gives (DISTINCT), no
+    /// aggregate, nothing computed, no HAVING.
+    fn first_row_is_the_group(&self) -> bool {
+        let firsts = |combines: &Vec<Combine>| combines.iter().all(|&c| c == Combine::First);
+        self.groups.as_ref().is_some_and(firsts) && self.calcs.is_empty() && self.having.is_none()
+    }
+}
+
 /// One ORDER BY key over combined groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reorder {
@@ -416,7 +426,10 @@ impl Merger {
                 return folded.map(|()| None);
             }
         }
-        let combines = self.spec.groups.as_deref().unwrap_or_default();
+        let combines = match self.spec.first_row_is_the_group() {
+            true => &[],
+            false => self.spec.groups.as_deref().unwrap_or_default(),
+        };
         let mut group = Group {
             rows: Vec::new(),
             partials: combines.iter().map(|&c| Partial::start(c)).collect(),
@@ -431,6 +444,9 @@ impl Merger {
     }
 
     fn fold(&self, group: &mut Group, row: Bytes) -> Result<(), MergeError> {
+        if self.spec.first_row_is_the_group() {
+            return Ok(());
+        }
         let header = self.header.as_ref().expect("rows come after columns");
         let total = header.columns.len();
         let values = rows::values(&row, &header.columns, self.encoding)
@@ -569,6 +585,9 @@ impl Merger {
 
     /// The row one table would give for a group, unless HAVING drops it.
     fn finish(&self, group: Group) -> Result<Option<Bytes>, MergeError> {
+        if self.spec.first_row_is_the_group() {
+            return self.without_hidden(group.first.row).map(Some);
+        }
         let header = self.header.as_ref().expect("rows come after columns");
         let mut values =
             aggregate::finish(&group.partials, &group.rows, &header.columns, self.encoding)?;

@@ -244,20 +244,32 @@ impl HashFunction {
         }
         let end = |v: &Value| canonical(kind, v).ok()?.parse::<i128>().ok();
         let (low, high) = (end(low)?, end(high)?);
-        // DIV maps each run of n values to one partition value: one of each.
-        let step = match self {
-            HashFunction::Div(n) => i128::from(*n),
-            HashFunction::None | HashFunction::Mod(_) | HashFunction::Hash(_) => 1,
+        // Runs of values that reach every partition value the range does,
+        // and the step between values within a run that reach another.
+        let no_run = (1, 0);
+        let (runs, step) = match self {
+            // MOD repeats every n values on each side of zero (its sign
+            // follows the value's): n values of each side stand for all.
+            HashFunction::Mod(n) => {
+                let n = i128::from(*n);
+                let run = |from: i128, to: i128| (from, to.min(from.saturating_add(n - 1)));
+                ([run(low, high.min(-1)), run(low.max(0), high)], 1)
+            }
+            // DIV maps each run of n values to one partition value: one of each.
+            HashFunction::Div(n) => ([(low, high), no_run], i128::from(*n)),
+            HashFunction::None | HashFunction::Hash(_) => ([(low, high), no_run], 1),
             HashFunction::Prefix(_) | HashFunction::Date(_) => return None,
         };
         let mut values = Vec::new();
-        let mut v = low;
-        while v <= high {
-            if values.len() == most {
-                return None;
+        for (from, to) in runs {
+            let mut v = from;
+            while v <= to {
+                if values.len() == most {
+                    return None;
+                }
+                values.push(Value::Number(Cow::Owned(v.to_string())));
+                v = (v.div_euclid(step) + 1) * step;
             }
-            values.push(Value::Number(Cow::Owned(v.to_string())));
-            v = (v.div_euclid(step) + 1) * step;
         }
         Some(values)
     }
@@ -682,5 +694,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The values `representatives` lists reach exactly the partition values
+    /// that the range's values reach, and MOD lists at most n per side of 0.
+    #[test]
+    fn representatives_stand_for_every_value_of_a_range() {
+        use std::collections::BTreeSet;
+        use ColumnKind::Integer;
+        let reached = |f: &HashFunction, values: &mut dyn Iterator<Item = i128>| {
+            let values: BTreeSet<String> = values
+                .map(|v| f.apply(Integer, &num(&v.to_string())).unwrap().into_owned())
+                .collect();
+            values
+        };
+        for function in ["MOD(1)", "MOD(3)", "MOD(7)", "DIV(5)", "DIV(50)", "HASH(4)"] {
+            let f = HashFunction::parse(function).unwrap();
+            for low in -30..30 {
+                for high in low..low + 40 {
+                    let Some(listed) = f.representatives(
+                        Integer,
+                        &num(&low.to_string()),
+                        &num(&high.to_string()),
+                        64,
+                    ) else {
+                        panic!("{function} lists {low}..={high}");
+                    };
+                    let listed_values = listed.iter().map(|v| match v {
+                        Value::Number(n) => n.parse::<i128>().unwrap(),
+                        _ => unreachable!(),
+                    });
+                    assert_eq!(
+                        reached(&f, &mut listed_values.clone()),
+                        reached(&f, &mut (low..=high)),
+                        "{function} {low}..={high}"
+                    );
+                    assert!(listed_values.clone().all(|v| (low..=high).contains(&v)));
+                    if let HashFunction::Mod(n) = f {
+                        assert!(listed.len() <= 2 * n as usize, "{function} {low}..={high}");
+                    }
+                }
+            }
+        }
+        // A wide range is listed when its values reach few partition values.
+        let wide = HashFunction::Mod(2).representatives(Integer, &num("1"), &num("1000000"), 64);
+        assert_eq!(wide.map(|v| v.len()), Some(2));
+        let wide = HashFunction::Hash(2).representatives(Integer, &num("1"), &num("100"), 64);
+        assert_eq!(wide, None);
     }
 }
