@@ -35,6 +35,46 @@ fn idle_clients_hold_no_backend_connection() {
     );
 }
 
+/// The pool hands out the connection returned last: a client that runs one
+/// statement at a time stays on one backend connection (and MariaDB thread),
+/// whose caches are warm, however many others a burst left idle.
+#[test]
+fn a_lone_client_stays_on_the_connection_returned_last() {
+    let db = cluster().database("mux_lifo");
+    let proxy = Proxy::for_cluster();
+    let mut burst: Vec<_> = (0..6).map(|_| proxy.connect(Some(&db))).collect();
+    let mut burst_ids = Vec::new();
+    for c in &mut burst {
+        c.query_drop("BEGIN").unwrap();
+        let id: u64 = c.query_first("SELECT @@pseudo_thread_id").unwrap().unwrap();
+        burst_ids.push(id);
+    }
+    for c in &mut burst {
+        c.query_drop("COMMIT").unwrap();
+    }
+    let mut distinct = burst_ids.clone();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        6,
+        "a transaction each holds its own connection"
+    );
+    assert!(proxy.shared.main_pool().idle_connections() >= 6);
+
+    let mut lone = proxy.connect(Some(&db));
+    let ids: Vec<u64> = (0..12)
+        .map(|_| {
+            lone.query_first("SELECT @@pseudo_thread_id")
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        ids.iter().all(|id| *id == ids[0]),
+        "one client's statements ran on {ids:?}"
+    );
+}
+
 #[test]
 fn each_client_keeps_its_own_settings_on_shared_connections() {
     let db = cluster().database("mux_settings");
