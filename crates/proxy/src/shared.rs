@@ -334,7 +334,7 @@ impl Shared {
     pub async fn learn_main_backend(&mut self) {
         let pool = &self.pools[self.main];
         let key = ConnKey::for_client(hscale_wire::CapabilityFlags::empty(), 45, false);
-        match pool.acquire(&pool.bucket(key)).await {
+        match pool.acquire(&pool.bucket(key), None).await {
             Ok(lease) => {
                 self.server_version = lease.conn.server_version.clone();
                 self.new_session_status = lease.conn.greeting_status

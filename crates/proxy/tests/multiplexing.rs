@@ -35,12 +35,14 @@ fn idle_clients_hold_no_backend_connection() {
     );
 }
 
-/// The pool hands out the connection returned last: a client that runs one
-/// statement at a time stays on one backend connection (and MariaDB thread),
-/// whose caches are warm, however many others a burst left idle.
+/// A session gets back the connection it returned last if no one used it
+/// since: clients that run one statement at a time each stay on one backend
+/// connection (warm, its settings applied), however many others a burst
+/// left idle, and ROW_COUNT() finds the connection that ran the UPDATE
+/// although another client ran a statement in between.
 #[test]
-fn a_lone_client_stays_on_the_connection_returned_last() {
-    let db = cluster().database("mux_lifo");
+fn clients_stay_on_the_connections_they_returned() {
+    let db = database_with_table("mux_own");
     let proxy = Proxy::for_cluster();
     let mut burst: Vec<_> = (0..6).map(|_| proxy.connect(Some(&db))).collect();
     let mut burst_ids = Vec::new();
@@ -52,27 +54,33 @@ fn a_lone_client_stays_on_the_connection_returned_last() {
     for c in &mut burst {
         c.query_drop("COMMIT").unwrap();
     }
-    let mut distinct = burst_ids.clone();
-    distinct.dedup();
+    burst_ids.sort();
+    burst_ids.dedup();
     assert_eq!(
-        distinct.len(),
+        burst_ids.len(),
         6,
         "a transaction each holds its own connection"
     );
     assert!(proxy.shared.main_pool().idle_connections() >= 6);
 
-    let mut lone = proxy.connect(Some(&db));
-    let ids: Vec<u64> = (0..12)
-        .map(|_| {
-            lone.query_first("SELECT @@pseudo_thread_id")
-                .unwrap()
-                .unwrap()
-        })
-        .collect();
-    assert!(
-        ids.iter().all(|id| *id == ids[0]),
-        "one client's statements ran on {ids:?}"
-    );
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    let (mut a_ids, mut b_ids) = (Vec::new(), Vec::new());
+    for round in 0..8 {
+        a.query_drop(format!("INSERT INTO t VALUES ({round})"))
+            .unwrap();
+        let b_id: u64 = b.query_first("SELECT @@pseudo_thread_id").unwrap().unwrap();
+        b_ids.push(b_id);
+        let (count, a_id): (i64, u64) = a
+            .query_first("SELECT ROW_COUNT(), @@pseudo_thread_id")
+            .unwrap()
+            .unwrap();
+        assert_eq!(count, 1, "round {round}: A's INSERT");
+        a_ids.push(a_id);
+    }
+    assert!(a_ids.iter().all(|id| *id == a_ids[0]), "A ran on {a_ids:?}");
+    assert!(b_ids.iter().all(|id| *id == b_ids[0]), "B ran on {b_ids:?}");
+    assert_ne!(a_ids[0], b_ids[0]);
 }
 
 #[test]

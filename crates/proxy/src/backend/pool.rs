@@ -1,18 +1,20 @@
-//! A bounded pool of connections to one backend. Idle connections wait in
-//! stacks, one per `ConnKey`; a session looks its stack up once and then
-//! takes and returns connections under that stack's lock alone.
+//! A bounded pool of connections to one backend. Idle connections wait in a
+//! list per `ConnKey`, oldest first; a session looks its list up once and
+//! then takes and returns connections under that list's lock alone.
 //!
-//! A stack, not a queue: the connection returned last is the one taken next,
-//! so a client that runs one statement at a time keeps using the same
-//! connection, as it would without hscale, and its socket buffers, MariaDB's
-//! thread for it and hscale's state of it stay in the CPUs' caches. A queue
-//! turns over every idle connection in turn: after a burst of clients has
-//! left twenty idle behind, each statement of a lone client meets a cold
-//! connection (docs/benchmarks.md: 10% more CPU per point select, in hscale and
-//! in MariaDB). The connections at the bottom idle on and are the ones
-//! evicted for another key.
+//! A session takes back the connection it returned last, if no one used it
+//! since, else the oldest. Its own keeps a client on one connection, as it
+//! would be without hscale: the socket buffers, MariaDB's thread for it and
+//! hscale's state of it are warm in the CPUs' caches, the session's settings
+//! are already applied, and ROW_COUNT() or FOUND_ROWS() find the connection
+//! that ran the previous statement. Taken in turn instead, every connection
+//! a burst of clients left idle is cold when a lone client's statement meets
+//! it (docs/benchmarks.md: a third more CPU per point select in hscale and a
+//! quarter more in MariaDB). The oldest otherwise, and the oldest evicted for
+//! another key: those returned lately are left to the sessions that returned
+//! them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,41 +29,53 @@ const OWN_CONNECTIONS: usize = 8;
 /// A connection idle longer than this is checked for a closed socket before use.
 const STALE_CHECK_AFTER: Duration = Duration::from_millis(250);
 
+/// How far back from the most recently returned connection a session looks
+/// for its own: the look stays short under the lock however large the pool.
+const OWN_LOOKUP_DEPTH: usize = 64;
+
 /// The idle connections of one key.
 #[derive(Clone)]
 pub struct Bucket {
     pub key: ConnKey,
-    idle: Arc<IdleStack>,
+    idle: Arc<IdleList>,
 }
 
-/// Idle connections, the most recently returned on top. The lock is held for
-/// a push or a pop: shorter than any wait a lock-free queue's contention
-/// would save. Boxed as sessions hold them: taking one out moves a pointer,
-/// not the connection's buffers and state.
+/// Idle connections, the oldest first, each with its mark as it was returned
+/// (no command runs on an idle connection), so that a look for one reads
+/// the marks side by side and not each connection. The lock is held for a
+/// push or a take: shorter than any wait a lock-free queue's contention would
+/// save.
 #[derive(Default)]
-struct IdleStack(Mutex<Idle>);
+struct IdleList(Mutex<VecDeque<(ConnMark, Box<BackendConn>)>>);
 
-#[allow(clippy::vec_box)]
-type Idle = Vec<Box<BackendConn>>;
-
-impl IdleStack {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
-        // A push or a pop cannot leave the stack half changed.
+impl IdleList {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(ConnMark, Box<BackendConn>)>> {
+        // A push or a take cannot leave the list half changed.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn push(&self, conn: Box<BackendConn>) {
-        self.lock().push(conn);
+        self.lock().push_back((conn.mark(), conn));
     }
 
-    fn pop(&self) -> Option<Box<BackendConn>> {
-        self.lock().pop()
-    }
-
-    /// The connection idle longest.
-    fn pop_oldest(&self) -> Option<Box<BackendConn>> {
+    /// The connection `own` names if it is among the most recently returned,
+    /// else the oldest.
+    fn take(&self, own: Option<ConnMark>) -> Option<Box<BackendConn>> {
         let mut idle = self.lock();
-        (!idle.is_empty()).then(|| idle.remove(0))
+        let at = own.and_then(|own| {
+            let mut newest = idle.iter().rev().take(OWN_LOOKUP_DEPTH);
+            newest
+                .position(|(mark, _)| *mark == own)
+                .map(|back| idle.len() - 1 - back)
+        });
+        idle.remove(at.unwrap_or(0)).map(|(_, conn)| conn)
+    }
+
+    /// The connection `mark` names, wherever it is.
+    fn take_marked(&self, mark: ConnMark) -> Option<Box<BackendConn>> {
+        let mut idle = self.lock();
+        let at = idle.iter().rposition(|(m, _)| *m == mark)?;
+        idle.remove(at).map(|(_, conn)| conn)
     }
 
     fn len(&self) -> usize {
@@ -125,9 +139,15 @@ impl Pool {
             .clone()
     }
 
-    /// An idle connection of the bucket's key, else a new one, else waits for one.
-    pub async fn acquire(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
-        match take_idle(bucket) {
+    /// An idle connection of the bucket's key (`own`, the one the caller
+    /// returned last, if no one used it since), else a new one, else waits
+    /// for one.
+    pub async fn acquire(
+        &self,
+        bucket: &Bucket,
+        own: Option<ConnMark>,
+    ) -> Result<Lease, BackendError> {
+        match take_idle(bucket, own) {
             Some(conn) => Ok(Lease { conn, fresh: false }),
             None => self.acquire_slow(bucket).await,
         }
@@ -140,7 +160,7 @@ impl Pool {
             let returned = self.returned.notified();
             tokio::pin!(returned);
             returned.as_mut().enable();
-            if let Some(conn) = take_idle(bucket) {
+            if let Some(conn) = take_idle(bucket, None) {
                 return Ok(Lease { conn, fresh: false });
             }
             if let Ok(permit) = self.slots.clone().try_acquire_owned() {
@@ -173,7 +193,7 @@ impl Pool {
             Err(_) => {
                 self.evict_idle_of_other_keys(bucket.key);
                 drop(std::mem::take(&mut *bucket.idle.lock()));
-                self.acquire(bucket).await
+                self.acquire(bucket, None).await
             }
         }
     }
@@ -206,7 +226,7 @@ impl Pool {
         BackendConn::connect(&self.config, key, self.connect_timeout, permit).await
     }
 
-    /// Returns a healthy connection to the idle stack of its current key.
+    /// Returns a healthy connection to the idle list of its current key.
     pub fn release(&self, mut conn: Box<BackendConn>) {
         conn.idle_since = Instant::now();
         let bucket = self.bucket(conn.key);
@@ -226,9 +246,7 @@ impl Pool {
 
     /// The idle connection `mark` names, if no one ran a command on it since.
     pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
-        let mut idle = bucket.idle.lock();
-        let at = idle.iter().rposition(|conn| conn.mark() == mark)?;
-        Some(idle.remove(at))
+        bucket.idle.take_marked(mark)
     }
 
     /// Closes one idle connection of another key to free its slot.
@@ -236,7 +254,7 @@ impl Pool {
         let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
         for (k, bucket) in buckets.iter() {
             if *k != key {
-                if let Some(conn) = bucket.idle.pop_oldest() {
+                if let Some(conn) = bucket.idle.take(None) {
                     drop(conn);
                     return true;
                 }
@@ -258,8 +276,8 @@ impl Pool {
 }
 
 /// An idle connection of the bucket that is still alive.
-fn take_idle(bucket: &Bucket) -> Option<Box<BackendConn>> {
-    while let Some(conn) = bucket.idle.pop() {
+fn take_idle(bucket: &Bucket, mut own: Option<ConnMark>) -> Option<Box<BackendConn>> {
+    while let Some(conn) = bucket.idle.take(own.take()) {
         if conn.idle_since.elapsed() > STALE_CHECK_AFTER && conn.stream.get_ref().is_stale() {
             continue;
         }

@@ -64,7 +64,7 @@ pub(super) async fn kill_backend_thread(
         return;
     };
     let bucket = pool.bucket(ConnKey::for_client(CapabilityFlags::empty(), 45, false));
-    let Ok(mut lease) = pool.acquire(&bucket).await else {
+    let Ok(mut lease) = pool.acquire(&bucket, None).await else {
         return;
     };
     let what = if scope == KillScope::Query {

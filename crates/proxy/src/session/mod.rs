@@ -122,6 +122,7 @@ impl Session {
                 bucket: pool.bucket(key),
                 held: None,
                 binding: Binding::default(),
+                returned: None,
             })
             .collect();
         let mut session = Session {

@@ -54,6 +54,9 @@ pub(super) struct Slot {
     pub bucket: Bucket,
     pub held: Option<Box<BackendConn>>,
     pub binding: Binding,
+    /// The connection this session returned to the pool last, as it was
+    /// then: the pool hands it back if no one used it since.
+    pub returned: Option<ConnMark>,
 }
 
 /// The connection that ran the session's previous command, which ROW_COUNT()
@@ -295,7 +298,7 @@ impl Session {
                         // A pooled connection has no messages either.
                         None if needs.diagnostics && !messages => {
                             let bucket = &self.slots[slot].bucket;
-                            self.shared.pools[slot].acquire(bucket).await?
+                            self.shared.pools[slot].acquire(bucket, None).await?
                         }
                         None => return Err(ProxyError::PreviousStatementElsewhere),
                     }
@@ -304,8 +307,10 @@ impl Session {
                     return Err(ProxyError::PreviousStatementScattered)
                 }
                 _ => {
-                    let bucket = &self.slots[slot].bucket;
-                    self.shared.pools[slot].acquire(bucket).await?
+                    let s = &self.slots[slot];
+                    self.shared.pools[slot]
+                        .acquire(&s.bucket, s.returned)
+                        .await?
                 }
             },
         };
@@ -363,6 +368,7 @@ impl Session {
             if self.slots.iter().all(|s| s.held.is_none()) {
                 self.handle.set_idle();
             }
+            self.slots[slot].returned = Some(conn.mark());
             self.shared.pools[slot].release_to(&self.slots[slot].bucket, conn);
         }
     }
