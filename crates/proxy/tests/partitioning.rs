@@ -267,6 +267,67 @@ fn transactions_commit_and_roll_back_on_every_backend_in_multi_mode() {
 }
 
 #[test]
+fn rollback_to_a_savepoint_undoes_what_every_backend_did_after_it() {
+    let (proxy, db) = setup_with("part_tx_savepoints", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let ids = |c: &mut Conn| -> Vec<u32> { c.query("SELECT id FROM users ORDER BY id").unwrap() };
+    let insert = |c: &mut Conn, id: u32| {
+        c.query_drop(format!(
+            "INSERT INTO users VALUES ({id}, 'n', '2000-01-01')"
+        ))
+        .unwrap()
+    };
+    c.query_drop("BEGIN").unwrap();
+    insert(&mut c, 2);
+    c.query_drop("SAVEPOINT a").unwrap();
+    // Backend 2 joins after the savepoint: all it did goes.
+    insert(&mut c, 1);
+    insert(&mut c, 4);
+    c.query_drop("SAVEPOINT `B`").unwrap();
+    insert(&mut c, 3);
+    insert(&mut c, 6);
+    c.query_drop("ROLLBACK TO b").unwrap();
+    assert_eq!(ids(&mut c), [1, 2, 4]);
+    c.query_drop("rollback work to savepoint A").unwrap();
+    assert_eq!(ids(&mut c), [2]);
+    // Gone with the rollback to a, which stays.
+    assert_eq!(error_of(&mut c, "ROLLBACK TO b").0, 1305);
+    insert(&mut c, 5);
+    c.query_drop("SAVEPOINT c").unwrap();
+    insert(&mut c, 7);
+    c.query_drop("RELEASE SAVEPOINT a").unwrap();
+    assert_eq!(error_of(&mut c, "ROLLBACK TO c").0, 1305);
+    c.query_drop("COMMIT").unwrap();
+    assert_eq!(physical(1, &db, "users_default").len(), 1);
+    assert_eq!(
+        physical(2, &db, "users_odd")
+            .iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+        [5, 7]
+    );
+}
+
+#[test]
+fn a_savepoint_before_the_only_write_undoes_it_in_single_mode() {
+    let (proxy, db) = setup("part_tx_savepoint_single");
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("SAVEPOINT a").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("ROLLBACK TO SAVEPOINT a").unwrap();
+    // Backend 2 wrote nothing now: backend 1 may write.
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    c.query_drop("COMMIT").unwrap();
+    assert!(physical(2, &db, "users_odd").is_empty());
+    assert_eq!(physical(1, &db, "users_default").len(), 1);
+}
+
+#[test]
 fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
     let (proxy, db) = setup("part_tx_snapshot");
     let mut c = proxy.connect(Some(&db));

@@ -188,6 +188,59 @@ fn a_prepared_statement_follows_its_rows_when_a_partition_moves() {
     assert_eq!(ids(1, &db, "users_default"), [1, 2, 3, 4, 5, 6, 7]);
 }
 
+/// sysbench prepares BEGIN and COMMIT: the transaction they open and end
+/// is the one every backend it reaches takes part in, as for text.
+#[test]
+fn prepared_begin_commit_and_rollback_span_every_backend_reached() {
+    let (proxy, db) = setup("prepared_routing_transactions");
+    let mut c = proxy.connect(Some(&db));
+    let mut other = proxy.connect(Some(&db));
+    let begin = c.prep("BEGIN").unwrap();
+    let start = c.prep("START TRANSACTION").unwrap();
+    let commit = c.prep("COMMIT").unwrap();
+    let rollback = c.prep("ROLLBACK").unwrap();
+    let select = c.prep("SELECT id FROM users WHERE id IN (?, ?)").unwrap();
+    let insert = c
+        .prep("INSERT INTO users (id, nickname) VALUES (?, 'n')")
+        .unwrap();
+
+    c.exec_drop(&begin, ()).unwrap();
+    c.exec_drop(&insert, (1,)).unwrap();
+    c.exec_drop(&insert, (2,)).unwrap();
+    c.exec_drop(&rollback, ()).unwrap();
+    assert!(ids(1, &db, "users_default").is_empty(), "rolled back");
+    assert!(ids(2, &db, "users_odd").is_empty(), "rolled back");
+
+    // Reads on either backend keep the snapshot their first read took.
+    c.exec_drop(&start, ()).unwrap();
+    let seen: Vec<u32> = c.exec(&select, (3, 4)).unwrap();
+    assert!(seen.is_empty());
+    other
+        .query_drop("INSERT INTO users (id, nickname) VALUES (3, 'o'), (4, 'o')")
+        .unwrap();
+    let seen: Vec<u32> = c.exec(&select, (3, 4)).unwrap();
+    assert!(seen.is_empty(), "one snapshot per backend: {seen:?}");
+    c.exec_drop(&insert, (5,)).unwrap();
+    c.exec_drop(&insert, (6,)).unwrap();
+    c.exec_drop(&commit, ()).unwrap();
+    assert_eq!(ids(1, &db, "users_default"), [4, 6]);
+    assert_eq!(ids(2, &db, "users_odd"), [3, 5]);
+    let mut seen: Vec<u32> = c.exec(&select, (3, 4)).unwrap();
+    seen.sort();
+    assert_eq!(seen, [3, 4]);
+
+    let savepoint = c.prep("SAVEPOINT s").unwrap();
+    let back = c.prep("ROLLBACK TO SAVEPOINT s").unwrap();
+    c.exec_drop(&begin, ()).unwrap();
+    c.exec_drop(&insert, (8,)).unwrap();
+    c.exec_drop(&savepoint, ()).unwrap();
+    c.exec_drop(&insert, (7,)).unwrap();
+    c.exec_drop(&insert, (10,)).unwrap();
+    c.exec_drop(&back, ()).unwrap();
+    c.exec_drop(&commit, ()).unwrap();
+    assert_eq!(ids(1, &db, "users_default"), [4, 6, 8]);
+    assert_eq!(ids(2, &db, "users_odd"), [3, 5]);
+}
 #[tokio::test]
 async fn long_data_and_cursors_on_a_routed_statement() {
     let (proxy, db) = tokio::task::spawn_blocking(|| setup("prepared_routing_raw"))

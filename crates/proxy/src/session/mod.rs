@@ -7,6 +7,7 @@ mod admin;
 mod handshake;
 mod kill;
 mod query;
+mod savepoint;
 mod scatter;
 mod schema;
 mod show;
@@ -91,6 +92,8 @@ pub struct Session {
     /// first backend it reaches opens it (with its first read, in the same
     /// write). Once one has, the backends' status says whether it is open.
     begun_here: bool,
+    /// The savepoints of the transaction in progress, oldest first.
+    savepoints: Vec<savepoint::Savepoint>,
 }
 
 impl Session {
@@ -142,6 +145,7 @@ impl Session {
             charset: ClientCharset::of_collation(login.collation),
             begin: None,
             begun_here: false,
+            savepoints: Vec::new(),
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
             session_variables_changed: false,
@@ -316,6 +320,7 @@ impl Session {
         self.previous = Previous::Nothing;
         self.begin = None;
         self.begun_here = false;
+        self.savepoints.clear();
         self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;

@@ -11,6 +11,7 @@ use hscale_planner::{
 use hscale_wire::scan::Expect;
 use hscale_wire::StatusFlags;
 
+use super::savepoint::savepoint_statement;
 use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
 use super::{may_change_session_variables, Session};
@@ -59,6 +60,11 @@ impl Session {
                     self.slots[main].binding.sticky.get_or_insert(reason);
                 }
                 let kind = plan.summary.kind;
+                if matches!(kind, Kind::Rollback | Kind::Other) && !plan.summary.multi_statement {
+                    if let Some((op, name)) = savepoint_statement(sql) {
+                        return self.savepoint(op, name, payload, needs).await;
+                    }
+                }
                 if matches!(kind, Kind::Commit | Kind::Rollback) && !plan.summary.multi_statement {
                     return self.end_transaction(payload, needs).await;
                 }
@@ -228,17 +234,23 @@ impl Session {
             // No backend has the transaction: there is nothing to end.
             self.begun_here = false;
             self.begin = None;
+            self.savepoints.clear();
             return self.send_ok().await;
         }
-        let mut open: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].binding.transaction)
-            .collect();
-        // ROLLBACK TO SAVEPOINT names a savepoint of one backend: the main one.
+        let mut open = self.transaction_slots();
+        // A ROLLBACK TO that `savepoint_statement` could not read: only
+        // where the main backend alone has the transaction.
         let to_savepoint = String::from_utf8_lossy(&payload[1..])
             .to_ascii_lowercase()
             .split_whitespace()
-            .nth(1)
-            == Some("to");
+            .take(3)
+            .any(|word| word == "to");
+        if to_savepoint && open.iter().any(|&slot| slot != self.shared.main) {
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: None,
+                reason: "a ROLLBACK TO SAVEPOINT hscale cannot read, in a transaction on several backends".into(),
+            }));
+        }
         let last = match open.pop() {
             Some(last) if !to_savepoint => last,
             _ => {
@@ -246,19 +258,41 @@ impl Session {
                 self.shared.main
             }
         };
-        for slot in open {
-            self.run_quietly(slot, &payload).await?;
+        let quiet: Vec<(usize, &[u8])> =
+            open.into_iter().map(|slot| (slot, &payload[..])).collect();
+        self.each_then_answer(&quiet, last, &payload, needs).await?;
+        self.begin = None;
+        Ok(())
+    }
+
+    /// The slots whose backends are in the transaction.
+    pub(super) fn transaction_slots(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].binding.transaction)
+            .collect()
+    }
+
+    /// Runs each of `quiet`'s commands on its slot, in turn, keeping their
+    /// answers from the client, then `payload` on `last`, whose answer the
+    /// client gets.
+    pub(super) async fn each_then_answer(
+        &mut self,
+        quiet: &[(usize, &[u8])],
+        last: usize,
+        payload: &[u8],
+        needs: Needs,
+    ) -> Result<hscale_wire::scan::Completion, ProxyError> {
+        for &(slot, command) in quiet {
+            self.run_quietly(slot, command).await?;
         }
         self.execute(
             last,
-            &payload,
+            payload,
             Some(Expect::ResultSets),
             needs,
             SessionChange::Nothing,
         )
-        .await?;
-        self.begin = None;
-        Ok(())
+        .await
     }
 
     /// A routed statement: one step is forwarded as it is, several are merged.
@@ -397,7 +431,7 @@ fn unroutable_with_ids(table: hscale_planner::TableName) -> ProxyError {
 /// BEGIN [WORK] or START TRANSACTION alone: no snapshot taken at once (WITH
 /// CONSISTENT SNAPSHOT), no access mode that could refuse it.
 fn plain_begin(sql: &[u8]) -> bool {
-    words_match(sql, |words| {
+    with_words(sql, |words| {
         matches!(
             words,
             ["begin"] | ["begin", "work"] | ["start", "transaction"]
@@ -407,7 +441,7 @@ fn plain_begin(sql: &[u8]) -> bool {
 
 /// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
 fn plain_end(sql: &[u8]) -> bool {
-    words_match(sql, |words| {
+    with_words(sql, |words| {
         matches!(
             words,
             ["commit" | "rollback"] | ["commit" | "rollback", "work"]
@@ -415,13 +449,13 @@ fn plain_end(sql: &[u8]) -> bool {
     })
 }
 
-/// Whether a statement's words, lowercase, are what `expected` accepts.
-fn words_match(sql: &[u8], expected: impl Fn(&[&str]) -> bool) -> bool {
-    let text = String::from_utf8_lossy(sql).to_ascii_lowercase();
+/// `read` of a statement's words, lowercase.
+pub(super) fn with_words<T>(sql: &[u8], read: impl FnOnce(&[&str]) -> T) -> T {
+    let text = String::from_utf8_lossy(sql).to_lowercase();
     let words: Vec<&str> = text
         .trim()
         .trim_end_matches(';')
         .split_whitespace()
         .collect();
-    expected(&words)
+    read(&words)
 }

@@ -242,6 +242,7 @@ impl Session {
         }
         if !self.in_transaction() {
             self.begin = None;
+            self.savepoints.clear();
         }
         // This statement's diagnostics replace those another backend's
         // connection was kept for.

@@ -17,6 +17,7 @@ use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
 
 use super::slots::Needs;
+use super::state::COM_QUERY;
 use super::Session;
 use crate::error::ProxyError;
 use crate::exec::{Command, StatementKey};
@@ -277,18 +278,17 @@ impl Session {
         let main = self.shared.main;
         let prepared = self.statements.by_id.get_mut(&id).expect("checked");
         let rest = with_types(prepared, payload)?;
-        let kind = prepared.kind;
-        if matches!(kind, Kind::Commit | Kind::Rollback)
-            && self
-                .slots
-                .iter()
-                .enumerate()
-                .any(|(i, s)| i != main && s.binding.transaction)
+        // BEGIN, COMMIT, ROLLBACK and savepoints concern every backend the
+        // transaction reaches (sysbench prepares them): they run as their
+        // text would.
+        let sql = prepared.statement.sql();
+        if matches!(prepared.kind, Kind::Begin | Kind::Commit | Kind::Rollback)
+            || super::savepoint::savepoint_statement(sql).is_some()
         {
-            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-                table: None,
-                reason: "a prepared COMMIT or ROLLBACK of a transaction on several backends (send it as a query)".into(),
-            }));
+            let mut text = Vec::with_capacity(1 + sql.len());
+            text.push(COM_QUERY);
+            text.extend_from_slice(sql);
+            return self.query(text.into()).await;
         }
         if self.routed_mut(id).is_some() {
             // A new execution closes the cursor of the last one, wherever it is.

@@ -1,0 +1,185 @@
+//! SAVEPOINT, ROLLBACK TO SAVEPOINT and RELEASE SAVEPOINT in a transaction
+//! that may span several backends. A savepoint is set on every backend the
+//! transaction has reached; a backend it reaches later has done nothing
+//! before the savepoint, so rolling back to it there is a whole ROLLBACK
+//! (the next statement there opens the transaction again).
+
+use bytes::Bytes;
+use hscale_wire::packets::ErrorPacket;
+
+use super::query::with_words;
+use super::slots::Needs;
+use super::state::COM_QUERY;
+use super::Session;
+use crate::error::ProxyError;
+
+const ER_SP_DOES_NOT_EXIST: u16 = 1305;
+
+/// A savepoint the session set, and the backends (slots) it is set on.
+#[derive(Debug)]
+pub(super) struct Savepoint {
+    name: String,
+    slots: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SavepointOp {
+    Set,
+    RollbackTo,
+    Release,
+}
+
+/// The statement's operation and savepoint name (compared as MariaDB does,
+/// without regard to case), when it is one of the three.
+pub(super) fn savepoint_statement(sql: &[u8]) -> Option<(SavepointOp, String)> {
+    let start = sql.trim_ascii_start();
+    let starts_with = |word: &str| {
+        start
+            .get(..word.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+    };
+    if !["savepoint", "rollback", "release"]
+        .into_iter()
+        .any(starts_with)
+    {
+        return None;
+    }
+    with_words(sql, |words| {
+        let (op, name) = match words {
+            ["savepoint", name] => (SavepointOp::Set, name),
+            ["release", "savepoint", name] => (SavepointOp::Release, name),
+            ["rollback", "to", name]
+            | ["rollback", "to", "savepoint", name]
+            | ["rollback", "work", "to", name]
+            | ["rollback", "work", "to", "savepoint", name] => (SavepointOp::RollbackTo, name),
+            _ => return None,
+        };
+        let name = name
+            .strip_prefix('`')
+            .and_then(|n| n.strip_suffix('`'))
+            .unwrap_or(name);
+        Some((op, name.to_string()))
+    })
+}
+
+impl Session {
+    pub(super) async fn savepoint(
+        &mut self,
+        op: SavepointOp,
+        name: String,
+        payload: Bytes,
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        let open = self.transaction_slots();
+        let known = self.savepoints.iter().position(|s| s.name == name);
+        // (slot, whole ROLLBACK instead of the statement), the client's answer last.
+        let mut steps: Vec<(usize, bool)> = match (op, known) {
+            (SavepointOp::Set, _) => match open.is_empty() {
+                // The main backend opens the transaction with it.
+                true => vec![(self.shared.main, false)],
+                false => open.iter().map(|&slot| (slot, false)).collect(),
+            },
+            (_, None) if open.iter().all(|&slot| slot == self.shared.main) => {
+                // Only the server can say what it knows of the name.
+                vec![(self.shared.main, false)]
+            }
+            // Not set, or gone: as MariaDB answers. (One set inside a
+            // multi-statement query is not known here: an error, never a
+            // rollback on one backend only.)
+            (_, None) => {
+                return Err(ProxyError::Refused(ErrorPacket::new(
+                    ER_SP_DOES_NOT_EXIST,
+                    "42000",
+                    format!("SAVEPOINT {name} does not exist"),
+                )))
+            }
+            (SavepointOp::RollbackTo, Some(i)) => {
+                let set_on = &self.savepoints[i].slots;
+                let mut steps: Vec<(usize, bool)> = open
+                    .iter()
+                    .map(|&slot| (slot, !set_on.contains(&slot)))
+                    .collect();
+                // Whole rollbacks first: the client's answer is the savepoint's.
+                steps.sort_by_key(|&(_, whole)| !whole);
+                steps
+            }
+            (SavepointOp::Release, Some(i)) => open
+                .iter()
+                .filter(|slot| self.savepoints[i].slots.contains(slot))
+                .map(|&slot| (slot, false))
+                .collect(),
+        };
+        if steps.last().is_none_or(|&(_, whole)| whole) {
+            // No backend holds the savepoint any more: the server says so.
+            steps.push((self.shared.main, false));
+        }
+        let (last, _) = steps.pop().expect("one step at least");
+        let rollback = [&[COM_QUERY][..], b"ROLLBACK"].concat();
+        let quiet: Vec<(usize, &[u8])> = steps
+            .into_iter()
+            .map(|(slot, whole)| match whole {
+                true => (slot, &rollback[..]),
+                false => (slot, &payload[..]),
+            })
+            .collect();
+        let completion = self.each_then_answer(&quiet, last, &payload, needs).await?;
+        if completion.error {
+            return Ok(());
+        }
+        match (op, known) {
+            // Outside a transaction a savepoint is gone at once.
+            (SavepointOp::Set, _) if !self.in_transaction() => {}
+            (SavepointOp::Set, _) => {
+                // Setting a name again moves it.
+                self.savepoints.retain(|s| s.name != name);
+                let slots = self.transaction_slots();
+                self.savepoints.push(Savepoint { name, slots });
+            }
+            // Those set after it are gone; it stays.
+            (SavepointOp::RollbackTo, Some(i)) => self.savepoints.truncate(i + 1),
+            // It and those set after it are gone.
+            (SavepointOp::Release, Some(i)) => self.savepoints.truncate(i),
+            (_, None) => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_three_statements_and_nothing_else() {
+        let read = |sql: &str| savepoint_statement(sql.as_bytes());
+        assert_eq!(read("SAVEPOINT a"), Some((SavepointOp::Set, "a".into())));
+        assert_eq!(
+            read(" savepoint `Sp1`;"),
+            Some((SavepointOp::Set, "sp1".into()))
+        );
+        for rollback in [
+            "ROLLBACK TO a",
+            "rollback to savepoint A",
+            "ROLLBACK WORK TO a",
+            "ROLLBACK WORK TO SAVEPOINT `a`",
+        ] {
+            assert_eq!(read(rollback), Some((SavepointOp::RollbackTo, "a".into())));
+        }
+        assert_eq!(
+            read("RELEASE SAVEPOINT a"),
+            Some((SavepointOp::Release, "a".into()))
+        );
+        for other in [
+            "ROLLBACK",
+            "ROLLBACK WORK",
+            "ROLLBACK AND CHAIN",
+            "RELEASE a",
+            "SAVEPOINT",
+            "rel",
+            "SELECT 1",
+            "SAVEPOINTS a",
+        ] {
+            assert_eq!(read(other), None, "{other}");
+        }
+    }
+}
