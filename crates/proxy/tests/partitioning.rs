@@ -328,6 +328,82 @@ fn a_savepoint_before_the_only_write_undoes_it_in_single_mode() {
 }
 
 #[test]
+fn a_chained_transaction_reaches_later_backends_too() {
+    let (proxy, db) = setup_with("part_tx_chain", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("START TRANSACTION").unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    c.query_drop("COMMIT AND CHAIN").unwrap();
+    // Backend 2 joins the chained transaction, and its ROLLBACK undoes this.
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(physical(1, &db, "users_default").len(), 1);
+    assert!(physical(2, &db, "users_odd").is_empty());
+}
+
+#[test]
+fn begin_and_ddl_inside_a_transaction_commit_it_on_every_backend() {
+    let (proxy, db) = setup_with("part_tx_implicit", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let odd = || physical(2, &db, "users_odd").len();
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    // As on MariaDB: the second BEGIN commits the first transaction.
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(odd(), 1);
+    assert_eq!(physical(1, &db, "users_default").len(), 1);
+    c.query_drop("START TRANSACTION").unwrap();
+    c.query_drop("INSERT INTO users VALUES (3, 'c', '2000-01-01')")
+        .unwrap();
+    c.query_drop("CREATE TABLE other (id INT)").unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(odd(), 2, "CREATE TABLE committed it");
+    c.query_drop("START TRANSACTION").unwrap();
+    c.query_drop("INSERT INTO users VALUES (5, 'e', '2000-01-01')")
+        .unwrap();
+    c.query_drop("CREATE TEMPORARY TABLE scratch (id INT)")
+        .unwrap();
+    c.query_drop("DROP TEMPORARY TABLE scratch").unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(odd(), 2, "temporary tables commit nothing");
+    c.query_drop("SET autocommit = 0").unwrap();
+    c.query_drop("INSERT INTO users VALUES (7, 'g', '2000-01-01')")
+        .unwrap();
+    c.query_drop("SELECT 1").unwrap();
+    c.query_drop("SET autocommit = 1").unwrap();
+    assert_eq!(odd(), 3, "SET autocommit = 1 committed it");
+}
+
+#[test]
+fn a_setting_changed_mid_transaction_keeps_what_other_backends_hold() {
+    let (proxy, db) = setup("part_tx_setting");
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("SET SESSION sort_buffer_size = 1048576")
+        .unwrap();
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    // Runs on backend 1; backend 2's connection takes it on its next statement.
+    c.query_drop("SET SESSION group_concat_max_len = 4096")
+        .unwrap();
+    let seen: Vec<(u32, u64)> = c
+        .query("SELECT id, @@group_concat_max_len FROM users WHERE id = 1")
+        .unwrap();
+    assert_eq!(seen, [(1, 4096)], "its own write, with the new setting");
+    c.query_drop("COMMIT").unwrap();
+    assert_eq!(physical(2, &db, "users_odd").len(), 1);
+}
+
+#[test]
 fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
     let (proxy, db) = setup("part_tx_snapshot");
     let mut c = proxy.connect(Some(&db));

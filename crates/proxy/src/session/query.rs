@@ -13,7 +13,7 @@ use hscale_wire::StatusFlags;
 
 use super::savepoint::savepoint_statement;
 use super::slots::{Needs, Previous};
-use super::state::COM_QUERY;
+use super::state::{command, COM_QUERY};
 use super::{may_change_session_variables, Session};
 use crate::config::Transactions;
 use crate::error::ProxyError;
@@ -77,6 +77,18 @@ impl Session {
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }
+                let others_open = self.transaction_slots().iter().any(|&other| other != slot);
+                if others_open && !plan.summary.multi_statement && commits_implicitly(kind, sql) {
+                    // The server commits the whole transaction before it;
+                    // where it runs, it does so itself.
+                    self.commit_open(Some(slot)).await?;
+                }
+                let sets_autocommit = others_open
+                    && kind == Kind::Set
+                    && sql
+                        .to_ascii_lowercase()
+                        .windows(10)
+                        .any(|w| w == b"autocommit");
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
@@ -84,6 +96,10 @@ impl Session {
                 let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
                     .await?;
+                if sets_autocommit && !self.slots[slot].binding.transaction {
+                    // SET autocommit = 1 committed the transaction here.
+                    self.commit_open(Some(slot)).await?;
+                }
                 self.session_variables_changed |= rereads;
                 if opens && self.in_transaction() {
                     self.begin = Some(payload);
@@ -260,8 +276,23 @@ impl Session {
         };
         let quiet: Vec<(usize, &[u8])> =
             open.into_iter().map(|slot| (slot, &payload[..])).collect();
+        // `begin` goes once no backend is in a transaction (`after`): after
+        // COMMIT AND CHAIN the new transaction must reach later backends too.
         self.each_then_answer(&quiet, last, &payload, needs).await?;
-        self.begin = None;
+        // The transaction's savepoints end with it, chained or not.
+        self.savepoints.clear();
+        Ok(())
+    }
+
+    /// Commits the transaction on every backend it reached but `except`'s.
+    pub(super) async fn commit_open(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
+        let commit = command(COM_QUERY, "COMMIT");
+        for slot in self.transaction_slots() {
+            if Some(slot) != except {
+                self.run_quietly(slot, &commit).await?;
+            }
+        }
+        self.savepoints.clear();
         Ok(())
     }
 
@@ -437,6 +468,23 @@ fn plain_begin(sql: &[u8]) -> bool {
             ["begin"] | ["begin", "work"] | ["start", "transaction"]
         )
     })
+}
+
+/// Statements before which the server commits the transaction in
+/// progress: BEGIN, LOCK TABLES and DDL (not on temporary tables).
+fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
+    match kind {
+        Kind::Begin | Kind::Lock | Kind::DropDatabase => true,
+        Kind::Other => with_words(sql, |words| match words {
+            ["drop", "temporary", ..] => false,
+            [first, ..] => matches!(
+                *first,
+                "create" | "alter" | "drop" | "rename" | "truncate" | "grant" | "revoke"
+            ),
+            [] => false,
+        }),
+        _ => false,
+    }
 }
 
 /// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.

@@ -9,7 +9,7 @@ use hscale_wire::packets::ErrorPacket;
 
 use super::query::with_words;
 use super::slots::Needs;
-use super::state::COM_QUERY;
+use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
 
@@ -114,7 +114,7 @@ impl Session {
             steps.push((self.shared.main, false));
         }
         let (last, _) = steps.pop().expect("one step at least");
-        let rollback = [&[COM_QUERY][..], b"ROLLBACK"].concat();
+        let rollback = command(COM_QUERY, "ROLLBACK");
         let quiet: Vec<(usize, &[u8])> = steps
             .into_iter()
             .map(|(slot, whole)| match whole {

@@ -15,12 +15,7 @@ use crate::error::ProxyError;
 impl Session {
     pub(super) async fn schema_change(&mut self, sql: &[u8]) -> Result<(), ProxyError> {
         if self.in_transaction() {
-            let commit = command(COM_QUERY, "COMMIT");
-            for slot in 0..self.slots.len() {
-                if self.slots[slot].binding.transaction {
-                    self.run_quietly(slot, &commit).await?;
-                }
-            }
+            self.commit_open(None).await?;
         }
         let shared = self.shared.clone();
         let mut lock = SchemaLock::take(&shared, |dictionary| {

@@ -149,7 +149,7 @@ impl Session {
                         let bucket = self.slots[slot].bucket.clone();
                         lease = self.shared.pools[slot].acquire_new(&bucket).await?;
                         self.state
-                            .apply(&mut lease.conn, needs.last_insert_id)
+                            .apply(&mut lease.conn, needs.last_insert_id, false)
                             .await?;
                         continue;
                     }
@@ -286,6 +286,7 @@ impl Session {
             && self.slots[slot].held.is_none()
             && self.previous == Previous::Nothing;
         let joins_transaction = !self.slots[slot].binding.transaction && self.in_transaction();
+        let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn, fresh: false },
             None => match self.previous {
@@ -320,7 +321,7 @@ impl Session {
         let begin = self.begin.clone().filter(|_| joins_transaction);
         let prepared = async {
             self.state
-                .apply(&mut lease.conn, needs.last_insert_id)
+                .apply(&mut lease.conn, needs.last_insert_id, held)
                 .await?;
             if like_new {
                 zero_row_count(&mut lease.conn).await?;

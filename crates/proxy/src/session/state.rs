@@ -51,13 +51,19 @@ impl SessionState {
     /// Brings `conn` to this state: settings first (a reset would lose the
     /// database), then the database, then LAST_INSERT_ID() when the statement
     /// asks for it.
+    ///
+    /// A connection the session holds carries what a reset would destroy
+    /// (its transaction, temporary tables, variables): it only takes the
+    /// SETs, all of them in order, which leaves each variable at its last
+    /// value, as a reset and the same SETs would.
     pub async fn apply(
         &self,
         conn: &mut BackendConn,
         wants_last_insert_id: bool,
+        held: bool,
     ) -> Result<(), ProxyError> {
         if conn.settings != self.fingerprint {
-            if conn.settings != 0 {
+            if conn.settings != 0 && !held {
                 run(conn, &[COM_RESET_CONNECTION], Expect::Single).await?;
                 conn.statements.clear();
                 conn.db = None;
