@@ -404,6 +404,33 @@ fn a_setting_changed_mid_transaction_keeps_what_other_backends_hold() {
 }
 
 #[test]
+fn a_transaction_hscale_did_not_begin_stays_on_its_backend() {
+    let (proxy, db) = setup_with("part_tx_unseen", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("XA START 'x'").unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    // It would run outside the XA transaction, and stay after its rollback.
+    let (code, message) = error_of(&mut c, "INSERT INTO users VALUES (1, 'a', '2000-01-01')");
+    assert_eq!(code, 1235);
+    assert!(message.contains("backend 2"), "{message}");
+    c.query_drop("XA END 'x'").unwrap();
+    c.query_drop("XA ROLLBACK 'x'").unwrap();
+    assert!(physical(1, &db, "users_default").is_empty());
+    assert!(physical(2, &db, "users_odd").is_empty());
+    // A BEGIN inside a multi-statement query is not seen either.
+    c.query_drop("BEGIN; SELECT 1").unwrap();
+    c.query_drop("INSERT INTO users VALUES (4, 'd', '2000-01-01')")
+        .unwrap();
+    let (code, _) = error_of(&mut c, "INSERT INTO users VALUES (3, 'c', '2000-01-01')");
+    assert_eq!(code, 1235);
+    c.query_drop("ROLLBACK").unwrap();
+    assert!(physical(1, &db, "users_default").is_empty());
+    assert!(physical(2, &db, "users_odd").is_empty());
+}
+
+#[test]
 fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
     let (proxy, db) = setup("part_tx_snapshot");
     let mut c = proxy.connect(Some(&db));

@@ -240,6 +240,16 @@ fn prepared_begin_commit_and_rollback_span_every_backend_reached() {
     c.exec_drop(&commit, ()).unwrap();
     assert_eq!(ids(1, &db, "users_default"), [4, 6, 8]);
     assert_eq!(ids(2, &db, "users_odd"), [3, 5]);
+
+    // SET autocommit = 1 commits what autocommit = 0 left open, everywhere.
+    let autocommit_off = c.prep("SET autocommit = 0").unwrap();
+    let autocommit_on = c.prep("SET autocommit = 1").unwrap();
+    c.exec_drop(&autocommit_off, ()).unwrap();
+    c.exec_drop(&insert, (9,)).unwrap();
+    c.exec_drop(&insert, (12,)).unwrap();
+    c.exec_drop(&autocommit_on, ()).unwrap();
+    assert_eq!(ids(1, &db, "users_default"), [4, 6, 8, 12]);
+    assert_eq!(ids(2, &db, "users_odd"), [3, 5, 9]);
 }
 #[tokio::test]
 async fn long_data_and_cursors_on_a_routed_statement() {

@@ -92,6 +92,9 @@ pub struct Session {
     /// first backend it reaches opens it (with its first read, in the same
     /// write). Once one has, the backends' status says whether it is open.
     begun_here: bool,
+    /// The backends' last word on autocommit: with it off, a backend the
+    /// transaction reaches opens it by itself (the SET is replayed there).
+    autocommit: bool,
     /// The savepoints of the transaction in progress, oldest first.
     savepoints: Vec<savepoint::Savepoint>,
 }
@@ -145,6 +148,7 @@ impl Session {
             charset: ClientCharset::of_collation(login.collation),
             begin: None,
             begun_here: false,
+            autocommit: true,
             savepoints: Vec::new(),
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
@@ -321,6 +325,7 @@ impl Session {
         self.begin = None;
         self.begun_here = false;
         self.savepoints.clear();
+        self.autocommit = true;
         self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;

@@ -77,18 +77,10 @@ impl Session {
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }
-                let others_open = self.transaction_slots().iter().any(|&other| other != slot);
-                if others_open && !plan.summary.multi_statement && commits_implicitly(kind, sql) {
-                    // The server commits the whole transaction before it;
-                    // where it runs, it does so itself.
-                    self.commit_open(Some(slot)).await?;
-                }
-                let sets_autocommit = others_open
-                    && kind == Kind::Set
-                    && sql
-                        .to_ascii_lowercase()
-                        .windows(10)
-                        .any(|w| w == b"autocommit");
+                let sets_autocommit = match plan.summary.multi_statement {
+                    true => false,
+                    false => self.commit_before(slot, kind, sql).await?,
+                };
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
@@ -96,10 +88,7 @@ impl Session {
                 let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
                     .await?;
-                if sets_autocommit && !self.slots[slot].binding.transaction {
-                    // SET autocommit = 1 committed the transaction here.
-                    self.commit_open(Some(slot)).await?;
-                }
+                self.commit_after(slot, sets_autocommit).await?;
                 self.session_variables_changed |= rereads;
                 if opens && self.in_transaction() {
                     self.begin = Some(payload);
@@ -281,6 +270,44 @@ impl Session {
         self.each_then_answer(&quiet, last, &payload, needs).await?;
         // The transaction's savepoints end with it, chained or not.
         self.savepoints.clear();
+        Ok(())
+    }
+
+    /// Before a statement on `slot` that the server commits the transaction
+    /// for, commits it on the other backends (on `slot` the server does).
+    /// True for a SET of autocommit, after which `commit_after` looks
+    /// whether it ended the transaction.
+    pub(super) async fn commit_before(
+        &mut self,
+        slot: usize,
+        kind: Kind,
+        sql: &[u8],
+    ) -> Result<bool, ProxyError> {
+        let others_open = (self.slots.iter().enumerate())
+            .any(|(other, s)| other != slot && s.binding.transaction);
+        if !others_open {
+            return Ok(false);
+        }
+        if commits_implicitly(kind, sql) {
+            self.commit_open(Some(slot)).await?;
+        }
+        Ok(kind == Kind::Set
+            && sql
+                .to_ascii_lowercase()
+                .windows(10)
+                .any(|w| w == b"autocommit"))
+    }
+
+    /// After a SET of autocommit (`commit_before`): `SET autocommit = 1`
+    /// committed the transaction on `slot`, and so on every backend.
+    pub(super) async fn commit_after(
+        &mut self,
+        slot: usize,
+        sets_autocommit: bool,
+    ) -> Result<(), ProxyError> {
+        if sets_autocommit && !self.slots[slot].binding.transaction {
+            self.commit_open(Some(slot)).await?;
+        }
         Ok(())
     }
 

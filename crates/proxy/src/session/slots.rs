@@ -229,6 +229,7 @@ impl Session {
             let status = StatusFlags::from_bits_truncate(status);
             binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
                 || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            self.autocommit = status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
             if !binding.transaction {
                 binding.wrote = false;
             }
@@ -286,6 +287,17 @@ impl Session {
             && self.slots[slot].held.is_none()
             && self.previous == Previous::Nothing;
         let joins_transaction = !self.slots[slot].binding.transaction && self.in_transaction();
+        if joins_transaction && self.begin.is_none() && self.autocommit {
+            // XA START, a stored procedure, a multi-statement query: what
+            // ran here would run outside the transaction.
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: None,
+                reason: format!(
+                    "a transaction hscale did not see begin (XA START, a stored procedure, a multi-statement query) cannot reach backend {}",
+                    self.shared.pools[slot].id()
+                ),
+            }));
+        }
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn, fresh: false },

@@ -311,10 +311,11 @@ impl Session {
         rest: &[u8],
     ) -> Result<(), ProxyError> {
         let prepared = &self.statements.by_id[&id];
-        let (binds, change, needs, writes) = (
+        let (binds, change, needs, kind, writes) = (
             prepared.binds,
             prepared.change.clone(),
             prepared.needs,
+            prepared.kind,
             prepared.kind.writes()
                 || prepared
                     .routed
@@ -327,6 +328,7 @@ impl Session {
         if writes {
             self.check_writers(&[slot])?;
         }
+        let sets_autocommit = self.commit_before(slot, kind, statement.sql()).await?;
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
@@ -335,6 +337,7 @@ impl Session {
         };
         self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
             .await?;
+        self.commit_after(slot, sets_autocommit).await?;
         if writes && self.slots[slot].binding.transaction {
             self.slots[slot].binding.wrote = true;
         }
