@@ -548,6 +548,89 @@ fn random_point_statements_answer_like_one_plain_table() {
     assert_eq!(got, want);
 }
 
+/// Random writes inside random transactions — BEGIN, COMMIT, ROLLBACK,
+/// savepoints, COMMIT AND CHAIN, autocommit off and on — through hscale over
+/// two backends and on one plain table: the same answers, the same errors,
+/// the same rows seen inside the transaction and by another client.
+#[test]
+fn random_transactions_answer_like_one_plain_table() {
+    let (proxy, db) = setup_with("part_tx_oracle", Transactions::Multi);
+    let oracle_db = cluster().database("part_tx_oracle_plain");
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    oracle.query_drop(USERS).unwrap();
+    let mut oracle_other = cluster().direct(1, Some(&oracle_db));
+    let mut c = proxy.connect(Some(&db));
+    let mut other = proxy.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'p1', 1, 2)")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'p2', 2, 1)")
+        .unwrap();
+    let seed = std::env::var("HSCALE_TX_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7u64);
+    eprintln!("HSCALE_TX_SEED={seed}");
+    let mut state = seed;
+    let mut next = |n: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    let outcome = |conn: &mut Conn, sql: &str| match conn.query_drop(sql) {
+        Ok(()) => Ok(conn.affected_rows()),
+        Err(mysql::Error::MySqlError(e)) => Err(e.code),
+        Err(e) => panic!("{sql}: {e}"),
+    };
+    let rows = |conn: &mut Conn| {
+        let mut rows: Vec<(u32, String)> = conn.query("SELECT id, nickname FROM users").unwrap();
+        rows.sort();
+        rows
+    };
+    for step in 0..400 {
+        let id = next(30);
+        let sql = match next(20) {
+            0 => "BEGIN".to_string(),
+            1 => "START TRANSACTION".to_string(),
+            2 => "COMMIT".to_string(),
+            3 => "ROLLBACK".to_string(),
+            4 => format!("SAVEPOINT s{}", next(3)),
+            5 => format!("ROLLBACK TO SAVEPOINT s{}", next(3)),
+            6 => format!("RELEASE SAVEPOINT s{}", next(3)),
+            7 => "COMMIT AND CHAIN".to_string(),
+            8 => format!("SET autocommit = {}", next(2)),
+            9..=11 => format!("INSERT IGNORE INTO users VALUES ({id}, 'n{step}', '2008-05-06')"),
+            12 | 13 => format!("UPDATE users SET nickname = 'u{step}' WHERE id = {id}"),
+            14 => format!("DELETE FROM users WHERE id IN ({id}, {})", next(30)),
+            15 => format!("REPLACE INTO users VALUES ({id}, 'r{step}', '2009-01-01')"),
+            _ => format!(
+                "SELECT id, nickname FROM users WHERE id IN ({id}, {})",
+                next(30)
+            ),
+        };
+        eprintln!("step {step}: {sql}");
+        let expected = outcome(&mut oracle, &sql);
+        assert_eq!(outcome(&mut c, &sql), expected, "step {step}: {sql}");
+        if step % 5 == 0 {
+            assert_eq!(
+                rows(&mut c),
+                rows(&mut oracle),
+                "step {step}: inside, after {sql}"
+            );
+            assert_eq!(
+                rows(&mut other),
+                rows(&mut oracle_other),
+                "step {step}: committed, after {sql}"
+            );
+        }
+    }
+    c.query_drop("COMMIT").unwrap();
+    oracle.query_drop("COMMIT").unwrap();
+    assert_eq!(rows(&mut other), rows(&mut oracle_other));
+}
+
 #[test]
 fn show_tables_and_desc_answer_for_the_logical_table() {
     let (proxy, db) = setup("part_schema");

@@ -270,6 +270,11 @@ impl Session {
         self.each_then_answer(&quiet, last, &payload, needs).await?;
         // The transaction's savepoints end with it, chained or not.
         self.savepoints.clear();
+        if self.in_transaction() && self.autocommit && self.begin.is_none() {
+            // Chained from no transaction hscale saw begin: a plain one,
+            // which later backends can open too.
+            self.begin = Some(command(COM_QUERY, "START TRANSACTION").into());
+        }
         Ok(())
     }
 
