@@ -554,8 +554,18 @@ fn random_point_statements_answer_like_one_plain_table() {
 /// the same rows seen inside the transaction and by another client.
 #[test]
 fn random_transactions_answer_like_one_plain_table() {
-    let (proxy, db) = setup_with("part_tx_oracle", Transactions::Multi);
-    let oracle_db = cluster().database("part_tx_oracle_plain");
+    random_transactions("part_tx_oracle", false);
+}
+
+/// The same with every statement prepared (COM_STMT_PREPARE and EXECUTE).
+#[test]
+fn random_prepared_transactions_answer_like_one_plain_table() {
+    random_transactions("part_tx_oracle_ps", true);
+}
+
+fn random_transactions(name: &str, prepared: bool) {
+    let (proxy, db) = setup_with(name, Transactions::Multi);
+    let oracle_db = cluster().database(&format!("{name}_plain"));
     let mut oracle = cluster().direct(1, Some(&oracle_db));
     oracle.query_drop(USERS).unwrap();
     let mut oracle_other = cluster().direct(1, Some(&oracle_db));
@@ -579,7 +589,10 @@ fn random_transactions_answer_like_one_plain_table() {
             .wrapping_add(1442695040888963407);
         (state >> 33) % n
     };
-    let outcome = |conn: &mut Conn, sql: &str| match conn.query_drop(sql) {
+    let outcome = |conn: &mut Conn, sql: &str| match match prepared {
+        true => conn.exec_drop(sql, ()),
+        false => conn.query_drop(sql),
+    } {
         Ok(()) => Ok(conn.affected_rows()),
         Err(mysql::Error::MySqlError(e)) => Err(e.code),
         Err(e) => panic!("{sql}: {e}"),
