@@ -10,6 +10,16 @@ use mysql::Conn;
 const USERS: &str =
     "CREATE TABLE users (id INT UNSIGNED PRIMARY KEY, nickname VARCHAR(64) NOT NULL)";
 
+/// Every proxy that starts finishes what any test left in the dictionary:
+/// one test at a time, so that none recovers another's state at the wrong
+/// moment (before the statement it leaves "in flight" was sent).
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn count(conn: &mut Conn, table: &str) -> u64 {
     conn.query_first(format!("SELECT COUNT(*) FROM {table}"))
         .unwrap()
@@ -70,6 +80,7 @@ fn partitioned(db: &str) -> (String, Conn) {
 
 #[test]
 fn each_interrupted_state_is_finished_or_undone_at_the_next_start() {
+    let _alone = alone();
     // copying: the default table holds the odd rows, the partition has copies.
     let (db, mut d) = partitioned("recover_copying");
     d.query_drop("INSERT INTO users_default SELECT * FROM users_odd")
@@ -129,6 +140,7 @@ fn each_interrupted_state_is_finished_or_undone_at_the_next_start() {
 
 #[test]
 fn a_proxy_stopped_during_add_partition_loses_and_duplicates_nothing() {
+    let _alone = alone();
     let db = cluster().database("recover_killed");
     let mut d = cluster().direct(1, Some(&db));
     d.query_drop(USERS).unwrap();
@@ -179,6 +191,7 @@ fn a_proxy_stopped_during_add_partition_loses_and_duplicates_nothing() {
 
 #[test]
 fn a_setup_table_stopped_before_its_rename_is_finished_at_the_next_start() {
+    let _alone = alone();
     let db = cluster().database("recover_setup");
     let mut d = cluster().direct(1, Some(&db));
     d.query_drop(USERS).unwrap();
@@ -236,6 +249,7 @@ fn leave_schema_change(
 
 #[test]
 fn a_schema_change_stopped_after_its_first_partition_is_finished_at_the_next_start() {
+    let _alone = alone();
     let (db, mut d) = partitioned("recover_alter");
     d.query_drop("ALTER TABLE users_default ADD COLUMN age INT")
         .unwrap();
@@ -333,6 +347,7 @@ fn index_change_left(name: &str) -> (String, Conn) {
 /// took effect, nor race the dead instance's statement still running.
 #[test]
 fn the_step_running_when_hscale_stopped_runs_once() {
+    let _alone = alone();
     let mut holder = cluster().direct(1, None);
     let (db, mut d) = index_change_left("recover_in_flight");
     // The dead instance's statement, still waiting on the server (for a
