@@ -430,6 +430,143 @@ fn a_transaction_hscale_did_not_begin_stays_on_its_backend() {
     assert!(physical(2, &db, "users_odd").is_empty());
 }
 
+/// Rows 2, 4, ... 200 in the default partition on backend 1.
+fn even_rows(c: &mut Conn) {
+    let rows: Vec<String> = (2..=200)
+        .step_by(2)
+        .map(|id| format!("({id}, 'n', '2000-01-01')"))
+        .collect();
+    c.query_drop(format!("INSERT INTO users VALUES {}", rows.join(",")))
+        .unwrap();
+}
+
+/// Waits until `statement` has run on `backend` for long enough that it
+/// can only be waiting for a lock (`innodb_trx` does not always say so).
+fn until_blocked(backend: usize, statement: &str) {
+    let mut watch = cluster().direct(backend, None);
+    for _ in 0..500 {
+        let blocked: Option<u64> = watch
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE info = ? AND time_ms > 200",
+                (statement,),
+            )
+            .unwrap();
+        if blocked == Some(1) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{statement} did not come to wait for a lock on backend {backend}");
+}
+
+#[test]
+fn a_deadlock_on_one_backend_rolls_the_transaction_back_on_every_backend() {
+    let (proxy, db) = setup_with("part_tx_deadlock", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    even_rows(&mut c);
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("UPDATE users SET nickname = 'a' WHERE id = 2")
+        .unwrap();
+    // Straight on backend 1, and heavier: InnoDB picks hscale's side as the victim.
+    let mut other = cluster().direct(1, Some(&db));
+    other.query_drop("BEGIN").unwrap();
+    other
+        .query_drop("UPDATE users_default SET nickname = 'b' WHERE id >= 4")
+        .unwrap();
+    let blocked = "UPDATE users_default SET nickname = 'b' WHERE id = 2";
+    let waiter = std::thread::spawn(move || {
+        other.query_drop(blocked).unwrap();
+        other.query_drop("COMMIT").unwrap();
+    });
+    until_blocked(1, blocked);
+    let (code, _) = error_of(&mut c, "UPDATE users SET nickname = 'a' WHERE id = 4");
+    assert_eq!(code, 1213);
+    waiter.join().unwrap();
+    let errors: Vec<(String, u16, String)> = c.query("SHOW ERRORS").unwrap();
+    // MariaDB lists the deadlock twice.
+    assert!(
+        !errors.is_empty() && errors.iter().all(|e| e.1 == 1213),
+        "{errors:?}"
+    );
+    // MariaDB rolled the whole transaction back, so its row on backend 2 is
+    // gone, and what follows runs in autocommit, as the client expects.
+    let seen: Vec<u32> = c.query("SELECT id FROM users WHERE id = 1").unwrap();
+    assert!(seen.is_empty(), "the rolled back row is still seen");
+    c.query_drop("INSERT INTO users VALUES (3, 'c', '2000-01-01')")
+        .unwrap();
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(
+        physical(2, &db, "users_odd"),
+        [(3, "c".to_string())],
+        "row 1 rolled back, row 3 committed"
+    );
+}
+
+#[test]
+fn a_backend_connection_lost_mid_transaction_rolls_it_back_on_every_backend() {
+    let (proxy, db) = setup_with("part_tx_lost", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    let mut admin = cluster().direct(1, None);
+    let ids: Vec<u64> = admin
+        .exec(
+            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+            (&db,),
+        )
+        .unwrap();
+    for id in ids {
+        admin.query_drop(format!("KILL {id}")).unwrap();
+    }
+    let (code, _) = error_of(&mut c, "UPDATE users SET nickname = 'c' WHERE id = 2");
+    assert_eq!(code, 2013);
+    // Backend 1's part went with its connection, so backend 2's goes too.
+    c.query_drop("COMMIT").unwrap();
+    assert!(physical(1, &db, "users_default").is_empty());
+    assert!(physical(2, &db, "users_odd").is_empty());
+    c.query_drop("INSERT INTO users VALUES (3, 'c', '2000-01-01')")
+        .unwrap();
+    assert_eq!(physical(2, &db, "users_odd").len(), 1, "autocommit again");
+}
+
+#[test]
+fn several_statements_in_one_query_keep_the_transaction_whole() {
+    let (proxy, db) = setup_with("part_tx_multi_statement", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let rows = |backend: usize, table: &str| physical(backend, &db, table).len();
+    // Backend 2 takes the autocommit the query set on backend 1.
+    c.query_drop("SET autocommit = 0; SELECT 1").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!((rows(1, "users_default"), rows(2, "users_odd")), (0, 0));
+    c.query_drop("INSERT INTO users VALUES (3, 'c', '2000-01-01')")
+        .unwrap();
+    // Its COMMIT would end the transaction on backend 1 only.
+    let (code, message) = error_of(&mut c, "COMMIT; SELECT 1");
+    assert_eq!(code, 1235);
+    assert!(message.contains("backend 2"), "{message}");
+    c.query_drop("COMMIT").unwrap();
+    assert_eq!(rows(2, "users_odd"), 1);
+    c.query_drop("SET autocommit = 1; SELECT 1").unwrap();
+    c.query_drop("INSERT INTO users VALUES (5, 'e', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (6, 'f', '2000-01-01')")
+        .unwrap();
+    assert_eq!((rows(1, "users_default"), rows(2, "users_odd")), (1, 2));
+}
+
 #[test]
 fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
     let (proxy, db) = setup("part_tx_snapshot");

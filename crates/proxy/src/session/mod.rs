@@ -14,6 +14,7 @@ mod show;
 mod slots;
 mod state;
 mod statements;
+mod transaction;
 
 use std::sync::Arc;
 
@@ -97,6 +98,9 @@ pub struct Session {
     autocommit: bool,
     /// The savepoints of the transaction in progress, oldest first.
     savepoints: Vec<savepoint::Savepoint>,
+    /// A connection lost in the middle of the transaction took its part
+    /// with it: the rest is rolled back before the next command.
+    transaction_lost: bool,
 }
 
 impl Session {
@@ -150,6 +154,7 @@ impl Session {
             begun_here: false,
             autocommit: true,
             savepoints: Vec::new(),
+            transaction_lost: false,
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
             session_variables_changed: false,
@@ -188,6 +193,9 @@ impl Session {
 
     async fn command_loop(&mut self) -> Result<(), ProxyError> {
         loop {
+            if self.transaction_lost || self.slots.iter().any(|s| s.binding.unsure) {
+                self.settle_transaction().await;
+            }
             // Before waiting, so that a new wait_timeout bounds the wait;
             // not while the client may still ask for the statement's
             // warnings, which the read would clear.
@@ -325,6 +333,7 @@ impl Session {
         self.begin = None;
         self.begun_here = false;
         self.savepoints.clear();
+        self.transaction_lost = false;
         self.autocommit = true;
         self.statements.clear();
         self.state.clear_settings();

@@ -7,9 +7,9 @@
 use bytes::Bytes;
 use hscale_wire::packets::ErrorPacket;
 
-use super::query::with_words;
 use super::slots::Needs;
 use super::state::{command, COM_QUERY};
+use super::transaction::with_words;
 use super::Session;
 use crate::error::ProxyError;
 

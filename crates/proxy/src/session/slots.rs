@@ -24,6 +24,12 @@ pub(super) struct Binding {
     pub transaction: bool,
     /// The open transaction changed rows on this backend.
     pub wrote: bool,
+    /// The server's last word was that a transaction is open here
+    /// (SERVER_STATUS_IN_TRANS), or hscale opened one.
+    pub open: bool,
+    /// An error came while `open`: it may have ended the transaction, which
+    /// an error packet does not say (`Session::settle_transaction`).
+    pub unsure: bool,
     /// hscale's prepared statements with a cursor open or long data sent on
     /// this connection, by the client's id.
     pub open_statements: HashSet<u32>,
@@ -224,26 +230,19 @@ impl Session {
 
     /// Updates bindings from what the server said about the session.
     pub(super) fn after(&mut self, slot: usize, completion: &Completion) {
+        self.take_status(slot, completion.status);
+        // With one backend, its next status says it all: no other backend
+        // can hold a part of the transaction.
+        let several = self.slots.len() > 1;
         let binding = &mut self.slots[slot].binding;
-        if let Some(status) = completion.status {
-            let status = StatusFlags::from_bits_truncate(status);
-            binding.transaction = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-                || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            self.autocommit = status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            if !binding.transaction {
-                binding.wrote = false;
-            }
-            self.quoting.no_backslash_escapes = no_backslash_escapes(status);
+        if completion.error && binding.open && several {
+            binding.unsure = true;
         }
         // Not for an error: the client has it from the error packet, and a
         // client that stops after one would keep a connection from the pool.
         binding.diagnostics = completion.warnings > 0;
         if completion.last_insert_id != 0 {
             self.state.last_insert_id = completion.last_insert_id;
-        }
-        if !self.in_transaction() {
-            self.begin = None;
-            self.savepoints.clear();
         }
         // This statement's diagnostics replace those another backend's
         // connection was kept for.
@@ -255,9 +254,29 @@ impl Session {
         }
     }
 
+    /// What a backend's status says of the session on it.
+    pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>) {
+        if let Some(status) = status {
+            let status = StatusFlags::from_bits_truncate(status);
+            let binding = &mut self.slots[slot].binding;
+            binding.open = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS);
+            binding.transaction =
+                binding.open || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            self.autocommit = status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            if !binding.transaction {
+                binding.wrote = false;
+            }
+            self.quoting.no_backslash_escapes = no_backslash_escapes(status);
+        }
+        if !self.in_transaction() {
+            self.begin = None;
+            self.savepoints.clear();
+        }
+    }
+
     /// Gives a held connection back once nothing holds it. Its diagnostics
     /// are not the next client's: it is reset first.
-    fn release_unheld(&mut self, slot: usize) {
+    pub(super) fn release_unheld(&mut self, slot: usize) {
         if self.slots[slot].binding.holds() {
             return;
         }
@@ -344,6 +363,7 @@ impl Session {
                     false => super::state::run_command(&mut lease.conn, &begin).await?,
                 }
                 self.slots[slot].binding.transaction = true;
+                self.slots[slot].binding.open = true;
                 self.begun_here = false;
             }
             Ok(())
@@ -389,6 +409,8 @@ impl Session {
 
     /// The connection that held the session's server-side state is gone.
     pub(super) fn forget_connection_state(&mut self, slot: usize) {
+        // The server rolled back what the transaction did there.
+        self.transaction_lost |= self.slots[slot].binding.open;
         self.handle.set_idle();
         self.slots[slot].held = None;
         self.slots[slot].binding = Binding::default();

@@ -1,0 +1,325 @@
+//! A transaction over several backends: hscale answers a plain BEGIN and
+//! each backend opens the transaction with its first statement there;
+//! COMMIT and ROLLBACK go to every backend it reached, and so do the
+//! commits MariaDB makes by itself (BEGIN, DDL, `SET autocommit = 1`) and
+//! the rollbacks it makes without saying so (a deadlock, a lost
+//! connection). `transactions = "single"` keeps its writes on one backend.
+
+use bytes::Bytes;
+use hscale_planner::{Kind, Refusal, SessionChange};
+use hscale_wire::scan::Expect;
+use hscale_wire::StatusFlags;
+
+use super::command::PING;
+use super::slots::Needs;
+use super::state::{command, COM_QUERY};
+use super::Session;
+use crate::config::Transactions;
+use crate::error::ProxyError;
+
+impl Session {
+    /// A BEGIN outside a transaction, answered by hscale: each backend the
+    /// transaction reaches gets it with its first statement there, a read in
+    /// the same write (Vitess does the same), so that no backend pays a round
+    /// trip for it. InnoDB takes a transaction's snapshot at its first read,
+    /// not at BEGIN, so the client sees what it would have seen.
+    pub(super) async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        self.begin = Some(payload);
+        self.begun_here = true;
+        // Autocommit is on, or the session would be in a transaction already.
+        let status = self.status_flags() | StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+        self.client
+            .send_packet(1, &super::handshake::ok_packet(status))
+            .await?;
+        Ok(())
+    }
+
+    /// `transactions = "single"`: the backends a transaction writes on,
+    /// with these, must be one.
+    pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
+        if self.shared.transactions == Transactions::Multi {
+            return Ok(());
+        }
+        let mut writers: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.binding.wrote && s.binding.transaction)
+            .map(|(i, _)| i)
+            .collect();
+        for slot in slots {
+            if !writers.contains(slot) {
+                writers.push(*slot);
+            }
+        }
+        match writers.as_slice() {
+            [first, second, ..] => Err(ProxyError::SecondWriter {
+                first: self.shared.pools[*first].id(),
+                second: self.shared.pools[*second].id(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// COMMIT / ROLLBACK go to every backend the transaction reached; the
+    /// client sees the last one's answer. Each commits in turn: not atomic
+    /// across backends.
+    pub(super) async fn end_transaction(
+        &mut self,
+        payload: Bytes,
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        if self.begun_here && plain_end(&payload[1..]) {
+            // No backend has the transaction: there is nothing to end.
+            self.begun_here = false;
+            self.begin = None;
+            self.savepoints.clear();
+            return self.send_ok().await;
+        }
+        let mut open = self.transaction_slots();
+        // A ROLLBACK TO that `savepoint_statement` could not read: only
+        // where the main backend alone has the transaction.
+        let to_savepoint = String::from_utf8_lossy(&payload[1..])
+            .to_ascii_lowercase()
+            .split_whitespace()
+            .take(3)
+            .any(|word| word == "to");
+        if to_savepoint && open.iter().any(|&slot| slot != self.shared.main) {
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: None,
+                reason: "a ROLLBACK TO SAVEPOINT hscale cannot read, in a transaction on several backends".into(),
+            }));
+        }
+        let last = match open.pop() {
+            Some(last) if !to_savepoint => last,
+            _ => {
+                open.clear();
+                self.shared.main
+            }
+        };
+        let quiet: Vec<(usize, &[u8])> =
+            open.into_iter().map(|slot| (slot, &payload[..])).collect();
+        // `begin` goes once no backend is in a transaction (`after`): after
+        // COMMIT AND CHAIN the new transaction must reach later backends too.
+        self.each_then_answer(&quiet, last, &payload, needs).await?;
+        // The transaction's savepoints end with it, chained or not.
+        self.savepoints.clear();
+        if self.in_transaction() && self.autocommit && self.begin.is_none() {
+            // Chained from no transaction hscale saw begin: a plain one,
+            // which later backends can open too.
+            self.begin = Some(command(COM_QUERY, "START TRANSACTION").into());
+        }
+        Ok(())
+    }
+
+    /// Before a statement on `slot` that the server commits the transaction
+    /// for, commits it on the other backends (on `slot` the server does).
+    /// True for a SET of autocommit, after which `commit_after` looks
+    /// whether it ended the transaction.
+    pub(super) async fn commit_before(
+        &mut self,
+        slot: usize,
+        kind: Kind,
+        sql: &[u8],
+    ) -> Result<bool, ProxyError> {
+        let others_open = (self.slots.iter().enumerate())
+            .any(|(other, s)| other != slot && s.binding.transaction);
+        if !others_open {
+            return Ok(false);
+        }
+        if commits_implicitly(kind, sql) {
+            self.commit_open(Some(slot)).await?;
+        }
+        Ok(kind == Kind::Set
+            && sql
+                .to_ascii_lowercase()
+                .windows(10)
+                .any(|w| w == b"autocommit"))
+    }
+
+    /// Several statements in one query: hscale does not see the commits and
+    /// rollbacks among them, which could leave another backend's part of
+    /// the transaction behind. Refused while another backend has one.
+    pub(super) fn check_several_statements(&self, slot: usize) -> Result<(), ProxyError> {
+        let others: Vec<String> = (0..self.slots.len())
+            .filter(|&other| other != slot && self.slots[other].binding.open)
+            .map(|other| self.shared.pools[other].id().to_string())
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        Err(ProxyError::Unroutable(Refusal {
+            table: None,
+            reason: format!(
+                "several statements in one query while the transaction is open on backend {} too (send them one at a time)",
+                others.join(", ")
+            ),
+        }))
+    }
+
+    /// After several statements in one query: a SET autocommit among them
+    /// (the status says) is the session's, which backends the session
+    /// reaches later must take too. True when it changed.
+    pub(super) fn follow_autocommit(&mut self, before: bool) -> bool {
+        if self.autocommit == before {
+            return false;
+        }
+        let set = format!("SET autocommit = {}", u8::from(self.autocommit));
+        self.state.record_setting(vec!["autocommit".into()], set);
+        true
+    }
+
+    /// After a SET of autocommit (`commit_before`): `SET autocommit = 1`
+    /// committed the transaction on `slot`, and so on every backend.
+    pub(super) async fn commit_after(
+        &mut self,
+        slot: usize,
+        sets_autocommit: bool,
+    ) -> Result<(), ProxyError> {
+        if sets_autocommit && !self.slots[slot].binding.transaction {
+            self.commit_open(Some(slot)).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the transaction on every backend it reached but `except`'s.
+    pub(super) async fn commit_open(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
+        let commit = command(COM_QUERY, "COMMIT");
+        for slot in self.transaction_slots() {
+            if Some(slot) != except {
+                self.run_quietly(slot, &commit).await?;
+            }
+        }
+        self.savepoints.clear();
+        Ok(())
+    }
+
+    /// The slots whose backends are in the transaction.
+    pub(super) fn transaction_slots(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].binding.transaction)
+            .collect()
+    }
+
+    /// Runs each of `quiet`'s commands on its slot, in turn, keeping their
+    /// answers from the client, then `payload` on `last`, whose answer the
+    /// client gets.
+    pub(super) async fn each_then_answer(
+        &mut self,
+        quiet: &[(usize, &[u8])],
+        last: usize,
+        payload: &[u8],
+        needs: Needs,
+    ) -> Result<hscale_wire::scan::Completion, ProxyError> {
+        for &(slot, command) in quiet {
+            self.run_quietly(slot, command).await?;
+        }
+        self.execute(
+            last,
+            payload,
+            Some(Expect::ResultSets),
+            needs,
+            SessionChange::Nothing,
+        )
+        .await
+    }
+
+    /// After an error inside a transaction. A deadlock rolls the whole
+    /// transaction back on its backend, and a lost connection takes it
+    /// with it, with no word of it in the error: the client knows the
+    /// transaction is gone, and so it must be on every backend. Asks each
+    /// backend that failed (a COM_PING's OK carries the status, and leaves
+    /// the error for SHOW ERRORS) and, where the transaction ended, rolls
+    /// it back everywhere else.
+    pub(super) async fn settle_transaction(&mut self) {
+        let mut ended = std::mem::take(&mut self.transaction_lost);
+        for slot in 0..self.slots.len() {
+            if !std::mem::take(&mut self.slots[slot].binding.unsure) {
+                continue;
+            }
+            let Some(conn) = self.slots[slot].held.as_mut() else {
+                ended = true;
+                continue;
+            };
+            match conn.run(&[PING], Expect::Single).await {
+                Ok(Ok(pong)) => self.take_status(slot, pong.status),
+                _ => self.forget_connection_state(slot),
+            }
+            ended |= !self.slots[slot].binding.open;
+        }
+        if !ended {
+            return;
+        }
+        let rollback = command(COM_QUERY, "ROLLBACK");
+        for slot in self.transaction_slots() {
+            let Some(conn) = self.slots[slot].held.as_mut() else {
+                continue;
+            };
+            match conn.run(&rollback, Expect::ResultSets).await {
+                Ok(Ok(done)) => self.take_status(slot, done.status),
+                // Closing the connection rolls its part back.
+                _ => self.forget_connection_state(slot),
+            }
+            self.release_unheld(slot);
+        }
+        tracing::debug!(
+            connection_id = self.connection_id,
+            "transaction rolled back on a backend: rolled back on every backend"
+        );
+        self.transaction_lost = false;
+        self.begun_here = false;
+        self.savepoints.clear();
+        if !self.in_transaction() {
+            self.begin = None;
+        }
+    }
+}
+
+/// BEGIN [WORK] or START TRANSACTION alone: no snapshot taken at once (WITH
+/// CONSISTENT SNAPSHOT), no access mode that could refuse it.
+pub(super) fn plain_begin(sql: &[u8]) -> bool {
+    with_words(sql, |words| {
+        matches!(
+            words,
+            ["begin"] | ["begin", "work"] | ["start", "transaction"]
+        )
+    })
+}
+
+/// Statements before which the server commits the transaction in
+/// progress: BEGIN, LOCK TABLES and DDL (not on temporary tables).
+fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
+    match kind {
+        Kind::Begin | Kind::Lock | Kind::DropDatabase => true,
+        Kind::Other => with_words(sql, |words| match words {
+            ["drop", "temporary", ..] => false,
+            [first, ..] => matches!(
+                *first,
+                "create" | "alter" | "drop" | "rename" | "truncate" | "grant" | "revoke"
+            ),
+            [] => false,
+        }),
+        _ => false,
+    }
+}
+
+/// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
+fn plain_end(sql: &[u8]) -> bool {
+    with_words(sql, |words| {
+        matches!(
+            words,
+            ["commit" | "rollback"] | ["commit" | "rollback", "work"]
+        )
+    })
+}
+
+/// `read` of a statement's words, lowercase.
+pub(super) fn with_words<T>(sql: &[u8], read: impl FnOnce(&[&str]) -> T) -> T {
+    let text = String::from_utf8_lossy(sql).to_lowercase();
+    let words: Vec<&str> = text
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .collect();
+    read(&words)
+}
