@@ -568,6 +568,39 @@ fn several_statements_in_one_query_keep_the_transaction_whole() {
 }
 
 #[test]
+fn procedures_and_sql_prepared_statements_keep_the_transaction_whole() {
+    let (proxy, db) = setup_with("part_tx_call", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let rows = |backend: usize, table: &str| physical(backend, &db, table).len();
+    c.query_drop("CREATE PROCEDURE commit_here() COMMIT")
+        .unwrap();
+    c.query_drop("CREATE PROCEDURE autocommit_off() SET autocommit = 0")
+        .unwrap();
+    c.query_drop("PREPARE commit_stmt FROM 'COMMIT'").unwrap();
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    for hidden_commit in ["CALL commit_here()", "EXECUTE commit_stmt"] {
+        let (code, message) = error_of(&mut c, hidden_commit);
+        assert_eq!(code, 1235, "{hidden_commit}");
+        assert!(message.contains("backend 2"), "{message}");
+    }
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!((rows(1, "users_default"), rows(2, "users_odd")), (0, 0));
+    // Outside a transaction the procedure runs, and its setting is the session's.
+    c.query_drop("CALL autocommit_off()").unwrap();
+    c.query_drop("INSERT INTO users VALUES (3, 'c', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (4, 'd', '2000-01-01')")
+        .unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!((rows(1, "users_default"), rows(2, "users_odd")), (0, 0));
+}
+
+#[test]
 fn a_transaction_reads_one_snapshot_on_each_backend_it_reaches() {
     let (proxy, db) = setup("part_tx_snapshot");
     let mut c = proxy.connect(Some(&db));

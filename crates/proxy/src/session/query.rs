@@ -13,7 +13,7 @@ use hscale_wire::scan::Expect;
 use super::savepoint::savepoint_statement;
 use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
-use super::transaction::plain_begin;
+use super::transaction::{hides_transaction_control, plain_begin};
 use super::{may_change_session_variables, Session};
 use crate::error::ProxyError;
 use crate::exec::Command;
@@ -76,24 +76,24 @@ impl Session {
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }
-                let multi_statement = plan.summary.multi_statement;
-                let sets_autocommit = match multi_statement {
-                    true => {
-                        self.check_several_statements(slot)?;
+                let unseen = hides_transaction_control(&plan.summary, sql);
+                let sets_autocommit = match unseen {
+                    Some(what) => {
+                        self.check_unseen_commits(slot, what)?;
                         false
                     }
-                    false => self.commit_before(slot, kind, sql).await?,
+                    None => self.commit_before(slot, kind, sql).await?,
                 };
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
                 };
-                let opens = kind == Kind::Begin && !multi_statement;
+                let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 let autocommit = self.autocommit;
                 self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
                     .await?;
                 let sets_autocommit =
-                    sets_autocommit || (multi_statement && self.follow_autocommit(autocommit));
+                    sets_autocommit || (unseen.is_some() && self.follow_autocommit(autocommit));
                 self.commit_after(slot, sets_autocommit).await?;
                 self.session_variables_changed |= rereads;
                 if opens && self.in_transaction() {

@@ -6,7 +6,7 @@
 //! connection). `transactions = "single"` keeps its writes on one backend.
 
 use bytes::Bytes;
-use hscale_planner::{Kind, Refusal, SessionChange};
+use hscale_planner::{Kind, Refusal, SessionChange, Summary};
 use hscale_wire::scan::Expect;
 use hscale_wire::StatusFlags;
 
@@ -137,10 +137,10 @@ impl Session {
                 .any(|w| w == b"autocommit"))
     }
 
-    /// Several statements in one query: hscale does not see the commits and
-    /// rollbacks among them, which could leave another backend's part of
-    /// the transaction behind. Refused while another backend has one.
-    pub(super) fn check_several_statements(&self, slot: usize) -> Result<(), ProxyError> {
+    /// Statements whose commits and rollbacks hscale does not see (`what`:
+    /// `hides_transaction_control`) could leave another backend's part of
+    /// the transaction behind: refused while another backend has one.
+    pub(super) fn check_unseen_commits(&self, slot: usize, what: &str) -> Result<(), ProxyError> {
         let others: Vec<String> = (0..self.slots.len())
             .filter(|&other| other != slot && self.slots[other].binding.open)
             .map(|other| self.shared.pools[other].id().to_string())
@@ -151,14 +151,14 @@ impl Session {
         Err(ProxyError::Unroutable(Refusal {
             table: None,
             reason: format!(
-                "several statements in one query while the transaction is open on backend {} too (send them one at a time)",
+                "{what} while the transaction is open on backend {} too: a COMMIT or ROLLBACK in it would leave that part behind",
                 others.join(", ")
             ),
         }))
     }
 
-    /// After several statements in one query: a SET autocommit among them
-    /// (the status says) is the session's, which backends the session
+    /// After statements hscale does not see into: a SET autocommit among
+    /// them (the status says) is the session's, which backends the session
     /// reaches later must take too. True when it changed.
     pub(super) fn follow_autocommit(&mut self, before: bool) -> bool {
         if self.autocommit == before {
@@ -300,6 +300,20 @@ fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
             [] => false,
         }),
         _ => false,
+    }
+}
+
+/// What may run COMMIT, ROLLBACK or SET autocommit where hscale cannot
+/// see it: several statements in one query, a stored procedure, a
+/// statement prepared in SQL.
+pub(super) fn hides_transaction_control(summary: &Summary, sql: &[u8]) -> Option<&'static str> {
+    match summary.kind {
+        _ if summary.multi_statement => Some("several statements in one query"),
+        Kind::Call => Some("CALL"),
+        Kind::SqlPrepared if with_words(sql, |words| words.first() == Some(&"execute")) => {
+            Some("EXECUTE of a statement prepared in SQL")
+        }
+        _ => None,
     }
 }
 
