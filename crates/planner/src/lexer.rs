@@ -372,6 +372,25 @@ pub(crate) fn summarize_into(
     s
 }
 
+/// The statements of a query, split at each `;` outside strings, quoted
+/// identifiers and comments, without the empty ones.
+pub(crate) fn statements(sql: &[u8], quoting: Quoting) -> Vec<&[u8]> {
+    let mut statements = Vec::new();
+    let mut start = 0;
+    let ends = Tokens::new(sql, quoting)
+        .filter(|t| t.kind == TokenKind::Symbol(b';'))
+        .map(|t| t.start)
+        .chain([sql.len()]);
+    for end in ends {
+        let statement = &sql[start..end];
+        if Tokens::new(statement, quoting).next().is_some() {
+            statements.push(statement);
+        }
+        start = end + 1;
+    }
+    statements
+}
+
 /// `first` and `second` begin SHOW WARNINGS, SHOW ERRORS, SHOW COUNT(*)
 /// WARNINGS|ERRORS or GET [CURRENT|STACKED] DIAGNOSTICS.
 fn asks_for_diagnostics(first: &[u8], second: &[u8]) -> bool {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::cache::PlanCache;
-use crate::dictionary::{Dictionary, TableName, Target};
+use crate::dictionary::{Dictionary, TableName, TableNames, Target};
 use crate::kill::{parse_kill, Kill};
 use crate::lexer::{
-    ansi_identifiers_as_backticks, summarize, summarize_into, target_database, Kind, Quoting,
-    Summary, TokenKind,
+    ansi_identifiers_as_backticks, statements, summarize, summarize_into, target_database, Kind,
+    Quoting, Summary, TokenKind,
 };
 use crate::set::{parse_set, SetItem};
 
@@ -228,10 +228,57 @@ pub enum SessionChange {
     DroppedDatabase(String),
     /// A replayable SET statement and the variables it sets.
     Setting(Vec<String>, String),
-    /// A SET whose values only the server can tell (they read user
-    /// variables): replayed by the values it reads back of the variables
-    /// set, or, when it cannot, by the statement itself.
-    SettingReadBack(Vec<String>, String),
+    /// What only the server can tell: a SET whose values read user
+    /// variables, or several statements in one query that set variables
+    /// (`keys`) or choose the database, some of which may not have run
+    /// (one failed). Read back from the connection that ran them, before
+    /// the client's next command that does not ask for their diagnostics.
+    ReadBack {
+        keys: Vec<String>,
+        database: bool,
+    },
+}
+
+/// The variables `SET NAMES` and `SET CHARACTER SET` change.
+const NAMES_VARIABLES: [&str; 4] = [
+    "character_set_client",
+    "character_set_connection",
+    "character_set_results",
+    "collation_connection",
+];
+
+/// What several statements in one query change: every variable a SET among
+/// them names (autocommit aside, which the server's status reports), and
+/// whether one chooses or drops a database. SETs hscale cannot read keep
+/// the connection (`multi_statement_binds`), as alone.
+fn change_of_statements(sql: &[u8], quoting: Quoting) -> SessionChange {
+    let mut keys: Vec<String> = Vec::new();
+    let mut database = false;
+    for statement in statements(sql, quoting) {
+        let kind = summarize(statement, quoting, &TableNames::default()).kind;
+        match kind {
+            Kind::Use | Kind::DropDatabase => database = true,
+            Kind::Set => {
+                let text = String::from_utf8_lossy(statement);
+                if let SetItem::Replayable(set) = parse_set(&text, quoting) {
+                    for key in set {
+                        match key.as_str() {
+                            "names" => keys.extend(NAMES_VARIABLES.map(String::from)),
+                            "autocommit" => {}
+                            _ => keys.push(key),
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    match keys.is_empty() && !database {
+        true => SessionChange::Nothing,
+        false => SessionChange::ReadBack { keys, database },
+    }
 }
 
 /// Plans one statement. `cache` keeps the shapes of statements on
@@ -259,7 +306,8 @@ pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
             params.push(token.start);
         }
     });
-    plan_summarized(sql, summary, ctx, |text, summary| {
+    let parameters = !params.is_empty();
+    let mut plan = plan_summarized(sql, summary, ctx, |text, summary| {
         match crate::route::route(text, summary, ctx, Some(&params)).action {
             // An INSERT that leaves AUTO_INCREMENT ids to the server: a
             // parameter where each goes, which hscale binds.
@@ -277,7 +325,15 @@ pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
             },
             action => action,
         }
-    })
+    });
+    // `SET time_zone = ?`: the value comes with each execution.
+    if let (SessionChange::Setting(keys, _), true) = (&mut plan.change, parameters) {
+        plan.change = SessionChange::ReadBack {
+            keys: std::mem::take(keys),
+            database: false,
+        };
+    }
+    plan
 }
 
 fn plan_summarized(
@@ -319,12 +375,14 @@ fn plan_summarized(
         Err(_) => String::from_utf8_lossy(sql),
     };
     let change = match summary.kind {
+        _ if summary.multi_statement => change_of_statements(sql, ctx.quoting),
         Kind::Set => match parse_set(&text(), ctx.quoting) {
             // `SET sql_mode = @saved`: replayed elsewhere, the text would
             // read another connection's (unset) variable.
-            SetItem::Replayable(keys) if summary.user_variables => {
-                SessionChange::SettingReadBack(keys, text().into_owned())
-            }
+            SetItem::Replayable(keys) if summary.user_variables => SessionChange::ReadBack {
+                keys,
+                database: false,
+            },
             SetItem::Replayable(keys) => SessionChange::Setting(keys, text().into_owned()),
             SetItem::NoSessionState => SessionChange::Nothing,
             SetItem::BindsConnection => {

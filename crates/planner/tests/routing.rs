@@ -4,7 +4,7 @@ use hscale_merge::Place;
 use hscale_planner::{
     plan, Action, AutoColumn, ClientCharset, ColumnKind, Context, Dictionary, HashFunction, Merge,
     PartitionEntry, PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect,
-    TableDefinition, TableName,
+    SessionChange, TableDefinition, TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -589,6 +589,59 @@ fn statements_on_other_tables_are_not_routed() {
     ] {
         assert!(matches!(plan_of(sql), Action::Main), "{sql}");
     }
+}
+
+#[test]
+fn several_statements_read_back_what_their_sets_and_use_change() {
+    let change = |sql: &str| {
+        let dictionary = dictionary();
+        let ctx = context(&dictionary, "app");
+        plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).change
+    };
+    let read_back = |keys: &[&str], database| SessionChange::ReadBack {
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        database,
+    };
+    assert_eq!(
+        change("SET time_zone = '+05:00'; SELECT 1"),
+        read_back(&["time_zone"], false)
+    );
+    assert_eq!(
+        change(
+            "SELECT ';'; SET @z = 1; set SESSION sql_mode = '', time_zone = @z; SET autocommit = 0"
+        ),
+        read_back(&["sql_mode", "time_zone"], false)
+    );
+    assert_eq!(
+        change("SET NAMES latin1; USE other"),
+        read_back(
+            &[
+                "character_set_client",
+                "character_set_connection",
+                "character_set_results",
+                "collation_connection"
+            ],
+            true
+        )
+    );
+    assert_eq!(change("DO 1; DROP DATABASE other"), read_back(&[], true));
+    assert_eq!(
+        change("SELECT 1; /* USE other; */ SELECT 2"),
+        SessionChange::Nothing
+    );
+    assert_eq!(
+        change("SET GLOBAL max_connections = 10; SELECT 1"),
+        SessionChange::Nothing
+    );
+    // Alone, a SET is replayed as written unless a user variable gives its value.
+    assert_eq!(
+        change("SET time_zone = '+05:00'"),
+        SessionChange::Setting(vec!["time_zone".into()], "SET time_zone = '+05:00'".into())
+    );
+    assert_eq!(
+        change("SET time_zone = @z"),
+        read_back(&["time_zone"], false)
+    );
 }
 
 #[test]

@@ -568,6 +568,106 @@ fn several_statements_in_one_query_keep_the_transaction_whole() {
 }
 
 #[test]
+fn settings_and_databases_changed_among_several_statements_reach_every_backend() {
+    let (proxy, db) = setup("part_multi_state");
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    c.query_drop("INSERT INTO users VALUES (1, 'a', '2000-01-01')")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
+        .unwrap();
+    // Ids 1 and 2 live on backends 2 and 1: each answers with its own connection's value.
+    let on_both = |c: &mut Conn, variable: &str| -> Vec<String> {
+        [1, 2]
+            .map(|id| {
+                c.query_first(format!(
+                    "SELECT @@session.{variable} FROM users WHERE id = {id}"
+                ))
+                .unwrap()
+                .unwrap()
+            })
+            .to_vec()
+    };
+    c.query_drop("SET time_zone = '+05:00'; SELECT 1").unwrap();
+    assert_eq!(on_both(&mut c, "time_zone"), ["+05:00", "+05:00"]);
+    // The statements before an error ran: their SET holds.
+    let mut answers = c
+        .query_iter("SET time_zone = '+06:00'; SELECT no_such_column")
+        .unwrap();
+    let mut codes = Vec::new();
+    while let Some(set) = answers.iter() {
+        for row in set {
+            if let Err(mysql::Error::MySqlError(e)) = row {
+                codes.push(e.code);
+            }
+        }
+    }
+    drop(answers);
+    assert_eq!(codes, [1054]);
+    let warnings: Vec<mysql::Row> = c.query("SHOW WARNINGS").unwrap();
+    assert_eq!(warnings.len(), 1, "the error is still there to read");
+    assert_eq!(on_both(&mut c, "time_zone"), ["+06:00", "+06:00"]);
+    // A value only the server can tell, and the character set with SET NAMES.
+    c.query_drop(
+        "SET @zone = '+07:00'; SET time_zone = @zone, sql_mode = 'ANSI_QUOTES'; SET NAMES latin1",
+    )
+    .unwrap();
+    assert_eq!(on_both(&mut c, "time_zone"), ["+07:00", "+07:00"]);
+    assert_eq!(on_both(&mut c, "sql_mode"), ["ANSI_QUOTES", "ANSI_QUOTES"]);
+    assert_eq!(
+        on_both(&mut c, "character_set_client"),
+        ["latin1", "latin1"]
+    );
+    let quoted: Vec<u32> = c
+        .query(r#"SELECT "id" FROM "users" WHERE "id" = 1"#)
+        .unwrap();
+    assert_eq!(
+        quoted,
+        [1],
+        "hscale reads quotes as the session's sql_mode now does"
+    );
+    c.query_drop("SET NAMES utf8mb4; SET sql_mode = DEFAULT")
+        .unwrap();
+    assert_eq!(
+        on_both(&mut c, "character_set_client"),
+        ["utf8mb4", "utf8mb4"]
+    );
+    // A database chosen among several statements names the tables that follow.
+    let other = cluster().database("part_multi_state_other");
+    let mut direct = cluster().direct(1, Some(&other));
+    direct.query_drop(USERS).unwrap();
+    direct
+        .query_drop("INSERT INTO users VALUES (1, 'other', '2000-01-01')")
+        .unwrap();
+    c.query_drop(format!("DO 1; USE {other}")).unwrap();
+    let nickname: Option<String> = c
+        .query_first("SELECT nickname FROM users WHERE id = 1")
+        .unwrap();
+    assert_eq!(
+        nickname.as_deref(),
+        Some("other"),
+        "{other}.users, not partitioned"
+    );
+    c.query_drop(format!("USE {db}; SELECT 1")).unwrap();
+    assert_eq!(on_both(&mut c, "time_zone"), ["+07:00", "+07:00"]);
+    // hscale reads the values back only after the client has read what the
+    // last statement left: its row count.
+    c.query_drop("CREATE TABLE plain (id INT)").unwrap();
+    c.query_drop("INSERT INTO plain VALUES (1), (2)").unwrap();
+    c.query_drop("SET time_zone = '+03:00'; UPDATE plain SET id = id + 10")
+        .unwrap();
+    let count: Option<i64> = c.query_first("SELECT ROW_COUNT()").unwrap();
+    assert_eq!(count, Some(2));
+    assert_eq!(on_both(&mut c, "time_zone"), ["+03:00", "+03:00"]);
+    // A prepared SET takes its value at each execution.
+    let set_zone = c.prep("SET time_zone = ?").unwrap();
+    c.exec_drop(&set_zone, ("+08:00",)).unwrap();
+    assert_eq!(on_both(&mut c, "time_zone"), ["+08:00", "+08:00"]);
+    c.exec_drop(&set_zone, ("+09:00",)).unwrap();
+    assert_eq!(on_both(&mut c, "time_zone"), ["+09:00", "+09:00"]);
+}
+
+#[test]
 fn procedures_and_sql_prepared_statements_keep_the_transaction_whole() {
     let (proxy, db) = setup_with("part_tx_call", Transactions::Multi);
     let mut c = proxy.connect(Some(&db));

@@ -86,6 +86,10 @@ pub struct Session {
     /// A statement may have changed wait_timeout or sql_mode: hscale asks
     /// the server for their values before the next command.
     session_variables_changed: bool,
+    /// Session state that statements changed on a connection in ways only
+    /// the server can tell, read back before the next command that does
+    /// not read the statement before.
+    unread: Vec<slots::Unread>,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -158,6 +162,7 @@ impl Session {
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
             session_variables_changed: false,
+            unread: Vec::new(),
         };
         session.quoting = session.new_session_quoting();
         session.set_default_wait_timeout();
@@ -227,9 +232,13 @@ impl Session {
             if code == command::QUIT {
                 return Ok(());
             }
-            if self.session_variables_changed && !self.asks_for_diagnostics(&packet.payload) {
-                self.session_variables_changed = false;
-                self.read_session_variables().await;
+            let behind = self.session_variables_changed || !self.unread.is_empty();
+            if behind && !self.reads_previous_statement(&packet.payload) {
+                self.read_back().await;
+                if self.session_variables_changed {
+                    self.session_variables_changed = false;
+                    self.read_session_variables().await;
+                }
             }
             self.shared.counters.questions.add(1);
             if let Err(e) = self.dispatch(code, packet.payload).await {
@@ -334,6 +343,7 @@ impl Session {
         self.begun_here = false;
         self.savepoints.clear();
         self.transaction_lost = false;
+        self.unread.clear();
         self.autocommit = true;
         self.statements.clear();
         self.state.clear_settings();
@@ -433,18 +443,19 @@ impl Session {
         Ok(())
     }
 
-    /// The status flags of an answer hscale writes itself.
-    /// SHOW WARNINGS and the like, which reading session variables first
-    /// would answer wrong.
-    fn asks_for_diagnostics(&self, payload: &[u8]) -> bool {
+    /// Whether the command reads what the statement before left on its
+    /// connection (warnings, ROW_COUNT(), FOUND_ROWS()), which a query of
+    /// hscale's own there would replace.
+    fn reads_previous_statement(&self, payload: &[u8]) -> bool {
         match payload.split_first() {
             Some((&command::QUERY, sql)) => {
-                summarize(sql, self.quoting, &TableNames::default()).reads_diagnostics
+                summarize(sql, self.quoting, &TableNames::default()).reads_previous_statement
             }
             _ => false,
         }
     }
 
+    /// The status flags of an answer hscale writes itself.
     fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
         match self.in_transaction() {

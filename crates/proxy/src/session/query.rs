@@ -55,9 +55,6 @@ impl Session {
         let main = self.shared.main;
         match plan.action {
             Action::Main => {
-                if let Some(reason) = plan.binds {
-                    self.slots[main].binding.sticky.get_or_insert(reason);
-                }
                 let kind = plan.summary.kind;
                 if matches!(kind, Kind::Rollback | Kind::Other) && !plan.summary.multi_statement {
                     if let Some((op, name)) = savepoint_statement(sql) {
@@ -73,6 +70,9 @@ impl Session {
                 let rereads = (kind == Kind::Set || plan.summary.multi_statement)
                     && may_change_session_variables(sql);
                 let slot = self.slot_for_previous(needs)?.unwrap_or(main);
+                if let Some(reason) = plan.binds {
+                    self.slots[slot].binding.sticky.get_or_insert(reason);
+                }
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }

@@ -65,6 +65,15 @@ pub(super) struct Slot {
     pub returned: Option<ConnMark>,
 }
 
+/// Session state that a statement changed on `slot`'s connection and that
+/// only the server can tell (`SessionChange::ReadBack`).
+#[derive(Debug)]
+pub(super) struct Unread {
+    slot: usize,
+    keys: Vec<String>,
+    database: bool,
+}
+
 /// The connection that ran the session's previous command, which ROW_COUNT()
 /// and FOUND_ROWS() read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,20 +179,13 @@ impl Session {
                 Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
             }
         };
-        if !completion.error {
-            let change = match change {
-                // Not when the client may ask for the SET's warnings, which
-                // the read would clear.
-                SessionChange::SettingReadBack(keys, sql) if completion.warnings == 0 => {
-                    match read_back(&mut lease.conn, &keys).await {
-                        Some(values) => SessionChange::Setting(keys, values),
-                        None => SessionChange::Setting(keys, sql),
-                    }
-                }
-                SessionChange::SettingReadBack(keys, sql) => SessionChange::Setting(keys, sql),
-                change => change,
-            };
-            self.record(change, &mut lease.conn);
+        match change {
+            // Also after an error: the statements before it ran.
+            SessionChange::ReadBack { keys, database } => {
+                self.read_back_later(slot, keys, database)
+            }
+            change if !completion.error => self.record(change, &mut lease.conn),
+            _ => {}
         }
         if let Command::Statement {
             code, client_id, ..
@@ -435,7 +437,7 @@ impl Session {
                     self.set_database(None);
                 }
             }
-            SessionChange::SettingReadBack(..) => unreachable!("read back when it ran"),
+            SessionChange::ReadBack { .. } => unreachable!("read back later"),
             SessionChange::Setting(keys, sql) => {
                 self.session_variables_changed |= may_change_session_variables(sql.as_bytes());
                 if keys
@@ -447,6 +449,63 @@ impl Session {
                 self.state.record_setting(keys, sql);
                 conn.settings = self.state.fingerprint();
             }
+        }
+    }
+
+    fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
+        // The state is read from this connection: the session keeps it.
+        let binding = &mut self.slots[slot].binding;
+        binding
+            .sticky
+            .get_or_insert("session state hscale reads back");
+        match self.unread.iter_mut().find(|u| u.slot == slot) {
+            Some(unread) => {
+                unread.keys.extend(keys);
+                unread.keys.sort();
+                unread.keys.dedup();
+                unread.database |= database;
+            }
+            None => self.unread.push(Unread {
+                slot,
+                keys,
+                database,
+            }),
+        }
+    }
+
+    /// Reads back what `read_back_later` noted and records it as the
+    /// session's, so that every other connection takes it.
+    pub(super) async fn read_back(&mut self) {
+        for Unread {
+            slot,
+            keys,
+            database,
+        } in std::mem::take(&mut self.unread)
+        {
+            // Gone with its connection, which the server ended (or the client reset).
+            let Some(mut conn) = self.slots[slot].held.take() else {
+                continue;
+            };
+            match read_values(&mut conn, &keys, database).await {
+                Some((db, values)) => {
+                    if let Some(db) = db {
+                        conn.key.has_db = db.is_some();
+                        conn.db = db.clone();
+                        self.set_database(db);
+                    }
+                    if !values.is_empty() {
+                        let keys = values.iter().map(|(key, _)| key.clone()).collect();
+                        let setting = setting_of(&values);
+                        self.record(SessionChange::Setting(keys, setting), &mut conn);
+                    }
+                }
+                None => tracing::warn!(
+                    connection_id = self.connection_id,
+                    "could not read back session state; it stays on backend {}",
+                    conn.backend
+                ),
+            }
+            self.slots[slot].held = Some(conn);
         }
     }
 
@@ -471,23 +530,60 @@ fn leaves_messages(completion: &Completion) -> bool {
     completion.warnings > 0 || completion.error
 }
 
-/// A SET of `keys` as the values they have on `conn`: `SET @@session.k = v`,
-/// strings in hex so that they read the same under every sql_mode and
-/// character set. `None` when a name or a value cannot be read.
-async fn read_back(conn: &mut BackendConn, keys: &[String]) -> Option<String> {
+/// The values `keys` and, with `database`, DATABASE() have on `conn`:
+/// `None` where the server would not say. Keys are read one at a time
+/// where reading them together fails (a SET that named an unknown
+/// variable failed, but the statements before it ran).
+async fn read_values(
+    conn: &mut BackendConn,
+    keys: &[String],
+    database: bool,
+) -> Option<(Option<Option<String>>, Vec<(String, Value)>)> {
     let plain =
         |k: &String| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !keys.iter().all(plain) {
-        return None;
+    let keys: Vec<&String> = keys.iter().filter(|k| plain(k)).collect();
+    let mut columns: Vec<String> = keys.iter().map(|k| format!("@@session.{k}")).collect();
+    if database {
+        columns.push("DATABASE()".into());
     }
-    let columns: Vec<String> = keys.iter().map(|k| format!("@@session.{k}")).collect();
-    let rows = conn
-        .query(&format!("SELECT {}", columns.join(", ")))
-        .await
-        .ok()?
-        .ok()?;
-    let row = rows.first()?;
-    let values = columns.iter().zip(row).map(|(column, value)| {
+    let row = match conn.query(&format!("SELECT {}", columns.join(", "))).await {
+        Ok(Ok(rows)) => rows.into_iter().next()?,
+        Ok(Err(_)) => {
+            let mut row = Vec::with_capacity(columns.len());
+            for column in &columns {
+                let one = conn.query(&format!("SELECT {column}")).await.ok()?;
+                row.push(
+                    one.ok()
+                        .and_then(|rows| rows.into_iter().next()?.into_iter().next()?),
+                );
+            }
+            row
+        }
+        Err(_) => return None,
+    };
+    let mut values = row.into_iter();
+    let settings = keys
+        .iter()
+        .zip(values.by_ref())
+        .map(|(key, value)| (key.to_string(), value))
+        .collect();
+    let db = database.then(|| {
+        values
+            .next()
+            .flatten()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+    });
+    Some((db, settings))
+}
+
+type Value = Option<Vec<u8>>;
+
+/// `SET @@session.k = v, ...`: what reproduces the values read on another
+/// connection. Words stay words and numbers numbers, so that hscale reads
+/// a character set back as it reads `SET NAMES`; anything else is written
+/// in hex, which reads the same under every sql_mode and character set.
+fn setting_of(values: &[(String, Value)]) -> String {
+    let items = values.iter().map(|(key, value)| {
         let value = match value {
             None => "NULL".to_string(),
             Some(v)
@@ -497,14 +593,20 @@ async fn read_back(conn: &mut BackendConn, keys: &[String]) -> Option<String> {
             {
                 String::from_utf8_lossy(v).into_owned()
             }
+            Some(v)
+                if v.iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',')) =>
+            {
+                format!("'{}'", String::from_utf8_lossy(v))
+            }
             Some(v) => format!(
                 "X'{}'",
                 v.iter().map(|b| format!("{b:02x}")).collect::<String>()
             ),
         };
-        format!("{column} = {value}")
+        format!("@@session.{key} = {value}")
     });
-    Some(format!("SET {}", values.collect::<Vec<_>>().join(", ")))
+    format!("SET {}", items.collect::<Vec<_>>().join(", "))
 }
 
 #[cfg(test)]
