@@ -36,14 +36,20 @@ pub fn parse_set(sql: &str, quoting: Quoting) -> SetItem {
     }
     let mut keys = Vec::new();
     let mut globals = 0;
+    let mut user_variables = 0;
     for item in split_top_level(rest, quoting) {
         match assignment_target(item.trim()) {
             Target::Session(name) => keys.push(name),
             Target::Global => globals += 1,
+            // Lives on this connection; the session variables beside it
+            // (mysqldump's `SET @OLD_SQL_MODE=@@SQL_MODE, SQL_MODE=...`)
+            // are replayed by the values read back after it.
+            Target::UserVariable => user_variables += 1,
             Target::Unknown => return SetItem::BindsConnection,
         }
     }
     match (keys.is_empty(), globals) {
+        (true, _) if user_variables > 0 => SetItem::BindsConnection,
         (true, _) => SetItem::NoSessionState,
         (false, 0) => SetItem::Replayable(keys),
         // Replaying would set the global part again: keep the connection instead.
@@ -91,6 +97,7 @@ fn charset_name(s: &str) -> &str {
 enum Target {
     Session(String),
     Global,
+    UserVariable,
     Unknown,
 }
 
@@ -128,7 +135,7 @@ fn assignment_target(item: &str) -> Target {
         }
     }
     if s.starts_with('@') {
-        return Target::Unknown;
+        return Target::UserVariable;
     }
     let name_end = s
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
@@ -331,5 +338,18 @@ mod tests {
             SetItem::Replayable(vec!["time_zone".into(), "sql_mode".into()])
         );
         assert_eq!(keys("SET a = 1 /* , b */, c = 2"), ["a", "c"]);
+    }
+
+    #[test]
+    fn session_variables_set_beside_user_variables_are_replayable() {
+        assert_eq!(
+            keys("/*!40101 SET @OLD_SQL_MODE=@@SQL_MODE, SQL_MODE='NO_AUTO_VALUE_ON_ZERO' */"),
+            ["sql_mode"]
+        );
+        assert_eq!(
+            keys("SET @a := 1, SESSION time_zone = '+01:00', @b = 2"),
+            ["time_zone"]
+        );
+        assert_eq!(classify("SET @a = 1, @b = 2"), SetItem::BindsConnection);
     }
 }

@@ -665,6 +665,17 @@ fn settings_and_databases_changed_among_several_statements_reach_every_backend()
     assert_eq!(on_both(&mut c, "time_zone"), ["+08:00", "+08:00"]);
     c.exec_drop(&set_zone, ("+09:00",)).unwrap();
     assert_eq!(on_both(&mut c, "time_zone"), ["+09:00", "+09:00"]);
+    // As a dump sets and restores its sql_mode.
+    let before = on_both(&mut c, "sql_mode");
+    c.query_drop("/*!40101 SET @OLD_SQL_MODE=@@SQL_MODE, SQL_MODE='NO_AUTO_VALUE_ON_ZERO' */")
+        .unwrap();
+    assert_eq!(
+        on_both(&mut c, "sql_mode"),
+        ["NO_AUTO_VALUE_ON_ZERO", "NO_AUTO_VALUE_ON_ZERO"]
+    );
+    c.query_drop("/*!40101 SET SQL_MODE=@OLD_SQL_MODE */")
+        .unwrap();
+    assert_eq!(on_both(&mut c, "sql_mode"), before);
 }
 
 #[test]
