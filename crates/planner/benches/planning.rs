@@ -51,6 +51,7 @@ fn planning(c: &mut Criterion) {
     let ctx = |dictionary| Context {
         db: Some("app"),
         quoting: Quoting::BACKSLASH_ESCAPES,
+        no_auto_value_on_zero: false,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,

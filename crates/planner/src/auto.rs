@@ -10,7 +10,52 @@
 use std::ops::Range;
 
 use crate::dictionary::TableName;
+use crate::hashing::Value;
 use crate::rewrite::{quote_identifier, Splices};
+
+/// What an AUTO_INCREMENT column makes of a value given for it, as MariaDB
+/// stores it (rounded to an integer): `None` for a value that is not a
+/// number, which hscale cannot tell apart from 0.
+pub(crate) fn id_value(value: &Value, no_auto_value_on_zero: bool) -> Option<IdValue> {
+    let text = match value {
+        Value::Null => return Some(IdValue::Generated),
+        Value::Number(text) | Value::String(text) => text.trim(),
+    };
+    let number = match text.parse::<u64>() {
+        Ok(id) => id as f64,
+        Err(_) => text.parse::<f64>().ok().filter(|n| n.is_finite())?.round(),
+    };
+    Some(if number == 0.0 && !no_auto_value_on_zero {
+        IdValue::Generated
+    } else if number > 0.0 {
+        // Exact where the text is an integer: f64 loses ids past 2^53.
+        IdValue::Given(text.parse::<u64>().unwrap_or(number as u64))
+    } else {
+        IdValue::Kept
+    })
+}
+
+/// Why hscale refuses a value of AUTO_INCREMENT column `column` that is not a
+/// number, NULL or DEFAULT: it could not tell whether the server would pick
+/// the id (from the partition table's own count, which other partitions
+/// repeat) or how far to move the sequence.
+pub(crate) fn not_an_id(column: &str) -> String {
+    format!(
+        "a value of the AUTO_INCREMENT column `{column}` other than a number, NULL or DEFAULT (hscale hands out its ids)"
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdValue {
+    /// NULL, or 0 (without sql_mode NO_AUTO_VALUE_ON_ZERO): the server would
+    /// pick the id, so hscale gives one instead.
+    Generated,
+    /// An id the sequence moves past.
+    Given(u64),
+    /// Stored as it is, below every id the sequence hands out: a negative
+    /// number, or 0 under NO_AUTO_VALUE_ON_ZERO.
+    Kept,
+}
 
 /// The ids an INSERT needs before it can be routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,5 +148,29 @@ impl Generate {
             splices.replace(fill.at.clone(), text);
         }
         splices.apply(sql)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_values_rounded_to_integers() {
+        let of = |text: &str| id_value(&Value::String(text.into()), false);
+        assert_eq!(of("99.5"), Some(IdValue::Given(100)));
+        assert_eq!(of(" 7 "), Some(IdValue::Given(7)));
+        assert_eq!(of("1e3"), Some(IdValue::Given(1000)));
+        assert_eq!(of("18446744073709551615"), Some(IdValue::Given(u64::MAX)));
+        assert_eq!(of("0.4"), Some(IdValue::Generated));
+        assert_eq!(of("-0.4"), Some(IdValue::Generated));
+        assert_eq!(of("-3"), Some(IdValue::Kept));
+        assert_eq!(of("abc"), None);
+        assert_eq!(of(""), None);
+        assert_eq!(id_value(&Value::Null, true), Some(IdValue::Generated));
+        assert_eq!(
+            id_value(&Value::Number("0".into()), true),
+            Some(IdValue::Kept)
+        );
     }
 }

@@ -135,18 +135,18 @@ impl Quoting {
         ansi_quotes: false,
     };
 
-    /// Whether a value of @@sql_mode has ANSI_QUOTES (which ANSI includes:
-    /// the server lists both).
-    pub fn ansi_quotes_in(sql_mode: &str) -> bool {
-        sql_mode
-            .split(',')
-            .any(|mode| mode.trim().eq_ignore_ascii_case("ansi_quotes"))
-    }
-
     /// Whether `quote` opens an identifier rather than a string.
     pub fn quotes_identifier(self, quote: u8) -> bool {
         quote == b'`' || (quote == b'"' && self.ansi_quotes)
     }
+}
+
+/// Whether a value of @@sql_mode has `mode` (as the server lists it: ANSI
+/// comes with ANSI_QUOTES spelt out).
+pub fn sql_mode_has(sql_mode: &str, mode: &str) -> bool {
+    sql_mode
+        .split(',')
+        .any(|m| m.trim().eq_ignore_ascii_case(mode))
 }
 
 /// A lexical token of a statement; its bytes are `sql[start..end]`.

@@ -28,7 +28,7 @@ pub use dictionary::{
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{summarize, target_database, Kind, Quoting, Summary};
+pub use lexer::{sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
 pub use plan::{
     plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,
     SchemaEffect, SessionChange, Step,

@@ -20,6 +20,9 @@ pub struct Context<'a> {
     /// The session's current database.
     pub db: Option<&'a str>,
     pub quoting: Quoting,
+    /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
+    /// column is stored as 0 rather than replaced by an id.
+    pub no_auto_value_on_zero: bool,
     pub charset: ClientCharset,
     pub dictionary: &'a Dictionary,
     /// Where every table that is not partitioned lives.

@@ -15,7 +15,7 @@ use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Span;
 
-use crate::auto::{Fill, Generate};
+use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::lexer::Summary;
@@ -634,8 +634,11 @@ impl Analysis<'_> {
         let mut fills = Vec::new();
         if let Some(last) = insert.assignments.last() {
             match self.auto_assigned(insert) {
-                Some(value) if leaves_id_to_server(value) => fills.push(Fill::value(range(value)?)),
-                Some(_) => {}
+                Some(value) => {
+                    if self.id_value(value)? == Some(IdValue::Generated) {
+                        fills.push(Fill::value(self.value_range(value).ok_or_else(lost)?));
+                    }
+                }
                 None => {
                     let name = quote_identifier(&auto.name);
                     fills.push(Fill::added(range(&last.value)?.end, format!(", {name} = ")));
@@ -657,9 +660,9 @@ impl Analysis<'_> {
         };
         match self.auto_index(insert) {
             Some(index) => {
-                for row in &values.rows {
-                    if let Some(value) = row.content.get(index).filter(|v| leaves_id_to_server(v)) {
-                        fills.push(Fill::value(range(value)?));
+                for value in values.rows.iter().filter_map(|row| row.content.get(index)) {
+                    if self.id_value(value)? == Some(IdValue::Generated) {
+                        fills.push(Fill::value(self.value_range(value).ok_or_else(lost)?));
                     }
                 }
             }
@@ -1116,15 +1119,63 @@ impl Analysis<'_> {
         Some((index, at))
     }
 
-    /// An id given for an AUTO_INCREMENT column: a positive integer literal,
-    /// or a parameter.
+    /// An id given for an AUTO_INCREMENT column, which the sequence moves
+    /// past: a positive number, or a parameter (read at each execution).
     fn given_id(&self, expr: &Expr) -> Option<Bound> {
-        match self.literal_key(expr)?.0 {
-            Bound::Literal(Value::Number(n)) if n.parse::<u64>().is_ok_and(|n| n > 0) => {
-                Some(Bound::Literal(Value::Number(n)))
+        if let Some((param, _)) = self.placeholder(expr) {
+            return Some(Bound::Param(param));
+        }
+        match self.id_value(expr) {
+            Ok(Some(IdValue::Given(id))) => {
+                Some(Bound::Literal(Value::Number(id.to_string().into())))
             }
-            param @ Bound::Param(_) => Some(param),
-            Bound::Literal(_) => None,
+            _ => None,
+        }
+    }
+
+    /// What a row gives its table's AUTO_INCREMENT column: `None` for a
+    /// parameter, known only at each execution.
+    fn id_value(&self, expr: &Expr) -> Result<Option<IdValue>, String> {
+        if self.placeholder(expr).is_some() {
+            return Ok(None);
+        }
+        let default = matches!(strip_nesting(expr), Expr::Identifier(word)
+            if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("DEFAULT"));
+        if default {
+            return Ok(Some(IdValue::Generated));
+        }
+        literal(expr)
+            .and_then(|value| id_value(&value, self.ctx.no_auto_value_on_zero))
+            .map(Some)
+            .ok_or_else(|| {
+                not_an_id(
+                    self.table
+                        .auto_column
+                        .as_ref()
+                        .map_or("", |a| a.name.as_str()),
+                )
+            })
+    }
+
+    /// Where a literal or DEFAULT stands in the text, with its signs: a sign
+    /// is not within its operand's span, and `-0` replaced by 7 must not
+    /// read `-7`. `None` for a sign before parentheses.
+    fn value_range(&self, expr: &Expr) -> Option<Range<usize>> {
+        match expr {
+            Expr::Nested(inner) => self.value_range(inner),
+            Expr::Value(v) => self.offsets.range(v.span),
+            Expr::Identifier(word) => self.offsets.range(word.span),
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus | UnaryOperator::Plus,
+                expr,
+            } => {
+                let at = self.value_range(expr)?;
+                let before = self.sql[..at.start].trim_end();
+                before
+                    .ends_with(['-', '+'])
+                    .then(|| before.len() - 1..at.end)
+            }
+            _ => None,
         }
     }
 
@@ -1196,15 +1247,6 @@ fn join_constraint(operator: &JoinOperator) -> Option<&JoinConstraint> {
         | JoinOperator::CrossJoin(c)
         | JoinOperator::StraightJoin(c) => Some(c),
         _ => None,
-    }
-}
-
-/// NULL or 0 for an AUTO_INCREMENT column: the server would pick the id.
-fn leaves_id_to_server(expr: &Expr) -> bool {
-    match literal(expr) {
-        Some(Value::Null) => true,
-        Some(Value::Number(n)) => n.parse::<f64>().is_ok_and(|n| n == 0.0),
-        _ => false,
     }
 }
 

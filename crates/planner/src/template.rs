@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::auto::{id_value, not_an_id, IdValue};
 use crate::dictionary::{Dictionary, PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Refusal, Route, Step};
@@ -119,15 +120,17 @@ impl Rows {
 impl Rows {
     /// The highest id the rows give, with `param(i)` the parameters' values.
     fn highest_id<'p>(&self, param: impl Fn(usize) -> Option<Value<'p>>) -> Option<u64> {
-        let id = |value: Value| match value {
-            Value::Number(n) | Value::String(n) => n.trim().parse::<u64>().ok(),
-            Value::Null => None,
-        };
         self.ids
             .iter()
-            .filter_map(|bound| match bound {
-                Bound::Literal(value) => id(value.reborrow()),
-                Bound::Param(i) => param(*i).and_then(id),
+            .filter_map(|bound| {
+                let value = match bound {
+                    Bound::Literal(value) => value.reborrow(),
+                    Bound::Param(i) => param(*i)?,
+                };
+                match id_value(&value, false)? {
+                    IdValue::Given(id) => Some(id),
+                    _ => None,
+                }
             })
             .max()
     }
@@ -157,6 +160,8 @@ pub struct Template {
     /// The parameters hscale binds to AUTO_INCREMENT ids, which the client
     /// does not know of: indices among all of the text's parameters.
     ids: Vec<usize>,
+    /// The table's AUTO_INCREMENT column.
+    id_column: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,6 +220,7 @@ impl Template {
             main_only,
             form,
             ids: Vec::new(),
+            id_column: table.auto_column.as_ref().map(|a| a.name.clone()),
         }
     }
 
@@ -227,6 +233,50 @@ impl Template {
     /// client's are the others, in order).
     pub fn id_params(&self) -> &[usize] {
         &self.ids
+    }
+
+    /// The client's parameter at index `i` of the text's; `None` for one
+    /// that hscale adds (`id_params`).
+    pub fn client_param(&self, i: usize) -> Option<usize> {
+        match self.ids.binary_search(&i) {
+            Ok(_) => None,
+            Err(before) => Some(i - before),
+        }
+    }
+
+    /// The parameters this execution binds to this instance's next
+    /// AUTO_INCREMENT ids, in text order: those hscale adds, and the
+    /// client's whose value leaves the id to the server (NULL, or 0 without
+    /// NO_AUTO_VALUE_ON_ZERO), which the partition table would count on
+    /// its own. `client(k)` is the client's k-th value.
+    pub fn ids_to_bind<'p>(
+        &self,
+        client: impl Fn(usize) -> Option<Value<'p>>,
+        no_auto_value_on_zero: bool,
+    ) -> Result<Vec<usize>, Refusal> {
+        let mut ids = self.ids.clone();
+        let (Form::Rows(rows), Some(column)) = (&self.form, &self.id_column) else {
+            return Ok(ids);
+        };
+        for bound in &rows.ids {
+            // Literals were read at PREPARE, and hscale's own are in `ids`.
+            let Bound::Param(i) = *bound else { continue };
+            let Some(k) = self.client_param(i) else {
+                continue;
+            };
+            match client(k).and_then(|v| id_value(&v, no_auto_value_on_zero)) {
+                Some(IdValue::Generated) => ids.push(i),
+                Some(_) => {}
+                None => {
+                    return Err(Refusal {
+                        table: Some((*self.table).clone()),
+                        reason: not_an_id(column),
+                    })
+                }
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
     }
 
     pub fn table(&self) -> &TableName {
@@ -369,11 +419,11 @@ impl Template {
         Ok(execution)
     }
 
-    /// The highest id an INSERT gives the table's AUTO_INCREMENT column, its
-    /// parameters' values read with `param(i)`: the sequence moves past it.
-    pub fn highest_id<'p>(&self, param: impl Fn(usize) -> Option<Value<'p>>) -> Option<u64> {
+    /// The highest id an INSERT gives the table's AUTO_INCREMENT column,
+    /// `client(k)` the client's k-th value: the sequence moves past it.
+    pub fn highest_id<'p>(&self, client: impl Fn(usize) -> Option<Value<'p>>) -> Option<u64> {
         match &self.form {
-            Form::Rows(rows) => rows.highest_id(param),
+            Form::Rows(rows) => rows.highest_id(|i| self.client_param(i).and_then(&client)),
             _ => None,
         }
     }

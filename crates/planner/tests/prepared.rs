@@ -40,6 +40,7 @@ fn template(sql: &str) -> Template {
     let ctx = Context {
         db: Some("app"),
         quoting: Quoting::BACKSLASH_ESCAPES,
+        no_auto_value_on_zero: false,
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: 1,

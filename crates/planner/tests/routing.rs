@@ -87,6 +87,7 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
     Context {
         db: Some(db),
         quoting: Quoting::BACKSLASH_ESCAPES,
+        no_auto_value_on_zero: false,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
@@ -846,6 +847,76 @@ fn inserts_that_leave_ids_to_the_server_get_hscales_ids_written_in() {
         other => panic!("expected a refusal, got {other:?}"),
     };
     assert!(refused.contains("AUTO_INCREMENT"), "{refused}");
+}
+
+/// MariaDB stores a value for an AUTO_INCREMENT column rounded to an
+/// integer, and picks the id where it is NULL, DEFAULT or 0 (a 0 is kept
+/// under NO_AUTO_VALUE_ON_ZERO): hscale follows it, and refuses what it
+/// cannot read as a number, which the server might turn into 0.
+#[test]
+fn ids_are_read_as_mariadb_stores_them() {
+    let dictionary = with_auto_increment();
+    let default = context(&dictionary, "app");
+    let zero_kept = Context {
+        no_auto_value_on_zero: true,
+        ..context(&dictionary, "app")
+    };
+    let planned =
+        |ctx: &Context, sql: &str| plan(sql.as_bytes(), ctx, &mut PlanCache::default()).action;
+    let filled = |ctx: &Context, sql: &str| match planned(ctx, sql) {
+        Action::Generate(generate) => generate.fill(sql, 20).unwrap(),
+        other => panic!("{sql}: expected ids to generate, got {other:?}"),
+    };
+    assert_eq!(
+        filled(
+            &default,
+            "INSERT INTO items VALUES (DEFAULT, 'a'), ('0', 'b'), (0.4, 'c'), (-0, 'd')"
+        ),
+        "INSERT INTO items VALUES (20, 'a'), (21, 'b'), (22, 'c'), (23, 'd')"
+    );
+    assert_eq!(
+        filled(&default, "INSERT INTO items SET id = default, label = 'x'"),
+        "INSERT INTO items SET id = 20, label = 'x'"
+    );
+    let highest = |ctx: &Context, sql: &str| match planned(ctx, sql) {
+        Action::Route(route) => route.highest_id,
+        other => panic!("{sql}: expected a route, got {other:?}"),
+    };
+    assert_eq!(
+        highest(&default, "INSERT INTO items VALUES ('42', 'a'), (7, 'b')"),
+        Some(42)
+    );
+    assert_eq!(
+        highest(&default, "INSERT INTO items VALUES (-4, 'a')"),
+        None
+    );
+    // Under NO_AUTO_VALUE_ON_ZERO a 0 is a row's id, as mysqldump's output
+    // needs; NULL and DEFAULT still ask for one.
+    assert_eq!(
+        highest(&zero_kept, "INSERT INTO items VALUES (0, 'a')"),
+        None
+    );
+    assert_eq!(
+        filled(
+            &zero_kept,
+            "INSERT INTO items VALUES (0, 'a'), (NULL, 'b'), (DEFAULT, 'c')"
+        ),
+        "INSERT INTO items VALUES (0, 'a'), (20, 'b'), (21, 'c')"
+    );
+    for sql in [
+        "INSERT INTO items VALUES (@next, 'a')",
+        "INSERT INTO items VALUES ('abc', 'a')",
+        "INSERT INTO items SET id = 1 + 1, label = 'a'",
+    ] {
+        match planned(&default, sql) {
+            Action::Refuse(refusal) => assert!(
+                refusal.reason.contains("AUTO_INCREMENT column `id`"),
+                "{sql}: {}",
+                refusal.reason
+            ),
+            other => panic!("{sql}: expected a refusal, got {other:?}"),
+        }
+    }
 }
 
 /// `orders` of `dictionary()` with `items` partitioned alike (co-located)

@@ -102,6 +102,7 @@ async fn partition_demo(shared: &Shared, backends: usize) -> Result<(), Playgrou
     let caller = crate::admin::Caller {
         db: Some("demo"),
         quoting: Default::default(),
+        no_auto_value_on_zero: false,
     };
     for command in demo_partitions(backends) {
         crate::admin::execute(shared, &caller, &command)

@@ -202,9 +202,10 @@ pub struct Shared {
     /// says: clients read from hscale's greeting whether to escape with
     /// backslashes, and hscale lexes their first statement the same way.
     pub new_session_status: StatusFlags,
-    /// The main backend's global sql_mode has ANSI_QUOTES: a new session
-    /// reads `"..."` as an identifier.
-    pub new_session_ansi_quotes: bool,
+    /// The main backend's global sql_mode, a new session's: whether it reads
+    /// `"..."` as an identifier (ANSI_QUOTES), whether 0 is an id
+    /// (NO_AUTO_VALUE_ON_ZERO).
+    pub new_session_sql_mode: String,
     pub max_connections: usize,
     pub counters: Counters,
     pub sessions: Sessions,
@@ -307,7 +308,7 @@ impl Shared {
             main,
             server_version: FALLBACK_VERSION.into(),
             new_session_status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
-            new_session_ansi_quotes: false,
+            new_session_sql_mode: String::new(),
             max_connections: config.proxy.max_connections,
             counters: Counters::default(),
             sessions: Sessions::default(),
@@ -352,8 +353,7 @@ impl Shared {
                     if let (Some(wait), Some(interactive)) = (number(0), number(1)) {
                         self.wait_timeouts = (wait, interactive);
                     }
-                    self.new_session_ansi_quotes =
-                        text(2).is_some_and(hscale_planner::Quoting::ansi_quotes_in);
+                    self.new_session_sql_mode = text(2).unwrap_or_default().to_string();
                 }
                 match learn_collations(&mut conn).await {
                     Some(collations) => self.collations = Arc::new(collations),

@@ -203,3 +203,109 @@ fn explicit_ids_move_the_sequence_past_them() {
         .unwrap();
     assert!(a.last_insert_id() > 900_000, "{}", a.last_insert_id());
 }
+
+/// An id left to the server by DEFAULT, or by a parameter bound to NULL or
+/// 0, would come from the partition table's own count, which the other
+/// partitions repeat: hscale hands it out instead. Under
+/// NO_AUTO_VALUE_ON_ZERO (mysqldump sets it) a 0 is the row's id.
+#[test]
+fn ids_left_to_the_server_in_any_form_come_from_the_sequence() {
+    let (first, _second, db) = setup("auto_any_form", 0);
+    let mut direct = cluster().direct(1, Some(&db));
+    // Partitioned by another column than its id: the server would not refuse
+    // the same id in two partitions.
+    direct
+        .query_drop(
+            "CREATE TABLE people (id INT AUTO_INCREMENT PRIMARY KEY, nick VARCHAR(32) NOT NULL)",
+        )
+        .unwrap();
+    let mut c = first.connect(Some(&db));
+    c.query_drop("HSCALE SETUP_TABLE('people', 'nick', 'people_default', 1, 'PREFIX(1)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('people', 'm', 'm', 2)")
+        .unwrap();
+    let mut told = Vec::new();
+    for nick in ["ann", "max"] {
+        c.query_drop(format!("INSERT INTO people VALUES (DEFAULT, '{nick}')"))
+            .unwrap();
+        told.push(c.last_insert_id());
+    }
+    let insert = c
+        .prep("INSERT INTO people (id, nick) VALUES (?, ?)")
+        .unwrap();
+    for (id, nick) in [
+        (mysql::Value::NULL, "bob"),
+        (mysql::Value::NULL, "mia"),
+        (mysql::Value::Int(0), "cid"),
+        (mysql::Value::Bytes(b"0".to_vec()), "mo"),
+    ] {
+        c.exec_drop(&insert, (id, nick)).unwrap();
+        let id = c.last_insert_id();
+        let last: Option<u64> = c.query_first("SELECT LAST_INSERT_ID()").unwrap();
+        assert_eq!(last, Some(id), "{nick}");
+        told.push(id);
+    }
+    let mut stored: Vec<(u64, String)> = cluster()
+        .direct(1, Some(&db))
+        .query("SELECT id, nick FROM people_default")
+        .unwrap();
+    stored.extend(
+        cluster()
+            .direct(2, Some(&db))
+            .query::<(u64, String), _>("SELECT id, nick FROM people_m")
+            .unwrap(),
+    );
+    stored.sort();
+    let ids: Vec<u64> = stored.iter().map(|(id, _)| *id).collect();
+    told.sort();
+    assert_eq!(
+        ids, told,
+        "each row has the id its client was told: {stored:?}"
+    );
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 6, "no id twice: {stored:?}");
+    // Partitioned by the id: a row whose id hscale binds is placed by it
+    // (odd ids on backend 2, which `all_ids` checks).
+    let items = c
+        .prep("INSERT INTO items (id, label) VALUES (?, ?)")
+        .unwrap();
+    for label in ["n1", "n2"] {
+        c.exec_drop(&items, (mysql::Value::NULL, label)).unwrap();
+    }
+    assert_eq!(all_ids(&db).len(), 2);
+    // What hscale cannot read as a number is refused, not left to the
+    // server to turn into 0.
+    for refused in [
+        c.query_drop("INSERT INTO people VALUES (@unset, 'eve')"),
+        c.exec_drop(&insert, ("abc", "eve")),
+    ] {
+        match refused {
+            Err(mysql::Error::MySqlError(e)) => {
+                assert_eq!(e.code, 1235);
+                assert!(
+                    e.message.contains("AUTO_INCREMENT column `id`"),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // mysqldump's header, then its rows: 0 stays 0, as it does on MariaDB.
+    c.query_drop("/*!40101 SET @OLD_SQL_MODE=@@SQL_MODE, SQL_MODE='NO_AUTO_VALUE_ON_ZERO' */")
+        .unwrap();
+    c.query_drop("INSERT INTO items VALUES (0, 'zero')")
+        .unwrap();
+    c.exec_drop(&insert, (0, "zed")).unwrap();
+    c.exec_drop(&insert, (mysql::Value::NULL, "null")).unwrap();
+    let zero: Option<String> = c
+        .query_first("SELECT label FROM items WHERE id = 0")
+        .unwrap();
+    assert_eq!(zero.as_deref(), Some("zero"));
+    let zed: Vec<u64> = c
+        .query("SELECT id FROM people WHERE nick IN ('zed', 'null') ORDER BY nick")
+        .unwrap();
+    assert_eq!(zed.len(), 2);
+    assert!(zed[0] > 0 && zed[1] == 0, "NULL still gets an id: {zed:?}");
+}

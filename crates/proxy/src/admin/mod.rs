@@ -34,6 +34,7 @@ pub enum AdminAnswer {
 pub struct Caller<'a> {
     pub db: Option<&'a str>,
     pub quoting: hscale_planner::Quoting,
+    pub no_auto_value_on_zero: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

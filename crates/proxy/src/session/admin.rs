@@ -18,6 +18,7 @@ impl Session {
         let caller = Caller {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
+            no_auto_value_on_zero: self.no_auto_value_on_zero,
         };
         let answer = execute(&self.shared, &caller, sql).await?;
         let status = self.status_flags();

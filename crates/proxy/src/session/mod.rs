@@ -21,8 +21,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hscale_planner::dictionary::TableNames;
 use hscale_planner::{
-    replace_connection_id, summarize, ClientCharset, Kill, KillScope, PlanCache, Quoting, Refusal,
-    SessionChange,
+    replace_connection_id, sql_mode_has, summarize, ClientCharset, Kill, KillScope, PlanCache,
+    Quoting, Refusal, SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
@@ -76,6 +76,9 @@ pub struct Session {
     /// How the server reads a backslash in this session's strings, as the
     /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
     quoting: Quoting,
+    /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
+    /// column is kept, not replaced by an id.
+    no_auto_value_on_zero: bool,
     /// The character set the client writes its statements in: from the
     /// handshake, then SET NAMES and friends.
     charset: ClientCharset,
@@ -153,6 +156,7 @@ impl Session {
             state: SessionState::default(),
             previous: Previous::Nothing,
             quoting: Quoting::default(),
+            no_auto_value_on_zero: false,
             charset: ClientCharset::of_collation(login.collation),
             begin: None,
             begun_here: false,
@@ -164,7 +168,7 @@ impl Session {
             session_variables_changed: false,
             unread: Vec::new(),
         };
-        session.quoting = session.new_session_quoting();
+        session.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
@@ -348,7 +352,7 @@ impl Session {
         self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
-        self.quoting = self.new_session_quoting();
+        self.start_sql_mode();
         self.charset = ClientCharset::of_collation(self.collation);
         self.set_default_wait_timeout();
     }
@@ -385,17 +389,25 @@ impl Session {
                 self.handle.set_wait_timeout(seconds);
             }
             if let Some(sql_mode) = text(1) {
-                self.quoting.ansi_quotes = Quoting::ansi_quotes_in(sql_mode);
+                self.follow_sql_mode(sql_mode);
             }
         }
         self.checkin(main, lease.conn);
     }
 
-    fn new_session_quoting(&self) -> Quoting {
-        Quoting {
-            no_backslash_escapes: no_backslash_escapes(self.shared.new_session_status),
-            ansi_quotes: self.shared.new_session_ansi_quotes,
-        }
+    /// A new session's sql_mode: the main backend's global one, and the
+    /// backslashes its greeting announced.
+    fn start_sql_mode(&mut self) {
+        let shared = self.shared.clone();
+        self.quoting.no_backslash_escapes = no_backslash_escapes(shared.new_session_status);
+        self.follow_sql_mode(&shared.new_session_sql_mode);
+    }
+
+    /// The modes of `sql_mode` that change how hscale reads and plans
+    /// statements. NO_BACKSLASH_ESCAPES comes with every answer's status.
+    fn follow_sql_mode(&mut self, sql_mode: &str) {
+        self.quoting.ansi_quotes = sql_mode_has(sql_mode, "ANSI_QUOTES");
+        self.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
     }
 
     async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {

@@ -28,6 +28,7 @@ impl Session {
         let ctx = Context {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
+            no_auto_value_on_zero: self.no_auto_value_on_zero,
             charset: self.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
@@ -41,6 +42,7 @@ impl Session {
         Context {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
+            no_auto_value_on_zero: self.no_auto_value_on_zero,
             charset: self.charset,
             dictionary,
             main_backend: self.shared.main_backend(),

@@ -358,44 +358,52 @@ impl Session {
                 reason: "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table".into(),
             }));
         }
-        let ids = routed.template.id_params().to_vec();
         let count = usize::from(self.statements.by_id[&id].params);
         let client = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
-        // AUTO_INCREMENT ids hscale binds where the INSERT left them out.
-        let (rest, generated) = match ids.as_slice() {
-            [] => (Cow::Borrowed(rest), None),
-            ids => {
+        let charset = self.charset;
+        let value = |k: usize| {
+            client
+                .get(k)
+                .ok()
+                .and_then(|p| param_value(p, charset).ok())
+        };
+        let no_auto_value_on_zero = self.no_auto_value_on_zero;
+        let template = &self.routed_mut(id).expect("checked").template;
+        let given = template.highest_id(value);
+        // AUTO_INCREMENT ids hscale binds where the INSERT leaves them to
+        // the server: each parameter the client's (`Some(k)`) or an id.
+        let ids = template
+            .ids_to_bind(value, no_auto_value_on_zero)
+            .map_err(ProxyError::Unroutable)?;
+        let added = template.id_params().len();
+        let (rest, generated) = match ids.len() {
+            0 => (Cow::Borrowed(rest), None),
+            n => {
+                let layout: Vec<Option<usize>> = (0..count + added)
+                    .map(|i| {
+                        template
+                            .client_param(i)
+                            .filter(|_| ids.binary_search(&i).is_err())
+                    })
+                    .collect();
                 let shared = self.shared.clone();
-                let first = shared
-                    .sequences
-                    .take(&shared, &table, ids.len() as u64)
-                    .await?;
-                let (mut next_id, mut next_param) = (first, 0);
-                let sources: Vec<Source> = (0..count + ids.len())
-                    .map(|i| match ids.contains(&i) {
-                        true => {
+                let first = shared.sequences.take(&shared, &table, n as u64).await?;
+                let mut next_id = first;
+                let sources: Vec<Source> = layout
+                    .iter()
+                    .map(|param| match *param {
+                        Some(k) => Source::Client(k),
+                        None => {
                             next_id += 1;
                             Source::Id(next_id - 1)
-                        }
-                        false => {
-                            next_param += 1;
-                            Source::Client(next_param - 1)
                         }
                     })
                     .collect();
                 (Cow::Owned(client.rebuild(&sources, true)), Some(first))
             }
         };
-        let count = count + ids.len();
+        let count = count + added;
         let params = Parameters::parse(&rest, count).map_err(|_| wrong_arguments())?;
-        let charset = self.charset;
-        let routed = self.routed_mut(id).expect("checked");
-        let given = routed.template.highest_id(|i| {
-            params
-                .get(i)
-                .ok()
-                .and_then(|p| param_value(p, charset).ok())
-        });
         if let Some(given) = given {
             // Before the INSERT runs: nothing may be sent after its answer.
             let shared = self.shared.clone();
