@@ -541,6 +541,19 @@ impl Analysis<'_> {
                     self.table.column
                 ));
             }
+            // An id set past the sequence would be handed out again later,
+            // and another partition would take it.
+            if let Some(auto) = &self.table.auto_column {
+                if columns
+                    .iter()
+                    .any(|c| self.names(c, &auto.name, alias.as_ref()))
+                {
+                    return Err(format!(
+                        "an UPDATE that changes the AUTO_INCREMENT column `{}` (hscale hands out its ids)",
+                        auto.name
+                    ));
+                }
+            }
         }
         let many = match update.limit.is_some() || !update.order_by.is_empty() {
             true => Err("UPDATE with ORDER BY or LIMIT over several partitions".into()),
@@ -972,8 +985,13 @@ impl Analysis<'_> {
     /// Whether a column reference (`col`, `t.col`, `db.t.col`) is the partition
     /// column of the routed table.
     fn names_column(&self, name: &ObjectName, alias: Option<&Ident>) -> bool {
+        self.names(name, &self.table.column, alias)
+    }
+
+    /// Whether `name` is the routed table's column `column`.
+    fn names(&self, name: &ObjectName, column: &str, alias: Option<&Ident>) -> bool {
         let parts: Vec<&Ident> = name.0.iter().filter_map(ObjectNamePart::as_ident).collect();
-        names_column(&parts, self.table, alias)
+        names_column(&parts, self.table, column, alias)
     }
 
     /// Where the physical table goes in for the routed table, and where no
@@ -1199,14 +1217,19 @@ impl Analysis<'_> {
     }
 }
 
-/// Whether a column reference's parts (`col`, `t.col`, `db.t.col`) name the
-/// partition column of `table`, known in the statement as `alias`.
-fn names_column(parts: &[&Ident], table: &PartitionedTable, alias: Option<&Ident>) -> bool {
-    let Some((column, qualifier)) = parts.split_last() else {
+/// Whether a column reference's parts (`col`, `t.col`, `db.t.col`) name
+/// `column` of `table`, known in the statement as `alias`.
+fn names_column(
+    parts: &[&Ident],
+    table: &PartitionedTable,
+    column: &str,
+    alias: Option<&Ident>,
+) -> bool {
+    let Some((last, qualifier)) = parts.split_last() else {
         return false;
     };
     let name = &table.table;
-    column.value.eq_ignore_ascii_case(&table.column)
+    last.value.eq_ignore_ascii_case(column)
         && match (qualifier, alias) {
             ([], _) => true,
             ([q], Some(alias)) => q.value == alias.value,
@@ -1227,7 +1250,7 @@ fn column_owner(expr: &Expr, owners: &[Owner]) -> Option<usize> {
     let mut found = owners
         .iter()
         .enumerate()
-        .filter(|(_, o)| names_column(&parts, o.table, o.alias.as_ref()))
+        .filter(|(_, o)| names_column(&parts, o.table, &o.table.column, o.alias.as_ref()))
         .map(|(i, _)| i);
     match (found.next(), found.next()) {
         (Some(i), None) => Some(i),

@@ -279,6 +279,8 @@ fn ids_left_to_the_server_in_any_form_come_from_the_sequence() {
     for refused in [
         c.query_drop("INSERT INTO people VALUES (@unset, 'eve')"),
         c.exec_drop(&insert, ("abc", "eve")),
+        // An id moved past the sequence would be handed out again.
+        c.query_drop("UPDATE people p SET p.id = 1000 WHERE nick = 'ann'"),
     ] {
         match refused {
             Err(mysql::Error::MySqlError(e)) => {
