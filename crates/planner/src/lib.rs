@@ -9,6 +9,7 @@ pub mod dictionary;
 pub mod hashing;
 pub mod kill;
 pub mod lexer;
+mod lock;
 pub mod plan;
 mod rewrite;
 mod route;
@@ -29,6 +30,7 @@ pub use dictionary::{
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
+pub use lock::TableLocks;
 pub use plan::{
     plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,
     SchemaEffect, SessionChange, Step,

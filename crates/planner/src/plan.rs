@@ -104,6 +104,8 @@ pub enum Action {
         table: TableName,
         quiet: bool,
     },
+    /// LOCK TABLES naming partitioned tables: each backend's statement.
+    LockTables(crate::lock::TableLocks),
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
@@ -407,6 +409,14 @@ fn plan_summarized(
             reason: "KILL with other statements in one query".into(),
         }),
         Kind::Kill => Action::Kill(parse_kill(&text())),
+        Kind::Lock if summary.names_partitioned && summary.multi_statement => {
+            Action::Refuse(Refusal {
+                table: None,
+                reason: "LOCK TABLES of a partitioned table with other statements in one query"
+                    .into(),
+            })
+        }
+        Kind::Lock if summary.names_partitioned => crate::lock::lock_tables(&text(), ctx),
         Kind::Other if !ctx.dictionary.names().is_empty() => {
             match crate::show::listing(&text(), ctx) {
                 Some(listing) => Action::Listing(Box::new(listing)),

@@ -701,7 +701,7 @@ fn in_database<'d>(ctx: &Context<'d>, db: &str) -> Option<Vec<&'d PartitionedTab
 }
 
 /// An identifier token's name: a word, or a backquoted name.
-fn identifier(sql: &str, token: &Token, ctx: &Context) -> Option<String> {
+pub(crate) fn identifier(sql: &str, token: &Token, ctx: &Context) -> Option<String> {
     match token.kind {
         TokenKind::Word => Some(sql[token.start..token.end].to_string()),
         TokenKind::Quoted(b'`') => unquote(

@@ -1289,3 +1289,61 @@ fn ansi_quotes_read_double_quoted_words_as_identifiers() {
         Action::Refuse(_)
     ));
 }
+
+/// LOCK TABLES of a partitioned table locks each of its physical tables on
+/// its backend, also under the logical name routed SELECTs read it by; a
+/// table that is not partitioned stays on the main backend as written.
+#[test]
+fn lock_tables_lock_each_partition_on_its_backend() {
+    let dictionary = dictionary();
+    let ctx = context(&dictionary, "app");
+    let locks = |sql: &str| match plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action {
+        Action::LockTables(locks) => locks.per_backend,
+        other => panic!("{sql}: {other:?}"),
+    };
+    // mariadb-dump's form.
+    assert_eq!(
+        locks("LOCK TABLES `notes` READ /*!32311 LOCAL */,`users` READ /*!32311 LOCAL */"),
+        [
+            (
+                1,
+                "LOCK TABLES `notes` READ /*!32311 LOCAL */, \
+                 `app`.`users_default` READ /*!32311 LOCAL */, \
+                 `app`.`users_default` AS `users` READ /*!32311 LOCAL */, \
+                 `app`.`users_nick2` READ /*!32311 LOCAL */, \
+                 `app`.`users_nick2` AS `users` READ /*!32311 LOCAL */"
+                    .to_string()
+            ),
+            (
+                2,
+                "LOCK TABLES `app`.`users_nick1` READ /*!32311 LOCAL */, \
+                 `app`.`users_nick1` AS `users` READ /*!32311 LOCAL */"
+                    .to_string()
+            ),
+        ]
+    );
+    // An alias the client chose is the one name the tables are locked by.
+    assert_eq!(
+        locks("lock table app.orders AS o LOW_PRIORITY WRITE;"),
+        [
+            (
+                1,
+                "LOCK TABLES `app`.`orders_default` AS o LOW_PRIORITY WRITE".to_string()
+            ),
+            (
+                2,
+                "LOCK TABLES `app`.`orders_p1` AS o LOW_PRIORITY WRITE".to_string()
+            ),
+        ]
+    );
+    let refused = plan(
+        b"LOCK TABLES users READ; SELECT 1",
+        &ctx,
+        &mut PlanCache::default(),
+    );
+    assert!(
+        matches!(refused.action, Action::Refuse(_)),
+        "{:?}",
+        refused.action
+    );
+}

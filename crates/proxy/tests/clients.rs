@@ -246,3 +246,131 @@ fn sysbench_on_a_partitioned_table_leaves_the_rows_one_table_would() {
         ));
     }
 }
+
+/// `users` by PREFIX(1) of `nickname` ('m' on backend 2) in `db`, empty.
+fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
+    cluster()
+        .direct(1, Some(db))
+        .query_drop(
+            "CREATE TABLE users (id INT PRIMARY KEY, nickname VARCHAR(32) NOT NULL, created DATE)",
+        )
+        .unwrap();
+    let mut c = proxy.connect(Some(db));
+    c.query_drop("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(1)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'm', 'm', 2)")
+        .unwrap();
+    c
+}
+
+/// mariadb-dump locks the tables it reads (LOCK TABLES ... READ LOCAL) and
+/// writes LOCK TABLES ... WRITE around its rows: both work on a partitioned
+/// table, whose partitions are locked on their backends, and a dump loads
+/// back through hscale into a table partitioned alike.
+#[test]
+fn mariadb_dump_of_a_partitioned_table_loads_back_through_hscale() {
+    // A dump's INSERT carries many rows, for partitions on both backends.
+    let mut config = cluster().config();
+    config.proxy.transactions = hscale::config::Transactions::Multi;
+    let proxy = Proxy::start(config);
+    let from = cluster().database("dump_from");
+    let into = cluster().database("dump_into");
+    let mut c = partitioned_users(&proxy, &from);
+    c.query_drop("CREATE TABLE notes (id INT PRIMARY KEY, body TEXT)")
+        .unwrap();
+    c.query_drop("INSERT INTO notes VALUES (1, 'plain')")
+        .unwrap();
+    c.query_drop(
+        "INSERT INTO users VALUES (1, 'martin', '2008-05-06'), (2, 'anna', NULL), (3, 'Marlene', '2010-07-08'), (4, 'zoe', '2012-04-05')",
+    )
+    .unwrap();
+    let port = format!("-P{}", proxy.port);
+    let dump = run_program(
+        "mariadb-dump",
+        &["-h127.0.0.1", &port, "-uroot", "--no-create-info", &from],
+    );
+    assert!(dump.contains("LOCK TABLES `users` WRITE"), "{dump}");
+    let file = hscale_testkit::scratch("dump").join("dump.sql");
+    std::fs::write(&file, &dump).unwrap();
+    cluster()
+        .direct(1, Some(&into))
+        .query_drop("CREATE TABLE notes (id INT PRIMARY KEY, body TEXT)")
+        .unwrap();
+    let mut loaded = partitioned_users(&proxy, &into);
+    run_program(
+        "mariadb",
+        &[
+            "-h127.0.0.1",
+            &port,
+            "-uroot",
+            &into,
+            "-e",
+            &format!("source {}", file.display()),
+        ],
+    );
+    let rows = |c: &mut mysql::Conn| -> Vec<(i32, String, Option<String>)> {
+        c.query("SELECT id, nickname, CAST(created AS CHAR) FROM users ORDER BY id")
+            .unwrap()
+    };
+    let original = rows(&mut c);
+    assert_eq!(original.len(), 4);
+    assert_eq!(rows(&mut loaded), original);
+    let on_backend_2: Vec<String> = cluster()
+        .direct(2, Some(&into))
+        .query("SELECT nickname FROM users_m ORDER BY id")
+        .unwrap();
+    assert_eq!(on_backend_2, ["martin", "Marlene"]);
+    let note: Option<String> = loaded.query_first("SELECT body FROM notes").unwrap();
+    assert_eq!(note.as_deref(), Some("plain"));
+}
+
+/// LOCK TABLES of a partitioned table locks every partition, on every
+/// backend, until UNLOCK TABLES; and behaves as on one table for its holder.
+#[test]
+fn lock_tables_holds_every_partition_until_unlock() {
+    let proxy = Proxy::for_cluster();
+    let db = cluster().database("lock_partitioned");
+    let mut c = partitioned_users(&proxy, &db);
+    c.query_drop("INSERT INTO users VALUES (1, 'martin', NULL)")
+        .unwrap();
+    c.query_drop("INSERT INTO users VALUES (2, 'anna', NULL)")
+        .unwrap();
+    c.query_drop("LOCK TABLES users READ").unwrap();
+    let count: Option<u64> = c.query_first("SELECT COUNT(*) FROM users").unwrap();
+    assert_eq!(count, Some(2));
+    // As on MariaDB: a READ lock refuses its holder's writes (1099).
+    match c.query_drop("INSERT INTO users VALUES (3, 'mia', NULL)") {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1099, "{}", e.message),
+        other => panic!("expected error 1099, got {other:?}"),
+    }
+    let write_on_backend_2 = || {
+        let mut other = cluster().direct(2, Some(&db));
+        other
+            .query_drop("SET SESSION lock_wait_timeout = 1")
+            .unwrap();
+        other.query_drop("INSERT INTO users_m VALUES (5, 'max', NULL)")
+    };
+    match write_on_backend_2() {
+        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1205, "{}", e.message),
+        other => panic!("the partition on backend 2 is not locked: {other:?}"),
+    }
+    c.query_drop("UNLOCK TABLES").unwrap();
+    write_on_backend_2().expect("UNLOCK TABLES released backend 2");
+    // A new LOCK TABLES releases the locks the session held before, on
+    // every backend: here it locks only a table of the main backend.
+    c.query_drop("CREATE TABLE plain (id INT)").unwrap();
+    c.query_drop("LOCK TABLES users WRITE").unwrap();
+    c.query_drop("INSERT INTO users VALUES (6, 'mo', NULL)")
+        .unwrap();
+    c.query_drop("LOCK TABLES plain READ").unwrap();
+    let mut other = cluster().direct(2, Some(&db));
+    other
+        .query_drop("SET SESSION lock_wait_timeout = 1")
+        .unwrap();
+    other
+        .query_drop("INSERT INTO users_m VALUES (7, 'mel', NULL)")
+        .expect("the second LOCK TABLES released backend 2");
+    c.query_drop("UNLOCK TABLES").unwrap();
+    let count: Option<u64> = c.query_first("SELECT COUNT(*) FROM users").unwrap();
+    assert_eq!(count, Some(5));
+}

@@ -185,6 +185,11 @@ pub fn explain(
     let rows = match plan(statement.as_bytes(), &ctx, &mut cache).action {
         Action::Route(route) => steps(&route.steps),
         Action::Schema(change) => steps(&change.steps),
+        Action::LockTables(locks) => locks
+            .per_backend
+            .iter()
+            .map(|(backend, sql)| row("(LOCK TABLES)", *backend, None, sql))
+            .collect(),
         Action::Main => vec![row(
             "(not partitioned)",
             shared.main_backend(),

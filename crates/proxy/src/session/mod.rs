@@ -6,6 +6,7 @@
 mod admin;
 mod handshake;
 mod kill;
+mod locks;
 mod query;
 mod savepoint;
 mod scatter;

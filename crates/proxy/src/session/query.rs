@@ -66,6 +66,12 @@ impl Session {
                 if matches!(kind, Kind::Commit | Kind::Rollback) && !plan.summary.multi_statement {
                     return self.end_transaction(payload, needs).await;
                 }
+                let releases_locks = matches!(kind, Kind::Lock | Kind::Unlock | Kind::Begin)
+                    && !plan.summary.multi_statement;
+                if releases_locks {
+                    // The main backend's server releases its own.
+                    self.unlock_tables(Some(main)).await?;
+                }
                 if kind == Kind::Begin && !self.in_transaction() && plain_begin(sql) {
                     return self.begin_here(payload).await;
                 }
@@ -97,6 +103,9 @@ impl Session {
                 let sets_autocommit =
                     sets_autocommit || (unseen.is_some() && self.follow_autocommit(autocommit));
                 self.commit_after(slot, sets_autocommit).await?;
+                if releases_locks {
+                    self.slots[slot].binding.tables_locked = kind == Kind::Lock;
+                }
                 self.session_variables_changed |= rereads;
                 if opens && self.in_transaction() {
                     self.begin = Some(payload);
@@ -119,6 +128,7 @@ impl Session {
                 self.run_route(route, needs, plan.summary.connection_id, None)
                     .await
             }
+            Action::LockTables(locks) => self.lock_tables(locks).await,
             Action::Listing(listing) => self.listing(payload, *listing).await,
             Action::Schema(_) => self.schema_change(sql).await,
             Action::Exists { table, quiet } => match quiet {

@@ -36,6 +36,8 @@ pub(super) struct Binding {
     /// The session's previous statement ran here and left warnings that
     /// SHOW WARNINGS must find. One slot at most.
     pub diagnostics: bool,
+    /// LOCK TABLES ran here and no UNLOCK TABLES or START TRANSACTION since.
+    pub tables_locked: bool,
 }
 
 impl Binding {

@@ -144,6 +144,9 @@ impl Session {
                 None,
                 "prepared statements (COM_STMT_PREPARE) that list tables while tables are partitioned (send it as a query)",
             ),
+            Action::LockTables(_) => {
+                return refuse(None, "LOCK TABLES as a prepared statement (send it as a query)")
+            }
             Action::Schema(change) => return refuse_schema(change.table),
             Action::Exists { table, .. } => return refuse_schema(table),
             Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
