@@ -52,6 +52,7 @@ fn planning(c: &mut Criterion) {
         db: Some("app"),
         quoting: Quoting::BACKSLASH_ESCAPES,
         no_auto_value_on_zero: false,
+        tables_locked: false,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,

@@ -66,7 +66,7 @@ impl PlanCache {
     /// the scratch space.
     pub(crate) fn prepare(&mut self, sql: &[u8], ctx: &Context) {
         let db = ctx.db.unwrap_or("");
-        self.uncacheable = !fingerprint(sql, &self.tokens, db, ctx.quoting, &mut self.key);
+        self.uncacheable = !fingerprint(sql, &self.tokens, db, ctx, &mut self.key);
     }
 
     /// The cached plan for the prepared statement, if its shape is known at
@@ -150,17 +150,16 @@ impl PlanCache {
 /// per-request comments (sqlcommenter) do not make a new shape. `false`: the
 /// statement copies a placeholder byte (in a quoted identifier, or as a
 /// stray byte), which could read as another statement's fingerprint.
-fn fingerprint(
-    sql: &[u8],
-    tokens: &[Token],
-    db: &str,
-    quoting: Quoting,
-    key: &mut Vec<u8>,
-) -> bool {
+fn fingerprint(sql: &[u8], tokens: &[Token], db: &str, ctx: &Context, key: &mut Vec<u8>) -> bool {
+    let quoting = ctx.quoting;
     key.clear();
     key.extend_from_slice(db.as_bytes());
     key.push(COMMENT);
-    key.push(u8::from(quoting.no_backslash_escapes) | u8::from(quoting.ansi_quotes) << 1);
+    key.push(
+        u8::from(quoting.no_backslash_escapes)
+            | u8::from(quoting.ansi_quotes) << 1
+            | u8::from(ctx.tables_locked) << 2,
+    );
     let mut unique = true;
     let mut run = tokens.first().map_or(0, |t| t.start);
     let mut previous_end = run;
@@ -294,13 +293,23 @@ mod tests {
         type Lexed = Vec<(bool, Vec<u8>)>;
         let mut seen: HashMap<Vec<u8>, (String, Lexed)> = HashMap::new();
         let (mut key, mut shared) = (Vec::new(), 0);
+        let dictionary = crate::dictionary::Dictionary::default();
+        let ctx = Context {
+            db: Some("app"),
+            quoting: Quoting::BACKSLASH_ESCAPES,
+            no_auto_value_on_zero: false,
+            tables_locked: false,
+            charset: crate::plan::ClientCharset::Utf8,
+            dictionary: &dictionary,
+            main_backend: 1,
+        };
         for _ in 0..200_000 {
             let sql: String = (0..1 + next(7))
                 .map(|_| PIECES[next(PIECES.len())])
                 .collect();
             let quoting = Quoting::BACKSLASH_ESCAPES;
             let tokens: Vec<Token> = Tokens::new(sql.as_bytes(), quoting).collect();
-            if !fingerprint(sql.as_bytes(), &tokens, "app", quoting, &mut key) {
+            if !fingerprint(sql.as_bytes(), &tokens, "app", &ctx, &mut key) {
                 continue;
             }
             let lexed: Lexed = tokens

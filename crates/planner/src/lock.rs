@@ -91,20 +91,32 @@ pub(crate) fn lock_tables(sql: &str, ctx: &Context) -> Action {
             Some(t) => sql[t.start..end].trim(),
             None => "",
         };
-        // Routed SELECTs name a partition table by the logical name
-        // (`users_default AS users`), and a table locked without an alias
-        // must be locked under the alias it is read by too.
+        // Statements routed while the session holds the locks name each
+        // partition table by its own name (`Context::tables_locked`), as it
+        // is locked. One alias cannot lock two tables of one backend.
         let aliased = rest
             .first()
             .is_some_and(|t| !matches!(word(t).as_str(), "read" | "write" | "low_priority"));
         let db = quote_identifier(&partitioned.table.db);
-        let logical = quote_identifier(&partitioned.table.name);
-        for target in partitioned.all_targets() {
-            let physical = format!("{db}.{}", quote_identifier(&target.table));
-            add(target.backend, format!("{physical} {mode}"));
-            if !aliased {
-                add(target.backend, format!("{physical} AS {logical} {mode}"));
+        let targets = partitioned.all_targets();
+        for target in &targets {
+            let shares = targets
+                .iter()
+                .filter(|t| t.backend == target.backend)
+                .count();
+            if aliased && shares > 1 {
+                return Action::Refuse(Refusal {
+                    table: Some(partitioned.table.clone()),
+                    reason: format!(
+                        "LOCK TABLES under an alias of a table with several partitions on backend {} (one alias cannot lock them all)",
+                        target.backend
+                    ),
+                });
             }
+            add(
+                target.backend,
+                format!("{db}.{} {mode}", quote_identifier(&target.table)),
+            );
         }
     }
     Action::LockTables(TableLocks {

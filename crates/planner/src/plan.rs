@@ -23,6 +23,10 @@ pub struct Context<'a> {
     /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
     /// column is stored as 0 rather than replaced by an id.
     pub no_auto_value_on_zero: bool,
+    /// The session holds LOCK TABLES: a partition table is named by its own
+    /// name, as it is locked, not aliased by the logical one (a backend may
+    /// hold several partitions of a table, which one alias cannot lock).
+    pub tables_locked: bool,
     pub charset: ClientCharset,
     pub dictionary: &'a Dictionary,
     /// Where every table that is not partitioned lives.

@@ -397,7 +397,7 @@ impl Analysis<'_> {
     fn owners(&self, select: &Select) -> Result<Vec<Owner<'_>>, String> {
         let owner = |reference, table, co_located| -> Result<Owner<'_>, String> {
             let alias = self.top_level_alias(&select.from, reference)?;
-            let naming = alias.is_none().then_some(Naming::Aliased);
+            let naming = alias.is_none().then_some(self.unaliased_naming());
             Ok(Owner {
                 reference,
                 table,
@@ -559,7 +559,7 @@ impl Analysis<'_> {
             true => Err("UPDATE with ORDER BY or LIMIT over several partitions".into()),
             false => Ok(Merge::AffectedRows),
         };
-        let naming = alias.is_none().then_some(Naming::Aliased);
+        let naming = alias.is_none().then_some(self.unaliased_naming());
         let owner = self.owner(alias, naming);
         self.shape(update.selection.as_ref(), &[owner], many, true)
     }
@@ -986,6 +986,15 @@ impl Analysis<'_> {
     /// column of the routed table.
     fn names_column(&self, name: &ObjectName, alias: Option<&Ident>) -> bool {
         self.names(name, &self.table.column, alias)
+    }
+
+    /// How a SELECT or UPDATE names a partition table the client wrote
+    /// without an alias.
+    fn unaliased_naming(&self) -> Naming {
+        match self.ctx.tables_locked {
+            true => Naming::Renamed,
+            false => Naming::Aliased,
+        }
     }
 
     /// Whether `name` is the routed table's column `column`.

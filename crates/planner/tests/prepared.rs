@@ -41,6 +41,7 @@ fn template(sql: &str) -> Template {
         db: Some("app"),
         quoting: Quoting::BACKSLASH_ESCAPES,
         no_auto_value_on_zero: false,
+        tables_locked: false,
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: 1,

@@ -88,6 +88,7 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
         db: Some(db),
         quoting: Quoting::BACKSLASH_ESCAPES,
         no_auto_value_on_zero: false,
+        tables_locked: false,
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
@@ -1309,18 +1310,33 @@ fn lock_tables_lock_each_partition_on_its_backend() {
                 1,
                 "LOCK TABLES `notes` READ /*!32311 LOCAL */, \
                  `app`.`users_default` READ /*!32311 LOCAL */, \
-                 `app`.`users_default` AS `users` READ /*!32311 LOCAL */, \
-                 `app`.`users_nick2` READ /*!32311 LOCAL */, \
-                 `app`.`users_nick2` AS `users` READ /*!32311 LOCAL */"
+                 `app`.`users_nick2` READ /*!32311 LOCAL */"
                     .to_string()
             ),
             (
                 2,
-                "LOCK TABLES `app`.`users_nick1` READ /*!32311 LOCAL */, \
-                 `app`.`users_nick1` AS `users` READ /*!32311 LOCAL */"
-                    .to_string()
+                "LOCK TABLES `app`.`users_nick1` READ /*!32311 LOCAL */".to_string()
             ),
         ]
+    );
+    // While the session holds them, statements name each partition table
+    // as it is locked, not by an alias.
+    let locked = Context {
+        tables_locked: true,
+        ..context(&dictionary, "app")
+    };
+    let Action::Route(route) = plan(
+        b"SELECT users.id FROM users WHERE nickname = 'martin'",
+        &locked,
+        &mut PlanCache::default(),
+    )
+    .action
+    else {
+        panic!("expected a route");
+    };
+    assert_eq!(
+        route.steps[0].sql,
+        "SELECT `users_nick1`.id FROM `users_nick1` WHERE nickname = 'martin'"
     );
     // An alias the client chose is the one name the tables are locked by.
     assert_eq!(
@@ -1336,6 +1352,18 @@ fn lock_tables_lock_each_partition_on_its_backend() {
             ),
         ]
     );
+    match plan(
+        b"LOCK TABLES users AS u READ",
+        &ctx,
+        &mut PlanCache::default(),
+    )
+    .action
+    {
+        Action::Refuse(refusal) => {
+            assert!(refusal.reason.contains("backend 1"), "{}", refusal.reason)
+        }
+        other => panic!("{other:?}"),
+    }
     let refused = plan(
         b"LOCK TABLES users READ; SELECT 1",
         &ctx,

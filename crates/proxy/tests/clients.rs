@@ -247,7 +247,8 @@ fn sysbench_on_a_partitioned_table_leaves_the_rows_one_table_would() {
     }
 }
 
-/// `users` by PREFIX(1) of `nickname` ('m' on backend 2) in `db`, empty.
+/// `users` by PREFIX(1) of `nickname` ('m' on backend 2, 'z' beside the
+/// default partition on backend 1) in `db`, empty.
 fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
     cluster()
         .direct(1, Some(db))
@@ -259,6 +260,8 @@ fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
     c.query_drop("HSCALE SETUP_TABLE('users', 'nickname', 'users_default', 1, 'PREFIX(1)')")
         .unwrap();
     c.query_drop("HSCALE ADD_PARTITION('users', 'm', 'm', 2)")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'z', 'z', 1)")
         .unwrap();
     c
 }
@@ -335,9 +338,15 @@ fn lock_tables_holds_every_partition_until_unlock() {
         .unwrap();
     c.query_drop("INSERT INTO users VALUES (2, 'anna', NULL)")
         .unwrap();
+    c.query_drop("INSERT INTO users VALUES (8, 'zoe', NULL)")
+        .unwrap();
     c.query_drop("LOCK TABLES users READ").unwrap();
     let count: Option<u64> = c.query_first("SELECT COUNT(*) FROM users").unwrap();
-    assert_eq!(count, Some(2));
+    assert_eq!(count, Some(3));
+    let found: Option<String> = c
+        .query_first("SELECT users.nickname FROM users WHERE users.id = 8 AND nickname = 'zoe'")
+        .unwrap();
+    assert_eq!(found.as_deref(), Some("zoe"));
     // As on MariaDB: a READ lock refuses its holder's writes (1099).
     match c.query_drop("INSERT INTO users VALUES (3, 'mia', NULL)") {
         Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1099, "{}", e.message),
@@ -372,5 +381,5 @@ fn lock_tables_holds_every_partition_until_unlock() {
         .expect("the second LOCK TABLES released backend 2");
     c.query_drop("UNLOCK TABLES").unwrap();
     let count: Option<u64> = c.query_first("SELECT COUNT(*) FROM users").unwrap();
-    assert_eq!(count, Some(5));
+    assert_eq!(count, Some(6));
 }

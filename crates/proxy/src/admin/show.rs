@@ -159,6 +159,7 @@ pub fn explain(
         db: caller.db,
         quoting: caller.quoting,
         no_auto_value_on_zero: caller.no_auto_value_on_zero,
+        tables_locked: false,
         // The admin command around the statement was read as UTF-8.
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
