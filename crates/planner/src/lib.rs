@@ -10,6 +10,7 @@ pub mod hashing;
 pub mod kill;
 pub mod lexer;
 mod lock;
+mod maintenance;
 pub mod plan;
 mod rewrite;
 mod route;
@@ -37,5 +38,5 @@ pub use plan::{
 };
 pub use rewrite::{quote_identifier, text_literal};
 pub use set::{client_charset_after, parse_set, SetItem};
-pub use show::{Combine, Elsewhere, Listing, NameColumn, Physical, QueryOrder};
+pub use show::{Combine, Elsewhere, Listing, Maintained, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};

@@ -3,11 +3,10 @@
 //! mode and under the alias the client asked for; the tables that are not
 //! partitioned are locked on the main backend as written.
 
-use crate::dictionary::TableName;
 use crate::lexer::{Token, TokenKind, Tokens};
 use crate::plan::{Action, Context, Refusal};
 use crate::rewrite::quote_identifier;
-use crate::show::identifier;
+use crate::show::table_name;
 
 /// The LOCK TABLES each backend runs: backends in the order the statement
 /// first reaches them, the main backend first.
@@ -53,29 +52,8 @@ pub(crate) fn lock_tables(sql: &str, ctx: &Context) -> Action {
             });
         let text = sql[start..end].trim();
         start = end + 1;
-        let dotted = item
-            .get(1)
-            .is_some_and(|t| t.kind == TokenKind::Symbol(b'.'));
-        let (name, rest) = match dotted {
-            true => (&item[..3.min(item.len())], &item[3.min(item.len())..]),
-            false => (&item[..1], &item[1..]),
-        };
-        let names: Option<Vec<String>> = name
-            .iter()
-            .step_by(2)
-            .map(|t| identifier(sql, t, ctx))
-            .collect();
-        let table = match names.as_deref() {
-            Some([db, table]) => Some(TableName {
-                db: db.clone(),
-                name: table.clone(),
-            }),
-            Some([table]) => ctx.db.map(|db| TableName {
-                db: db.into(),
-                name: table.clone(),
-            }),
-            _ => None,
-        };
+        let (table, taken) = table_name(sql, item, ctx);
+        let rest = &item[taken..];
         let partitioned = table
             .as_ref()
             .and_then(|t| ctx.dictionary.table(&t.db, &t.name));

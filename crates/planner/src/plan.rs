@@ -424,7 +424,8 @@ fn plan_summarized(
         Kind::Other if !ctx.dictionary.names().is_empty() => {
             match crate::show::listing(&text(), ctx) {
                 Some(listing) => Action::Listing(Box::new(listing)),
-                None if summary.names_partitioned => partitioned(&text(), &summary),
+                None if summary.names_partitioned => crate::maintenance::maintenance(&text(), ctx)
+                    .unwrap_or_else(|| partitioned(&text(), &summary)),
                 None => Action::Main,
             }
         }

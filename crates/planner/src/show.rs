@@ -15,7 +15,7 @@ use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
 use crate::cache::unquote;
-use crate::dictionary::PartitionedTable;
+use crate::dictionary::{PartitionedTable, TableName};
 use crate::lexer::{Token, TokenKind, Tokens};
 use crate::plan::Context;
 use crate::rewrite::{quote_identifier, text_literal};
@@ -75,6 +75,23 @@ pub enum Combine {
         limited: bool,
         distinct: bool,
     },
+    /// Table maintenance (`crate::maintenance`): rows in the order the
+    /// statement names the tables. A partitioned table's partitions answer
+    /// alike unless one has something to say, so its rows are kept once
+    /// each; CHECKSUM TABLE's checksums, which MariaDB sums over rows, are
+    /// summed over its partitions.
+    Maintenance {
+        tables: Vec<Maintained>,
+        checksum: bool,
+    },
+}
+
+/// A table a maintenance statement names, as its answer names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Maintained {
+    /// `db.table`.
+    pub qualified: String,
+    pub partitioned: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +109,8 @@ pub enum NameColumn {
     /// By its column name in the source table (information_schema queries
     /// choose and rename their columns).
     Named(&'static str),
+    /// Values `db.table` (the answers of table maintenance).
+    Qualified(usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,12 +147,7 @@ impl Listing {
 /// The listing of a SHOW statement that concerns partitioned tables.
 pub(crate) fn listing(sql: &str, ctx: &Context) -> Option<Listing> {
     let tokens: Vec<Token> = Tokens::new(sql.as_bytes(), ctx.quoting).collect();
-    let word = |i: usize| {
-        tokens
-            .get(i)
-            .filter(|t| t.kind == TokenKind::Word)
-            .map(|t| sql[t.start..t.end].to_ascii_lowercase())
-    };
+    let word = |i: usize| word_at(sql, &tokens, i);
     if word(0).as_deref() != Some("show") {
         return None;
     }
@@ -701,6 +715,43 @@ fn in_database<'d>(ctx: &Context<'d>, db: &str) -> Option<Vec<&'d PartitionedTab
 }
 
 /// An identifier token's name: a word, or a backquoted name.
+/// Token `i`, lowercase, when it is a word.
+pub(crate) fn word_at(sql: &str, tokens: &[Token], i: usize) -> Option<String> {
+    tokens
+        .get(i)
+        .filter(|t| t.kind == TokenKind::Word)
+        .map(|t| sql[t.start..t.end].to_ascii_lowercase())
+}
+
+/// The table that `[db.]table` at the start of `tokens` names, in the
+/// session's database, and how many tokens the name takes.
+pub(crate) fn table_name(sql: &str, tokens: &[Token], ctx: &Context) -> (Option<TableName>, usize) {
+    let dotted = tokens
+        .get(1)
+        .is_some_and(|t| t.kind == TokenKind::Symbol(b'.'));
+    let taken = match dotted {
+        true => 3.min(tokens.len()),
+        false => 1.min(tokens.len()),
+    };
+    let names: Option<Vec<String>> = tokens[..taken]
+        .iter()
+        .step_by(2)
+        .map(|t| identifier(sql, t, ctx))
+        .collect();
+    let table = match names.as_deref() {
+        Some([db, table]) if dotted => Some(TableName {
+            db: db.clone(),
+            name: table.clone(),
+        }),
+        Some([table]) if !dotted => ctx.db.map(|db| TableName {
+            db: db.into(),
+            name: table.clone(),
+        }),
+        _ => None,
+    };
+    (table, taken)
+}
+
 pub(crate) fn identifier(sql: &str, token: &Token, ctx: &Context) -> Option<String> {
     match token.kind {
         TokenKind::Word => Some(sql[token.start..token.end].to_string()),

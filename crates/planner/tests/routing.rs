@@ -2,9 +2,10 @@
 
 use hscale_merge::Place;
 use hscale_planner::{
-    plan, Action, AutoColumn, ClientCharset, ColumnKind, Context, Dictionary, HashFunction, Merge,
-    PartitionEntry, PartitionState, PartitionedTable, PlanCache, Quoting, Route, SchemaEffect,
-    SessionChange, TableDefinition, TableName,
+    plan, Action, AutoColumn, ClientCharset, ColumnKind, Combine, Context, Dictionary,
+    HashFunction, Listing, Maintained, Merge, NameColumn, PartitionEntry, PartitionState,
+    PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, SessionChange, TableDefinition,
+    TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -1374,4 +1375,97 @@ fn lock_tables_lock_each_partition_on_its_backend() {
         "{:?}",
         refused.action
     );
+}
+
+/// ANALYZE, CHECK, OPTIMIZE, REPAIR and CHECKSUM TABLE run on each
+/// backend's physical tables of a partitioned table, the other tables on
+/// the main backend as written; the answer names the logical tables.
+#[test]
+fn table_maintenance_runs_on_each_backends_partitions() {
+    let listing = |sql: &str| match plan_of(sql) {
+        Action::Listing(listing) => *listing,
+        other => panic!("{sql}: {other:?}"),
+    };
+    let statements = |listing: &Listing| {
+        let mut all = vec![(listing.backend, listing.sql.clone().unwrap())];
+        all.extend(listing.elsewhere.iter().map(|e| (e.backend, e.sql.clone())));
+        all
+    };
+    let check = listing("CHECK TABLE notes, `users` FOR UPGRADE;");
+    assert_eq!(
+        statements(&check),
+        [
+            (
+                1,
+                "CHECK TABLE notes, `app`.`users_default`, `app`.`users_nick2` FOR UPGRADE".into()
+            ),
+            (2, "CHECK TABLE `app`.`users_nick1` FOR UPGRADE".into()),
+        ]
+    );
+    assert_eq!(check.column, NameColumn::Qualified(0));
+    assert_eq!(
+        check.combine,
+        Combine::Maintenance {
+            tables: vec![
+                Maintained {
+                    qualified: "app.notes".into(),
+                    partitioned: false
+                },
+                Maintained {
+                    qualified: "app.users".into(),
+                    partitioned: true
+                },
+            ],
+            checksum: false,
+        }
+    );
+    assert_eq!(
+        statements(&listing(
+            "analyze no_write_to_binlog table app.orders persistent for columns (a, b) indexes ()"
+        )),
+        [
+            (
+                1,
+                "analyze no_write_to_binlog table `app`.`orders_default` persistent for columns (a, b) indexes ()".into()
+            ),
+            (
+                2,
+                "analyze no_write_to_binlog table `app`.`orders_p1` persistent for columns (a, b) indexes ()".into()
+            ),
+        ]
+    );
+    let checksum = listing("CHECKSUM TABLE orders QUICK");
+    assert!(matches!(
+        checksum.combine,
+        Combine::Maintenance { checksum: true, .. }
+    ));
+    // No table on the main backend: the first backend with tables answers
+    // first.
+    let Action::Listing(only) = plan(
+        b"OPTIMIZE TABLE users",
+        &Context {
+            main_backend: 3,
+            ..context(&dictionary(), "app")
+        },
+        &mut PlanCache::default(),
+    )
+    .action
+    else {
+        panic!("expected a listing");
+    };
+    assert_eq!(
+        statements(&only),
+        [
+            (
+                1,
+                "OPTIMIZE TABLE `app`.`users_default`, `app`.`users_nick2`".into()
+            ),
+            (2, "OPTIMIZE TABLE `app`.`users_nick1`".into()),
+        ]
+    );
+    // ANALYZE of a query is no table maintenance.
+    assert!(matches!(
+        plan_of("ANALYZE SELECT * FROM users"),
+        Action::Refuse(_) | Action::Route(_)
+    ));
 }

@@ -249,6 +249,13 @@ fn sysbench_on_a_partitioned_table_leaves_the_rows_one_table_would() {
 
 /// `users` by PREFIX(1) of `nickname` ('m' on backend 2, 'z' beside the
 /// default partition on backend 1) in `db`, empty.
+/// A proxy whose transactions may write on several backends.
+fn multi_backend_transactions() -> Proxy {
+    let mut config = cluster().config();
+    config.proxy.transactions = hscale::config::Transactions::Multi;
+    Proxy::start(config)
+}
+
 fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
     cluster()
         .direct(1, Some(db))
@@ -273,9 +280,7 @@ fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
 #[test]
 fn mariadb_dump_of_a_partitioned_table_loads_back_through_hscale() {
     // A dump's INSERT carries many rows, for partitions on both backends.
-    let mut config = cluster().config();
-    config.proxy.transactions = hscale::config::Transactions::Multi;
-    let proxy = Proxy::start(config);
+    let proxy = multi_backend_transactions();
     let from = cluster().database("dump_from");
     let into = cluster().database("dump_into");
     let mut c = partitioned_users(&proxy, &from);
@@ -382,4 +387,147 @@ fn lock_tables_holds_every_partition_until_unlock() {
     c.query_drop("UNLOCK TABLES").unwrap();
     let count: Option<u64> = c.query_first("SELECT COUNT(*) FROM users").unwrap();
     assert_eq!(count, Some(6));
+}
+
+/// ANALYZE, CHECK, OPTIMIZE, REPAIR and CHECKSUM TABLE of a partitioned
+/// table run on every partition, on its backend, and answer as one table
+/// holding the same rows answers on one server: the oracle.
+#[test]
+fn table_maintenance_answers_as_one_table_would() {
+    let proxy = Proxy::for_cluster();
+    let db = cluster().database("maintenance");
+    let mut c = partitioned_users(&proxy, &db);
+    let rows = "(1, 'martin', '2008-05-06'), (2, 'anna', NULL), (3, 'Marlene', '2010-07-08'), (4, 'zoe', '2012-04-05')";
+    // One row at a time: a statement writes on one backend.
+    for row in rows.split("), (") {
+        let row = row.trim_matches(|c| c == '(' || c == ')');
+        c.query_drop(format!("INSERT INTO users VALUES ({row})"))
+            .unwrap();
+    }
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop(
+            "CREATE TABLE oracle (id INT PRIMARY KEY, nickname VARCHAR(32) NOT NULL, created DATE)",
+        )
+        .unwrap();
+    direct
+        .query_drop(format!("INSERT INTO oracle VALUES {rows}"))
+        .unwrap();
+    c.query_drop("CREATE TABLE plain (id INT PRIMARY KEY)")
+        .unwrap();
+    type Row = (String, String, String, String);
+    let of_oracle = |rows: Vec<Row>| -> Vec<Row> {
+        rows.into_iter()
+            .map(|(table, op, kind, text)| {
+                let table = table.replace(".oracle", ".users");
+                (table, op, kind, text)
+            })
+            .collect()
+    };
+    for statement in [
+        "CHECK TABLE {}",
+        "CHECK TABLE {} EXTENDED",
+        "ANALYZE TABLE {}",
+        "ANALYZE NO_WRITE_TO_BINLOG TABLE {} PERSISTENT FOR ALL",
+        "OPTIMIZE TABLE {}",
+        "REPAIR TABLE {}",
+    ] {
+        let through: Vec<Row> = c.query(statement.replace("{}", "users")).unwrap();
+        let expected: Vec<Row> = direct.query(statement.replace("{}", "oracle")).unwrap();
+        assert_eq!(through, of_oracle(expected), "{statement}");
+    }
+    // MariaDB adds up its rows' checksums: the partitions' add up to the
+    // table's.
+    for statement in ["CHECKSUM TABLE {}", "CHECKSUM TABLE {} EXTENDED"] {
+        let through: Vec<(String, Option<u64>)> =
+            c.query(statement.replace("{}", "users")).unwrap();
+        let expected: Vec<(String, Option<u64>)> =
+            direct.query(statement.replace("{}", "oracle")).unwrap();
+        assert!(expected[0].1.is_some(), "{expected:?}");
+        assert_eq!(through, [(format!("{db}.users"), expected[0].1)]);
+    }
+    // Every partition and the default, on both backends, were read.
+    let twice: Vec<(String, Option<u64>)> = c
+        .query("CHECKSUM TABLE users, plain, nosuch QUICK")
+        .unwrap();
+    let names: Vec<&str> = twice.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            format!("{db}.users"),
+            format!("{db}.plain"),
+            format!("{db}.nosuch")
+        ]
+    );
+    // The tables in the order the statement names them, with the errors
+    // the server gives for a table that is not there.
+    let listed: Vec<Row> = c.query("CHECK TABLE plain, nosuch, users").unwrap();
+    let listed: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|(table, _, kind, _)| (table.as_str(), kind.as_str()))
+        .collect();
+    let (plain, nosuch, users) = (
+        format!("{db}.plain"),
+        format!("{db}.nosuch"),
+        format!("{db}.users"),
+    );
+    assert_eq!(
+        listed,
+        [
+            (plain.as_str(), "status"),
+            (nosuch.as_str(), "Error"),
+            (nosuch.as_str(), "status"),
+            (users.as_str(), "status")
+        ]
+    );
+    // mariadb-check lists the logical table, and its checks pass.
+    let port = format!("-P{}", proxy.port);
+    let checked = run_program(
+        "mariadb-check",
+        &["-h127.0.0.1", &port, "-uroot", "--extended", &db],
+    );
+    let line = |table: &str| {
+        checked
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(table))
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+    };
+    assert_eq!(line(&users), Some(vec![users.as_str(), "OK"]), "{checked}");
+    assert!(
+        !checked.contains("users_"),
+        "a physical table is listed: {checked}"
+    );
+}
+
+/// As on MariaDB, table maintenance commits the transaction in progress
+/// first, on every backend it reached: a ROLLBACK after it has nothing
+/// left to undo.
+#[test]
+fn table_maintenance_commits_the_transaction_on_every_backend() {
+    let proxy = multi_backend_transactions();
+    let db = cluster().database("maintenance_commits");
+    let mut c = partitioned_users(&proxy, &db);
+    c.query_drop("CREATE TABLE plain (id INT PRIMARY KEY)")
+        .unwrap();
+    let on_backend_2 = |id: u32| -> bool {
+        let found: Option<u32> = cluster()
+            .direct(2, Some(&db))
+            .query_first(format!("SELECT id FROM users_m WHERE id = {id}"))
+            .unwrap();
+        found.is_some()
+    };
+    for (id, statement) in [(1, "ANALYZE TABLE plain"), (2, "CHECK TABLE users")] {
+        c.query_drop("BEGIN").unwrap();
+        c.query_drop(format!("INSERT INTO users VALUES ({id}, 'mia', NULL)"))
+            .unwrap();
+        c.query_drop(format!("INSERT INTO plain VALUES ({id})"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _: Vec<mysql::Row> = c.query(statement).unwrap();
+        c.query_drop("ROLLBACK").unwrap();
+        assert!(on_backend_2(id), "{statement} left backend 2 uncommitted");
+        let plain: Option<u32> = c
+            .query_first(format!("SELECT id FROM plain WHERE id = {id}"))
+            .unwrap();
+        assert_eq!(plain, Some(id), "{statement}");
+    }
 }

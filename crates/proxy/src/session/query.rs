@@ -13,7 +13,7 @@ use hscale_wire::scan::Expect;
 use super::savepoint::savepoint_statement;
 use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
-use super::transaction::{hides_transaction_control, plain_begin};
+use super::transaction::{commits_implicitly, hides_transaction_control, plain_begin};
 use super::{may_change_session_variables, Session};
 use crate::error::ProxyError;
 use crate::exec::Command;
@@ -131,7 +131,13 @@ impl Session {
                     .await
             }
             Action::LockTables(locks) => self.lock_tables(locks).await,
-            Action::Listing(listing) => self.listing(payload, *listing).await,
+            Action::Listing(listing) => {
+                // Table maintenance, which runs on several backends.
+                if self.in_transaction() && commits_implicitly(plan.summary.kind, sql) {
+                    self.commit_open(None).await?;
+                }
+                self.listing(payload, *listing).await
+            }
             Action::Schema(_) => self.schema_change(sql).await,
             Action::Exists { table, quiet } => match quiet {
                 true => self.send_ok().await,

@@ -3,7 +3,7 @@
 //! the listing names, corrected to name logical tables only, then sent.
 
 use bytes::Bytes;
-use hscale_planner::{Combine, Elsewhere, Listing, NameColumn, QueryOrder, Refusal};
+use hscale_planner::{Combine, Elsewhere, Listing, Maintained, NameColumn, QueryOrder, Refusal};
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::Completion;
@@ -105,10 +105,11 @@ fn correct(
         })
     };
     let name_at = match listing.column {
-        NameColumn::Position(i) => Some(i),
+        NameColumn::Position(i) | NameColumn::Qualified(i) => Some(i),
         NameColumn::Named(name) => position(name),
     }
     .filter(|&i| i < columns);
+    let qualified = matches!(listing.column, NameColumn::Qualified(_));
     let schema_at = listing.schema_column.and_then(position);
     let rename = |row: Bytes, correct: &LogicalName| {
         let Some(name_at) = name_at else {
@@ -120,8 +121,16 @@ fn correct(
         let Some(Some(table)) = values.get(name_at).cloned() else {
             return Some((Vec::new(), row));
         };
-        let db = schema_at.and_then(|i| values.get(i).cloned().flatten());
-        let name = correct(db.as_deref(), &table)?;
+        let name = match qualified {
+            true => {
+                let (db, name) = split_qualified(&table);
+                [db, b".", &correct(Some(db), name)?].concat()
+            }
+            false => {
+                let db = schema_at.and_then(|i| values.get(i).cloned().flatten());
+                correct(db.as_deref(), &table)?
+            }
+        };
         if name == table {
             return Some((table, row));
         }
@@ -180,6 +189,9 @@ fn correct(
                 named.sort();
             }
         }
+        Combine::Maintenance { tables, checksum } => {
+            named = maintained(tables, *checksum, named, columns);
+        }
         Combine::Query { .. } if sources <= 1 => {}
         Combine::Query {
             order,
@@ -216,6 +228,63 @@ fn correct(
     Ok(named.into_iter().map(|(_, row)| row).collect())
 }
 
+/// A maintenance answer's rows (`Combine::Maintenance`), each `(table,
+/// row)`: in the order the statement names the tables, a partitioned
+/// table's rows once each, or its checksums summed.
+fn maintained(
+    tables: &[Maintained],
+    checksum: bool,
+    mut named: Vec<(Vec<u8>, Bytes)>,
+    columns: usize,
+) -> Vec<(Vec<u8>, Bytes)> {
+    let table_of = |name: &[u8]| tables.iter().position(|t| t.qualified.as_bytes() == name);
+    named.sort_by_key(|(name, _)| table_of(name).unwrap_or(usize::MAX));
+    let partitioned = |name: &[u8]| table_of(name).is_some_and(|i| tables[i].partitioned);
+    let mut kept: Vec<(Vec<u8>, Bytes)> = Vec::with_capacity(named.len());
+    for (name, row) in named {
+        let same_table = kept.last().filter(|(last, _)| *last == name);
+        match same_table {
+            Some(_) if !partitioned(&name) => kept.push((name, row)),
+            Some((_, last)) if checksum => {
+                let sum = add_checksums(last, &row, columns);
+                kept.last_mut().expect("the same table's row").1 = sum;
+            }
+            Some(_) if kept.iter().any(|(n, r)| *n == name && *r == row) => {}
+            _ => kept.push((name, row)),
+        }
+    }
+    kept
+}
+
+/// One CHECKSUM TABLE row out of two of one table: MariaDB adds its rows'
+/// checksums as 32-bit numbers, so partitions add up to the table's. NULL
+/// (a partition without a checksum) makes the sum NULL.
+fn add_checksums(first: &[u8], second: &[u8], columns: usize) -> Bytes {
+    let checksum = |row: &[u8]| {
+        let values = parse_text_row(row, columns)?;
+        let value = values.get(1).cloned().flatten()?;
+        std::str::from_utf8(&value).ok()?.parse::<u64>().ok()
+    };
+    let mut values = parse_text_row(first, columns).unwrap_or_default();
+    if let Some(slot) = values.get_mut(1) {
+        *slot = match (checksum(first), checksum(second)) {
+            (Some(a), Some(b)) => Some(((a + b) % (1 << 32)).to_string().into_bytes()),
+            _ => None,
+        };
+    }
+    let mut packet = Vec::with_capacity(first.len());
+    write_text_row(&values, &mut packet);
+    Bytes::from(packet)
+}
+
+/// `db.table` as a maintenance answer writes it: a database name has no dot.
+fn split_qualified(qualified: &[u8]) -> (&[u8], &[u8]) {
+    match qualified.iter().position(|&b| b == b'.') {
+        Some(dot) => (&qualified[..dot], &qualified[dot + 1..]),
+        None => (&[], qualified),
+    }
+}
+
 /// The name a row's (database, table) gets in the answer; `None` leaves it out.
 type LogicalName<'a> = dyn Fn(Option<&[u8]>, &[u8]) -> Option<Vec<u8>> + 'a;
 
@@ -249,7 +318,29 @@ fn rename_created(create: &[u8], physical: &[u8], logical: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::rename_created;
+    use super::{add_checksums, rename_created};
+    use hscale_wire::resultset::{parse_text_row, write_text_row};
+
+    #[test]
+    fn checksums_add_up_as_32_bit_numbers() {
+        let row = |checksum: Option<&str>| {
+            let mut packet = Vec::new();
+            let values = [Some(b"app.users".to_vec()), checksum.map(|c| c.into())];
+            write_text_row(&values, &mut packet);
+            packet
+        };
+        let sum = |a, b| {
+            let row = add_checksums(&row(a), &row(b), 2);
+            parse_text_row(&row, 2).unwrap()[1].clone()
+        };
+        assert_eq!(sum(Some("4294967295"), Some("2")), Some(b"1".to_vec()));
+        assert_eq!(
+            sum(Some("115315224"), Some("1349448522")),
+            Some(b"1464763746".to_vec())
+        );
+        assert_eq!(sum(Some("7"), None), None);
+        assert_eq!(sum(None, Some("7")), None);
+    }
 
     #[test]
     fn a_create_statement_names_the_logical_table() {

@@ -142,7 +142,7 @@ impl Session {
             Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
             Action::Listing(_) => return refuse(
                 None,
-                "prepared statements (COM_STMT_PREPARE) that list tables while tables are partitioned (send it as a query)",
+                "prepared statements (COM_STMT_PREPARE) that list tables or maintain them while tables are partitioned (send it as a query)",
             ),
             Action::LockTables(_) => {
                 return refuse(None, "LOCK TABLES as a prepared statement (send it as a query)")

@@ -287,15 +287,36 @@ pub(super) fn plain_begin(sql: &[u8]) -> bool {
 }
 
 /// Statements before which the server commits the transaction in
-/// progress: BEGIN, LOCK TABLES and DDL (not on temporary tables).
-fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
+/// progress: BEGIN, LOCK TABLES, DDL (not on temporary tables), table
+/// maintenance, FLUSH and the other administration statements MariaDB
+/// lists.
+pub(super) fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
     match kind {
         Kind::Begin | Kind::Lock | Kind::DropDatabase => true,
         Kind::Other => with_words(sql, |words| match words {
             ["drop", "temporary", ..] => false,
+            // ANALYZE SELECT runs a query.
+            ["analyze", next, ..] => {
+                matches!(*next, "table" | "tables" | "no_write_to_binlog" | "local")
+            }
+            ["load", next, ..] => *next == "index",
             [first, ..] => matches!(
                 *first,
-                "create" | "alter" | "drop" | "rename" | "truncate" | "grant" | "revoke"
+                "create"
+                    | "alter"
+                    | "drop"
+                    | "rename"
+                    | "truncate"
+                    | "grant"
+                    | "revoke"
+                    | "check"
+                    | "optimize"
+                    | "repair"
+                    | "flush"
+                    | "cache"
+                    | "reset"
+                    | "install"
+                    | "uninstall"
             ),
             [] => false,
         }),
