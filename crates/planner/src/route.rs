@@ -18,7 +18,7 @@ use sqlparser::tokenizer::Span;
 use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
-use crate::lexer::Summary;
+use crate::lexer::{Summary, Token, Tokens};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
 use crate::rewrite::{quote_identifier, Offsets, Splices};
 use crate::schema::schema_names;
@@ -26,6 +26,7 @@ use crate::shape::{
     apply_edits, bytes, check_others, off_main, ByteShape, Edit, EditText, InsertRows, Key,
     RangeEnd, Shape,
 };
+use crate::show::word_at;
 use crate::template::{Bound, Form, Row, Rows, Template};
 
 /// The plan of a statement that may name a partitioned table, and the shape
@@ -69,10 +70,13 @@ pub(crate) fn route(
         Ok(s) => s,
         Err(e) => {
             return match may_name_partitioned(sql, ctx) {
-                Some(table) => refuse(
-                    Some(&table),
-                    format!("a statement hscale cannot parse ({e})"),
-                ),
+                Some(table) => {
+                    let reason = not_run(sql, ctx).map_or_else(
+                        || format!("a statement hscale cannot parse ({e})"),
+                        str::to_string,
+                    );
+                    refuse(Some(&table), reason)
+                }
                 None => Action::Main.into(),
             };
         }
@@ -260,6 +264,25 @@ fn reads_information_schema(statements: &Vec<Statement>, ctx: &Context) -> bool 
         ControlFlow::<()>::Continue(())
     });
     found
+}
+
+/// Statements hscale does not run on a partitioned table, and what to do
+/// instead.
+fn not_run(sql: &str, ctx: &Context) -> Option<&'static str> {
+    let tokens: Vec<Token> = Tokens::new(sql.as_bytes(), ctx.quoting).collect();
+    let word = |i: usize| word_at(sql, &tokens, i);
+    match (word(0).as_deref(), word(1).as_deref()) {
+        (Some("load"), Some("data" | "xml")) => Some(
+            "LOAD DATA or LOAD XML into a partitioned table: hscale places each row by its \
+             partition value and reads rows from INSERT and REPLACE statements only \
+             (load the rows as INSERTs, as mariadb-dump writes them)",
+        ),
+        (Some("handler"), _) => Some(
+            "HANDLER on a partitioned table: a handler walks one physical table \
+             (read the table with SELECT)",
+        ),
+        _ => None,
+    }
 }
 
 /// For a statement sqlparser cannot read: a partitioned table whose name is

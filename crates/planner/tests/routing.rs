@@ -430,6 +430,15 @@ fn refuses_what_partitions_cannot_answer() {
         ("RENAME TABLE users TO other.users", "another database"),
         ("SELECT 1; SELECT * FROM users", "several statements"),
         ("SELECT * FROM users PROCEDURE ANALYSE()", "cannot parse"),
+        (
+            "LOAD DATA LOCAL INFILE 'u.csv' INTO TABLE users",
+            "LOAD DATA or LOAD XML into a partitioned table",
+        ),
+        (
+            "load xml infile 'u.xml' into table app.users",
+            "LOAD DATA or LOAD XML into a partitioned table",
+        ),
+        ("HANDLER users OPEN", "HANDLER on a partitioned table"),
     ] {
         let said = refusal(sql);
         assert!(said.contains(reason), "{sql}: {said}");

@@ -480,6 +480,23 @@ fn table_maintenance_answers_as_one_table_would() {
             (users.as_str(), "status")
         ]
     );
+    // HSCALE EXPLAIN shows each backend's statement.
+    let explained: Vec<(String, u32, Option<String>, String)> =
+        c.query("HSCALE EXPLAIN CHECK TABLE users QUICK").unwrap();
+    let explained: Vec<(u32, &str)> = explained
+        .iter()
+        .map(|(_, backend, _, sql)| (*backend, sql.as_str()))
+        .collect();
+    assert_eq!(
+        explained,
+        [
+            (
+                1,
+                format!("CHECK TABLE `{db}`.`users_default`, `{db}`.`users_z` QUICK").as_str()
+            ),
+            (2, format!("CHECK TABLE `{db}`.`users_m` QUICK").as_str()),
+        ]
+    );
     // mariadb-check lists the logical table, and its checks pass.
     let port = format!("-P{}", proxy.port);
     let checked = run_program(

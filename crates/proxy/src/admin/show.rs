@@ -204,12 +204,17 @@ pub fn explain(
         }
         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
         Action::Exists { table, .. } => return Err(AdminError::AlreadyPartitioned { table }.into()),
-        Action::Listing(listing) => vec![row(
-            "(listing)",
-            listing.backend,
-            None,
-            listing.sql.as_deref().unwrap_or(statement),
-        )],
+        Action::Listing(listing) => {
+            let first = row(
+                "(listing)",
+                listing.backend,
+                None,
+                listing.sql.as_deref().unwrap_or(statement),
+            );
+            let elsewhere = (listing.elsewhere.iter())
+                .map(|other| row("(listing)", other.backend, None, &other.sql));
+            std::iter::once(first).chain(elsewhere).collect()
+        }
         Action::Admin | Action::Kill(_) => {
             vec![row("(hscale)", shared.main_backend(), None, statement)]
         }
