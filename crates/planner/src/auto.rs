@@ -63,7 +63,18 @@ pub struct Generate {
     pub table: TableName,
     /// Rows that get an id, in text order: the first gets the first id.
     pub count: u64,
+    pub upsert: Option<Upsert>,
     fills: Vec<Fill>,
+}
+
+/// A one-row INSERT ... ON DUPLICATE KEY UPDATE. When hscale writes its id
+/// in, only the answer tells whether the row went in: the server's OK then
+/// carries that id; after an update, the updated row's id (or 0 if nothing
+/// changed), and LAST_INSERT_ID() keeps its value unless the update called
+/// LAST_INSERT_ID(expr), as `id = LAST_INSERT_ID(id)` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upsert {
+    pub sets_last_insert_id: bool,
 }
 
 /// Where one row's id goes: `at` (a NULL or 0, or an empty range where the
@@ -111,8 +122,13 @@ impl Generate {
         (count > 0).then_some(Generate {
             table,
             count,
+            upsert: None,
             fills,
         })
+    }
+
+    pub(crate) fn with_upsert(self, upsert: Option<Upsert>) -> Generate {
+        Generate { upsert, ..self }
     }
 
     /// The statement with ids `first`, `first + 1`, ... written in.

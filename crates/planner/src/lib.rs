@@ -21,7 +21,7 @@ mod shape;
 mod show;
 mod template;
 
-pub use auto::Generate;
+pub use auto::{Generate, Upsert};
 pub use cache::PlanCache;
 pub use connection_id::replace_connection_id;
 pub use dictionary::{

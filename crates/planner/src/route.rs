@@ -6,16 +6,16 @@ use std::ops::{ControlFlow, Range};
 use std::sync::Arc;
 
 use sqlparser::ast::{
-    visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable, Ident,
-    JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem,
-    SetExpr, Spanned, Statement, TableFactor, TableObject, TableWithJoins, UnaryOperator,
-    Value as Literal,
+    visit_expressions, visit_relations, AssignmentTarget, BinaryOperator, Expr, FromTable,
+    FunctionArg, FunctionArgExpr, FunctionArguments, Ident, JoinConstraint, JoinOperator,
+    ObjectName, ObjectNamePart, OnInsert, Query, Select, SelectItem, SetExpr, Spanned, Statement,
+    TableFactor, TableObject, TableWithJoins, UnaryOperator, Value as Literal,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Span;
 
-use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue};
+use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue, Upsert};
 use crate::dictionary::{PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::lexer::{Summary, Token, Tokens};
@@ -168,7 +168,12 @@ pub(crate) fn route(
         return match form {
             Ok(form) => {
                 let main_only = main_only(summary);
-                let template = Template::new(sql, table, ctx.dictionary.version, main_only, form);
+                let upsert = match statement {
+                    Statement::Insert(insert) => analysis.upsert(insert),
+                    _ => None,
+                };
+                let template = Template::new(sql, table, ctx.dictionary.version, main_only, form)
+                    .with_upsert(upsert);
                 Action::Template(Box::new(template)).into()
             }
             Err(reason) => refuse(Some(&table.table), reason),
@@ -680,7 +685,8 @@ impl Analysis<'_> {
                     fills.push(Fill::added(range(&last.value)?.end, format!(", {name} = ")));
                 }
             }
-            return Ok(Generate::new(self.table.table.clone(), fills));
+            return Ok(Generate::new(self.table.table.clone(), fills)
+                .map(|g| g.with_upsert(self.upsert(insert))));
         }
         let Some(source) = &insert.source else {
             return Ok(None);
@@ -720,7 +726,38 @@ impl Analysis<'_> {
                 }
             }
         }
-        Ok(Generate::new(self.table.table.clone(), fills))
+        Ok(Generate::new(self.table.table.clone(), fills)
+            .map(|g| g.with_upsert(self.upsert(insert))))
+    }
+
+    /// A one-row INSERT ... ON DUPLICATE KEY UPDATE, and whether its update
+    /// calls LAST_INSERT_ID(expr).
+    pub(crate) fn upsert(&self, insert: &sqlparser::ast::Insert) -> Option<Upsert> {
+        let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on else {
+            return None;
+        };
+        let one_row = match insert.source.as_deref().map(|s| s.body.as_ref()) {
+            None => !insert.assignments.is_empty(),
+            Some(SetExpr::Values(values)) => values.rows.len() == 1,
+            Some(_) => false,
+        };
+        if !one_row {
+            return None;
+        }
+        let sets_last_insert_id = visit_expressions(assignments, |expr| match expr {
+            Expr::Function(f)
+                if f.name.to_string().eq_ignore_ascii_case("last_insert_id")
+                    && !matches!(&f.args, FunctionArguments::List(l) if l.args.is_empty())
+                    && !matches!(f.args, FunctionArguments::None) =>
+            {
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        })
+        .is_break();
+        Some(Upsert {
+            sets_last_insert_id,
+        })
     }
 
     /// The partition column's value in an INSERT ... SET.
@@ -808,16 +845,65 @@ impl Analysis<'_> {
         let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on else {
             return Ok(());
         };
-        let changes_column = assignments.iter().any(|a| match &a.target {
-            AssignmentTarget::ColumnName(name) => self.names_column(name, None),
-            AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names_column(n, None)),
-        });
-        match changes_column {
-            true => Err(format!(
+        let sets = |column: &str, a: &sqlparser::ast::Assignment| match &a.target {
+            AssignmentTarget::ColumnName(name) => self.names(name, column, None),
+            AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names(n, column, None)),
+        };
+        if assignments.iter().any(|a| sets(&self.table.column, a)) {
+            return Err(format!(
                 "ON DUPLICATE KEY UPDATE that changes the partition column `{}`",
                 self.table.column
+            ));
+        }
+        // An id set past the sequence would be handed out again later, and
+        // another partition would take it. The row's own id, or the one its
+        // VALUES gave (which hscale read), stays within it:
+        // `id = LAST_INSERT_ID(id)` is how clients learn an existing row's id.
+        let Some(auto) = &self.table.auto_column else {
+            return Ok(());
+        };
+        let keeps_id = |a: &sqlparser::ast::Assignment| {
+            matches!(a.target, AssignmentTarget::ColumnName(_))
+                && self.is_own_id(&a.value, &auto.name)
+        };
+        match assignments
+            .iter()
+            .any(|a| sets(&auto.name, a) && !keeps_id(a))
+        {
+            true => Err(format!(
+                "ON DUPLICATE KEY UPDATE that sets the AUTO_INCREMENT column `{}` other than to \
+                 itself, VALUES({0}) or LAST_INSERT_ID({0}) (hscale hands out its ids)",
+                auto.name
             )),
             false => Ok(()),
+        }
+    }
+
+    /// `column`, `VALUES(column)` or `LAST_INSERT_ID(column)`.
+    fn is_own_id(&self, expr: &Expr, column: &str) -> bool {
+        let names_it = |expr: &Expr| match expr {
+            Expr::Identifier(ident) => ident.value.eq_ignore_ascii_case(column),
+            Expr::CompoundIdentifier(parts) => {
+                let parts: Vec<&Ident> = parts.iter().collect();
+                names_column(&parts, self.table, column, None)
+            }
+            _ => false,
+        };
+        match expr {
+            Expr::Nested(inner) => self.is_own_id(inner, column),
+            Expr::Function(function) => {
+                let name = function.name.to_string();
+                let wraps = name.eq_ignore_ascii_case("values")
+                    || name.eq_ignore_ascii_case("last_insert_id");
+                let FunctionArguments::List(list) = &function.args else {
+                    return false;
+                };
+                match list.args.as_slice() {
+                    [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] => wraps && names_it(arg),
+                    _ => false,
+                }
+            }
+            other => names_it(other),
         }
     }
 

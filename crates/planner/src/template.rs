@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::auto::{id_value, not_an_id, IdValue};
+use crate::auto::{id_value, not_an_id, IdValue, Upsert};
 use crate::dictionary::{Dictionary, PartitionedTable, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Refusal, Route, Step};
@@ -162,6 +162,7 @@ pub struct Template {
     ids: Vec<usize>,
     /// The table's AUTO_INCREMENT column.
     id_column: Option<String>,
+    upsert: Option<Upsert>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,7 +222,18 @@ impl Template {
             form,
             ids: Vec::new(),
             id_column: table.auto_column.as_ref().map(|a| a.name.clone()),
+            upsert: None,
         }
+    }
+
+    pub(crate) fn with_upsert(self, upsert: Option<Upsert>) -> Template {
+        Template { upsert, ..self }
+    }
+
+    /// A one-row INSERT ... ON DUPLICATE KEY UPDATE: whether the ids hscale
+    /// binds went in shows in the answer.
+    pub fn upsert(&self) -> Option<Upsert> {
+        self.upsert
     }
 
     pub(crate) fn with_ids(self, ids: Vec<usize>) -> Template {

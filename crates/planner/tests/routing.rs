@@ -1478,3 +1478,63 @@ fn table_maintenance_runs_on_each_backends_partitions() {
         Action::Refuse(_) | Action::Route(_)
     ));
 }
+
+/// An ON DUPLICATE KEY UPDATE that sets the AUTO_INCREMENT id past what
+/// hscale handed out would see that id handed out again to another
+/// partition's row: refused, but for the forms that keep the row's id.
+#[test]
+fn duplicate_key_updates_keep_ids_within_the_sequence() {
+    let dictionary = Dictionary::new(
+        1,
+        vec![PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: "posts".into(),
+                },
+                column: "author".into(),
+                column_position: 2,
+                kind: ColumnKind::Integer,
+                function: HashFunction::Mod(2),
+                default_table: "posts_default".into(),
+                default_backend: 1,
+                auto_column: Some(AutoColumn {
+                    name: "id".into(),
+                    position: 1,
+                }),
+            },
+            Vec::new(),
+        )],
+    );
+    let ctx = context(&dictionary, "app");
+    let planned = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    let insert = "INSERT INTO posts (id, author, body) VALUES (5, 1, 'x') ON DUPLICATE KEY UPDATE ";
+    for kept in [
+        "id = LAST_INSERT_ID(id), body = 'y'",
+        "posts.id = last_insert_id(posts.id)",
+        "id = VALUES(id)",
+        "`id` = (`id`)",
+        "body = VALUES(body)",
+    ] {
+        let sql = format!("{insert}{kept}");
+        assert!(matches!(planned(&sql), Action::Route(_)), "{sql}");
+    }
+    for set in [
+        "id = 1000000",
+        "id = id + 1",
+        "body = 'y', posts.id = LAST_INSERT_ID()",
+        "id = VALUES(author)",
+    ] {
+        let sql = format!("{insert}{set}");
+        match planned(&sql) {
+            Action::Refuse(refusal) => assert!(
+                refusal
+                    .reason
+                    .contains("sets the AUTO_INCREMENT column `id`"),
+                "{sql}: {}",
+                refusal.reason
+            ),
+            other => panic!("{sql}: expected a refusal, got {other:?}"),
+        }
+    }
+}

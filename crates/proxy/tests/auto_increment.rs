@@ -311,3 +311,113 @@ fn ids_left_to_the_server_in_any_form_come_from_the_sequence() {
     assert_eq!(zed.len(), 2);
     assert!(zed[0] > 0 && zed[1] == 0, "NULL still gets an id: {zed:?}");
 }
+
+/// A one-row INSERT ... ON DUPLICATE KEY UPDATE reports ids as MariaDB
+/// does: the OK's id and LAST_INSERT_ID() name the same rows as on one
+/// plain table (the oracle), whether the row went in, was updated or left
+/// alone, also for `id = LAST_INSERT_ID(id)`, which is how clients learn
+/// the id of the row that was there. An ODKU that would set the id
+/// past hscale's sequence is refused.
+#[test]
+fn duplicate_key_updates_report_ids_as_one_table_does() {
+    let db = cluster().database("auto_upsert");
+    let proxy = Proxy::for_cluster();
+    let mut c = proxy.connect(Some(&db));
+    let create = "CREATE TABLE tags (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(32) NOT NULL, hits INT NOT NULL, UNIQUE KEY (name))";
+    cluster().direct(1, Some(&db)).query_drop(create).unwrap();
+    c.query_drop("HSCALE SETUP_TABLE('tags', 'name', 'tags_default', 1, 'PREFIX(1)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('tags', 'm', 'm', 2)")
+        .unwrap();
+    let mut oracle = cluster().direct(1, Some(&db));
+    oracle.query_drop(create.replace("tags", "oracle")).unwrap();
+    let statements = [
+        "INSERT INTO tags (name, hits) VALUES ('anna', 1)",
+        "INSERT INTO tags (name, hits) VALUES ('martin', 1), ('mia', 1)",
+        "INSERT INTO tags (name, hits) VALUES ('martin', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('anna', 1) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('mia', 1) ON DUPLICATE KEY UPDATE hits = hits",
+        "INSERT INTO tags (name, hits) VALUES ('zoe', 1) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+        "INSERT INTO tags (name, hits) VALUES ('mia', 1) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+        "INSERT INTO tags (name, hits) VALUES ('max', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('max', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('mo', 1), ('mel', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+    ];
+    // Ids differ between the two; the rows they name must not.
+    let named = |conn: &mut mysql::Conn, table: &str, id: u64| -> Option<String> {
+        conn.query_first(format!("SELECT name FROM {table} WHERE id = {id}"))
+            .unwrap()
+    };
+    let mut seen = Vec::new();
+    for (conn, table) in [(&mut c, "tags"), (&mut oracle, "oracle")] {
+        let mut answers = Vec::new();
+        for statement in statements {
+            conn.query_drop(statement.replace("tags", table)).unwrap();
+            let ok = (conn.last_insert_id(), conn.affected_rows());
+            let last: u64 = conn
+                .query_first("SELECT LAST_INSERT_ID()")
+                .unwrap()
+                .unwrap();
+            answers.push((
+                statement,
+                named(conn, table, ok.0),
+                ok.1,
+                named(conn, table, last),
+            ));
+        }
+        // Prepared, with the id bound to NULL: hscale binds its own.
+        conn.exec_drop(
+            format!("INSERT INTO {table} (id, name, hits) VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)"),
+            (None::<u64>, "anna"),
+        )
+        .unwrap();
+        let last: u64 = conn
+            .query_first("SELECT LAST_INSERT_ID()")
+            .unwrap()
+            .unwrap();
+        answers.push((
+            "prepared",
+            named(conn, table, conn.last_insert_id()),
+            conn.affected_rows(),
+            named(conn, table, last),
+        ));
+        // A counter kept in LAST_INSERT_ID(expr).
+        conn.query_drop(format!("INSERT INTO {table} SET name = 'mia', hits = 1 ON DUPLICATE KEY UPDATE hits = LAST_INSERT_ID(hits + 10)"))
+            .unwrap();
+        let reported = conn.last_insert_id();
+        let counter: u64 = conn
+            .query_first(format!("SELECT hits FROM {table} WHERE name = 'mia'"))
+            .unwrap()
+            .unwrap();
+        let last: u64 = conn
+            .query_first("SELECT LAST_INSERT_ID()")
+            .unwrap()
+            .unwrap();
+        assert_eq!((reported, last), (counter, counter), "{table}");
+        let hits: Vec<(String, u32)> = conn
+            .query(format!("SELECT name, hits FROM {table} ORDER BY name"))
+            .unwrap();
+        seen.push((answers, hits));
+    }
+    let (through, direct) = (&seen[0], &seen[1]);
+    for (hscale, oracle) in through.0.iter().zip(&direct.0) {
+        assert_eq!(
+            hscale, oracle,
+            "(statement, OK id's row, affected, LAST_INSERT_ID()'s row)"
+        );
+    }
+    assert_eq!(through.1, direct.1);
+    match c.query_drop(
+        "INSERT INTO tags (name, hits) VALUES ('max', 1) ON DUPLICATE KEY UPDATE id = 1000000",
+    ) {
+        Err(mysql::Error::MySqlError(e)) => {
+            assert_eq!(e.code, 1235, "{}", e.message);
+            assert!(
+                e.message.contains("AUTO_INCREMENT column `id`"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

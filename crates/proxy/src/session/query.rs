@@ -11,6 +11,7 @@ use hscale_planner::{
 use hscale_wire::scan::Expect;
 
 use super::savepoint::savepoint_statement;
+use super::scatter::Generated;
 use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
 use super::transaction::{commits_implicitly, hides_transaction_control, plain_begin};
@@ -241,7 +242,11 @@ impl Session {
         };
         match plan.action {
             Action::Route(route) => {
-                self.run_route(route, needs, connection_id, Some(first))
+                let generated = Generated {
+                    first,
+                    upsert: generate.upsert,
+                };
+                self.run_route(route, needs, connection_id, Some(generated))
                     .await
             }
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
@@ -257,7 +262,7 @@ impl Session {
         route: Route,
         needs: Needs,
         connection_id: bool,
-        generated: Option<u64>,
+        generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         self.shared.counters.routed.add(1);
         let Some(given) = route.highest_id else {
@@ -280,7 +285,7 @@ impl Session {
         mut route: Route,
         needs: Needs,
         connection_id: bool,
-        generated: Option<u64>,
+        generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         let payload = |session: &Session, step: Step| {
             let payload = Bytes::from(step.into_command(COM_QUERY));

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
-use hscale_planner::{KillScope, Merge, Refusal};
+use hscale_planner::{KillScope, Merge, Refusal, Upsert};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
 use hscale_wire::resultset::is_result_end;
@@ -28,6 +28,13 @@ use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
 /// calls.
 const WATCH_AFTER: Duration = Duration::from_millis(20);
 
+/// The AUTO_INCREMENT ids hscale wrote into an INSERT.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Generated {
+    pub first: u64,
+    pub upsert: Option<Upsert>,
+}
+
 impl Session {
     /// Commands on several partitions, their answers merged into one.
     pub(super) async fn run_merged(
@@ -36,7 +43,7 @@ impl Session {
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
-        generated: Option<u64>,
+        generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         match merge {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
@@ -499,14 +506,15 @@ impl Session {
     /// One OK with the affected rows of every partition. Outside a
     /// transaction the partitions' statements run in one transaction per
     /// backend, committed in turn once every one succeeded. `generated`: the
-    /// first AUTO_INCREMENT id hscale wrote into the statements, which the OK
-    /// reports and LAST_INSERT_ID() returns.
+    /// AUTO_INCREMENT ids hscale wrote into the statements, the first of
+    /// which the OK reports and LAST_INSERT_ID() returns once its row went
+    /// in.
     async fn sum_affected(
         &mut self,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
-        generated: Option<u64>,
+        generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.in_transaction() && slots.len() > 1;
@@ -541,9 +549,16 @@ impl Session {
             }
         }
         let mut total = outcome?;
-        if let Some(first) = generated {
-            total.last_insert_id = first;
-            self.state.last_insert_id = first;
+        if let Some(generated) = generated {
+            // The server reports an id written in as given: that of the
+            // last row it inserted or updated.
+            let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
+            if inserted {
+                total.last_insert_id = generated.first;
+                self.state.last_insert_id = generated.first;
+            } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
+                self.state.last_insert_id = total.last_insert_id;
+            }
         }
         self.previous = Previous::Scattered {
             messages: total.warnings > 0,

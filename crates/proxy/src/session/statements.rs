@@ -16,6 +16,7 @@ use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
 
+use super::scatter::Generated;
 use super::slots::Needs;
 use super::state::COM_QUERY;
 use super::Session;
@@ -402,7 +403,11 @@ impl Session {
                         }
                     })
                     .collect();
-                (Cow::Owned(client.rebuild(&sources, true)), Some(first))
+                let generated = Generated {
+                    first,
+                    upsert: self.routed_mut(id).expect("checked").template.upsert(),
+                };
+                (Cow::Owned(client.rebuild(&sources, true)), Some(generated))
             }
         };
         let count = count + added;
@@ -430,7 +435,7 @@ impl Session {
         count: usize,
         rest: &[u8],
         params: &Parameters<'_>,
-        generated: Option<u64>,
+        generated: Option<Generated>,
         table: &hscale_planner::TableName,
     ) -> Result<(), ProxyError> {
         let refusal = |reason: &str| {
