@@ -341,6 +341,9 @@ fn duplicate_key_updates_report_ids_as_one_table_does() {
         "INSERT INTO tags (name, hits) VALUES ('mia', 1) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
         "INSERT INTO tags (name, hits) VALUES ('max', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
         "INSERT INTO tags (name, hits) VALUES ('max', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('anna', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('mira', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
+        "INSERT INTO tags (name, hits) VALUES ('martin', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
         "INSERT INTO tags (name, hits) VALUES ('mo', 1), ('mel', 1) ON DUPLICATE KEY UPDATE hits = hits + 1",
     ];
     // Ids differ between the two; the rows they name must not.

@@ -518,6 +518,7 @@ impl Session {
     ) -> Result<(), ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.in_transaction() && slots.len() > 1;
+        let last_insert_id = self.state.last_insert_id;
         let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
         let outcome = self
             .run_each(slots, commands, needs, implicit, &mut leases)
@@ -558,6 +559,9 @@ impl Session {
                 self.state.last_insert_id = generated.first;
             } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
                 self.state.last_insert_id = total.last_insert_id;
+            } else {
+                // The updated row's id is in the OK only.
+                self.state.last_insert_id = last_insert_id;
             }
         }
         self.previous = Previous::Scattered {
