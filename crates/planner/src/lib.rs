@@ -9,6 +9,7 @@ pub mod dictionary;
 pub mod hashing;
 pub mod kill;
 pub mod lexer;
+mod load;
 mod lock;
 mod maintenance;
 pub mod plan;
@@ -31,6 +32,7 @@ pub use dictionary::{
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
+pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
 pub use plan::{
     plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,

@@ -110,6 +110,9 @@ pub enum Action {
     },
     /// LOCK TABLES naming partitioned tables: each backend's statement.
     LockTables(crate::lock::TableLocks),
+    /// LOAD DATA LOCAL INFILE into a partitioned table: hscale reads the
+    /// client's file and each partition's backend loads its lines.
+    Load(Box<crate::load::Load>),
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
@@ -425,6 +428,10 @@ fn plan_summarized(
             match crate::show::listing(&text(), ctx) {
                 Some(listing) => Action::Listing(Box::new(listing)),
                 None if summary.names_partitioned => crate::maintenance::maintenance(&text(), ctx)
+                    .or_else(|| match summary.multi_statement {
+                        true => None,
+                        false => crate::load::load_data(&text(), ctx),
+                    })
                     .unwrap_or_else(|| partitioned(&text(), &summary)),
                 None => Action::Main,
             }

@@ -278,9 +278,9 @@ fn not_run(sql: &str, ctx: &Context) -> Option<&'static str> {
     let word = |i: usize| word_at(sql, &tokens, i);
     match (word(0).as_deref(), word(1).as_deref()) {
         (Some("load"), Some("data" | "xml")) => Some(
-            "LOAD DATA or LOAD XML into a partitioned table: hscale places each row by its \
-             partition value and reads rows from INSERT and REPLACE statements only \
-             (load the rows as INSERTs, as mariadb-dump writes them)",
+            "LOAD DATA into a partitioned table among other statements in one query: hscale \
+             places each row of a LOAD DATA LOCAL INFILE by its partition value, one \
+             statement at a time",
         ),
         (Some("handler"), _) => Some(
             "HANDLER on a partitioned table: a handler walks one physical table \

@@ -2,7 +2,7 @@
 
 use hscale_merge::Place;
 use hscale_planner::{
-    plan, Action, AutoColumn, ClientCharset, ColumnKind, Combine, Context, Dictionary,
+    plan, Action, AutoColumn, ClientCharset, ColumnKind, Combine, Context, Dictionary, Format,
     HashFunction, Listing, Maintained, Merge, NameColumn, PartitionEntry, PartitionState,
     PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, SessionChange, TableDefinition,
     TableName,
@@ -93,6 +93,104 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
+    }
+}
+
+#[test]
+fn load_data_local_runs_on_each_partition_table_with_the_clients_format() {
+    let Action::Load(load) = plan_of(
+        "LOAD DATA LOCAL INFILE '/tmp/u.csv' REPLACE INTO TABLE app.users CHARACTER SET utf8mb4 \
+         FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' LINES TERMINATED BY '\\r\\n' \
+         IGNORE 1 LINES (@skip, id, nickname) SET label = UPPER(@skip)",
+    ) else {
+        panic!("expected a load");
+    };
+    assert_eq!(load.ignore_lines, 1);
+    assert!(load.replace);
+    assert_eq!(
+        load.format,
+        Format {
+            field_end: b",".to_vec(),
+            enclosed: Some(b'"'),
+            escape: Some(b'\\'),
+            line_end: b"\r\n".to_vec(),
+        }
+    );
+    let target = hscale_planner::Target {
+        backend: 2,
+        table: "users_nick1".into(),
+        partition: Some("nick1".into()),
+    };
+    // hscale skips the ignored line: the backends get the others.
+    assert_eq!(
+        load.statement(&target),
+        "LOAD DATA LOCAL INFILE '/tmp/u.csv' REPLACE INTO TABLE `app`.`users_nick1` CHARACTER SET \
+         utf8mb4 FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' LINES TERMINATED BY \
+         '\\r\\n'  (@skip, id, nickname) SET label = UPPER(@skip)"
+    );
+    // The partition column is the list's third field.
+    let wanted = load.wanted();
+    let read = |line: &[u8]| load.format.read_line(line, true, &wanted, 3).unwrap();
+    let placed = load.place(&read(b"x,7,\"MARtin\"\r\n"), 2).unwrap();
+    assert_eq!(placed.target, target);
+    assert!(load
+        .place(&read(b"x,7\r\n"), 3)
+        .unwrap_err()
+        .contains("line 3"));
+    assert!(load
+        .place(&read(b"x,7,NULL\r\n"), 4)
+        .unwrap_err()
+        .contains("NULL"));
+
+    // Without a column list the partition column is the table's second.
+    let Action::Load(load) = plan_of("load data local infile 'u' into table users") else {
+        panic!("expected a load");
+    };
+    let placed = load.place(
+        &load
+            .format
+            .read_line(b"1\tpeter\n", true, &load.wanted(), 3)
+            .unwrap(),
+        1,
+    );
+    assert_eq!(placed.unwrap().target.table.as_ref(), "users_nick2");
+    let ascii_only = load.place(
+        &load
+            .format
+            .read_line("1\tmäx".as_bytes(), true, &[1], 3)
+            .unwrap(),
+        1,
+    );
+    assert!(ascii_only.unwrap_err().contains("CHARACTER SET utf8mb4"));
+}
+
+#[test]
+fn load_data_moves_the_id_sequence_past_the_ids_it_gives() {
+    let dictionary = with_auto_increment();
+    let ctx = context(&dictionary, "app");
+    let planned = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    let Action::Load(load) = planned("LOAD DATA LOCAL INFILE 'i' INTO TABLE items") else {
+        panic!("expected a load");
+    };
+    let place = |line: &[u8]| {
+        load.place(
+            &load
+                .format
+                .read_line(line, true, &load.wanted(), 2)
+                .unwrap(),
+            1,
+        )
+    };
+    let placed = place(b"41\tx\n").unwrap();
+    assert_eq!(
+        (placed.id, placed.target.table.as_ref()),
+        (Some(41), "items_p1")
+    );
+    assert!(place(b"\\N\tx\n").unwrap_err().contains("gives no id"));
+    assert!(place(b"0\tx\n").unwrap_err().contains("gives no id"));
+    match planned("LOAD DATA LOCAL INFILE 'i' INTO TABLE items (label)") {
+        Action::Refuse(refusal) => assert!(refusal.reason.contains("give every row its id")),
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }
 
@@ -431,12 +529,36 @@ fn refuses_what_partitions_cannot_answer() {
         ("SELECT 1; SELECT * FROM users", "several statements"),
         ("SELECT * FROM users PROCEDURE ANALYSE()", "cannot parse"),
         (
-            "LOAD DATA LOCAL INFILE 'u.csv' INTO TABLE users",
-            "LOAD DATA or LOAD XML into a partitioned table",
+            "LOAD DATA INFILE '/tmp/u.csv' INTO TABLE users",
+            "use LOAD DATA LOCAL INFILE",
         ),
         (
-            "load xml infile 'u.xml' into table app.users",
-            "LOAD DATA or LOAD XML into a partitioned table",
+            "load xml local infile 'u.xml' into table app.users",
+            "LOAD XML into a partitioned table",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users; SELECT 1",
+            "among other statements",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users (id, @n) SET nickname = @n",
+            "sets the column `nickname`",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users (id, label)",
+            "lacks the partition column `nickname`",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users LINES STARTING BY 'x'",
+            "STARTING BY",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users FIELDS TERMINATED BY ''",
+            "fixed-width",
+        ),
+        (
+            "LOAD DATA LOCAL INFILE 'u' INTO TABLE users CHARACTER SET sjis",
+            "CHARACTER SET sjis",
         ),
         ("HANDLER users OPEN", "HANDLER on a partitioned table"),
     ] {

@@ -73,6 +73,10 @@ pub enum ProxyError {
     /// A merge outgrew `[scans] spill_bytes`, or its temporary files failed.
     #[error("hscale: {0}")]
     MergeSpill(hscale_merge::MergeError),
+    /// The lines of a LOAD DATA outgrew `[scans] spill_bytes`, or their
+    /// temporary files failed.
+    #[error("hscale: LOAD DATA: {0}")]
+    LoadSpill(#[from] crate::spool::SpoolError),
 }
 
 fn unroutable_message(refusal: &Refusal) -> String {
@@ -220,7 +224,9 @@ impl ProxyError {
             ProxyError::MergeSpill(hscale_merge::MergeError::Budget(_)) => {
                 (reply(ER_OUT_OF_SORTMEMORY, "HY001", self.to_string()), Reply)
             }
-            ProxyError::MergeSpill(_) => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),
+            ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) => {
+                (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply)
+            }
         }
     }
 }
@@ -313,6 +319,7 @@ mod tests {
             ProxyError::Admin(AdminError::Busy),
             ProxyError::ScanTimeout { ms: 10 },
             ProxyError::MergeSpill(hscale_merge::MergeError::Budget(1)),
+            ProxyError::LoadSpill(crate::spool::SpoolError::Full(1)),
         ]
     }
 

@@ -14,6 +14,7 @@ pub mod playground;
 pub mod server;
 pub mod session;
 pub mod shared;
+pub mod spool;
 
 pub use server::{run, Server};
 pub use shared::Shared;

@@ -208,6 +208,39 @@ fn explicit_ids_move_the_sequence_past_them() {
 /// 0, would come from the partition table's own count, which the other
 /// partitions repeat: hscale hands it out instead. Under
 /// NO_AUTO_VALUE_ON_ZERO (mysqldump sets it) a 0 is the row's id.
+/// LOAD DATA gives its rows' ids: the sequence moves past the highest, in
+/// every instance; a line that leaves its id to the server is refused.
+#[test]
+fn loaded_ids_move_the_sequence_past_them() {
+    let (first, second, db) = setup("auto_load", 2);
+    let mut a = first.connect(Some(&db));
+    let file: String = (700..710).map(|id| format!("{id}\tloaded{id}\n")).collect();
+    a.set_local_infile_handler(Some(mysql::LocalInfileHandler::new(move |_, out| {
+        std::io::Write::write_all(out, file.as_bytes())
+    })));
+    a.query_drop("LOAD DATA LOCAL INFILE 'items' INTO TABLE items")
+        .unwrap();
+    assert_eq!(a.affected_rows(), 10);
+    let mut b = second.connect(Some(&db));
+    b.query_drop("INSERT INTO items (label) VALUES ('after')")
+        .unwrap();
+    assert!(b.last_insert_id() > 709, "{}", b.last_insert_id());
+    let ids = all_ids(&db);
+    assert_eq!(ids.len(), 13);
+    assert!(ids.contains(&700) && ids.contains(&709));
+    a.set_local_infile_handler(Some(mysql::LocalInfileHandler::new(|_, out| {
+        std::io::Write::write_all(out, b"\\N\tno id\n")
+    })));
+    match a.query_drop("LOAD DATA LOCAL INFILE 'items' INTO TABLE items") {
+        Err(mysql::Error::MySqlError(e)) => {
+            assert_eq!(e.code, 1235);
+            assert!(e.message.contains("gives no id"), "{}", e.message);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(all_ids(&db).len(), 13);
+}
+
 #[test]
 fn ids_left_to_the_server_in_any_form_come_from_the_sequence() {
     let (first, _second, db) = setup("auto_any_form", 0);

@@ -2,7 +2,7 @@
 //! mariadb-slap and sysbench with server-side prepared statements, on a
 //! plain table and on one partitioned over two backends.
 
-use hscale_testkit::{cluster, run_program, Proxy};
+use hscale_testkit::{cluster, run_program, scratch, Proxy};
 use mysql::prelude::Queryable;
 
 fn cli(port: u16, db: &str, sql: &str) -> String {
@@ -271,6 +271,55 @@ fn partitioned_users(proxy: &Proxy, db: &str) -> mysql::Conn {
     c.query_drop("HSCALE ADD_PARTITION('users', 'z', 'z', 1)")
         .unwrap();
     c
+}
+
+/// mariadb-import --local sends LOAD DATA LOCAL INFILE: each line lands in
+/// its partition, and the tool reports the counts a single table gives.
+#[test]
+fn mariadb_import_loads_a_partitioned_table() {
+    let db = cluster().database("cli_import");
+    let proxy = multi_backend_transactions();
+    let mut c = partitioned_users(&proxy, &db);
+    let file = scratch("cli_import").join("users.txt");
+    std::fs::write(
+        &file,
+        "1\tmia\t2024-01-01\n2\tzoe\t2024-01-02\n3\tann\t\\N\n4\tMax\t2024-01-04\n",
+    )
+    .unwrap();
+    let port = format!("-P{}", proxy.port);
+    let imported = run_program(
+        "mariadb-import",
+        &[
+            "-h127.0.0.1",
+            &port,
+            "-uroot",
+            "--local",
+            &db,
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        imported.contains("Records: 4  Deleted: 0  Skipped: 0  Warnings: 0"),
+        "{imported}"
+    );
+    let rows: Vec<(u32, String, Option<String>)> = c
+        .query("SELECT id, nickname, CAST(created AS CHAR) FROM users ORDER BY id")
+        .unwrap();
+    let date = |d: &str| Some(d.to_string());
+    assert_eq!(
+        rows,
+        [
+            (1, "mia".into(), date("2024-01-01")),
+            (2, "zoe".into(), date("2024-01-02")),
+            (3, "ann".into(), None),
+            (4, "Max".into(), date("2024-01-04")),
+        ]
+    );
+    let on_backend_2: Vec<u32> = cluster()
+        .direct(2, Some(&db))
+        .query("SELECT id FROM users_m ORDER BY id")
+        .unwrap();
+    assert_eq!(on_backend_2, [1, 4]);
 }
 
 /// mariadb-dump locks the tables it reads (LOCK TABLES ... READ LOCAL) and

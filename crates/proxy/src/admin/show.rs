@@ -218,6 +218,13 @@ pub fn explain(
         Action::Admin | Action::Kill(_) => {
             vec![row("(hscale)", shared.main_backend(), None, statement)]
         }
+        Action::Load(load) => (load.table.all_targets().iter())
+            .map(|target| {
+                let partition = target.partition.as_deref().unwrap_or("(default)");
+                let sql = load.statement(target);
+                row(partition, target.backend, Some(&target.table), &sql)
+            })
+            .collect(),
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
         Action::Generate(generate) => vec![row(
             "(AUTO_INCREMENT ids first)",

@@ -19,6 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BackendError, BackendStream, Statements};
 use crate::config::BackendConfig;
+use crate::spool::Spool;
 
 /// Client capabilities that change the bytes a server sends back, and so must be
 /// the same on the backend connection as on the client's.
@@ -229,7 +230,7 @@ impl BackendConn {
         self.stream.send_packet(0, payload).await?;
         while self.queued > 0 {
             self.queued -= 1;
-            let completion = self.read_reply(Expect::ResultSets, |_, _| {}).await?;
+            let completion = self.read_reply(Expect::ResultSets, None, |_, _| {}).await?;
             if completion.error {
                 return Err(WireError::Io(std::io::Error::other(
                     "a command queued ahead of the statement (the transaction's BEGIN) failed",
@@ -254,9 +255,20 @@ impl BackendConn {
         command: &[u8],
         expect: Expect,
     ) -> Result<Result<Completion, ErrorPacket>, BackendError> {
+        self.run_with_file(command, expect, None).await
+    }
+
+    /// `run`, with `file` the answer to the server's request for a LOCAL
+    /// INFILE (LOAD DATA LOCAL INFILE).
+    pub async fn run_with_file(
+        &mut self,
+        command: &[u8],
+        expect: Expect,
+        file: Option<&Spool>,
+    ) -> Result<Result<Completion, ErrorPacket>, BackendError> {
         let mut refusal = None;
         let completion = self
-            .read_answer(command, expect, |bytes, done| {
+            .read_answer(command, expect, file, |bytes, done| {
                 if done.is_some_and(|c| c.error) {
                     refusal = last_packet(bytes).and_then(|p| ErrorPacket::parse(p).ok());
                 }
@@ -274,18 +286,21 @@ impl BackendConn {
         &mut self,
         command: &[u8],
         expect: Expect,
+        file: Option<&Spool>,
         seen: impl FnMut(&[u8], Option<&Completion>),
     ) -> Result<Completion, BackendError> {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         self.send_command(command).await.map_err(lost)?;
-        self.read_reply(expect, seen).await.map_err(lost)
+        self.read_reply(expect, file, seen).await.map_err(lost)
     }
 
-    /// Reads one command's whole answer.
+    /// Reads one command's whole answer; a request for a LOCAL INFILE is
+    /// answered with `file`, or fails the connection without one.
     async fn read_reply(
         &mut self,
         expect: Expect,
+        file: Option<&Spool>,
         mut seen: impl FnMut(&[u8], Option<&Completion>),
     ) -> Result<Completion, WireError> {
         let deprecate_eof = self
@@ -298,10 +313,17 @@ impl BackendConn {
             let (n, done) = match progress {
                 Progress::More(n) => (n, None),
                 Progress::Done(n, completion) => (n, Some(completion)),
-                Progress::LocalInfile(_) => {
-                    return Err(WireError::Malformed {
-                        what: "unexpected LOCAL INFILE request",
-                    })
+                Progress::LocalInfile(n) => {
+                    let Some(file) = file else {
+                        return Err(WireError::Malformed {
+                            what: "unexpected LOCAL INFILE request",
+                        });
+                    };
+                    // The file's packets follow the request's sequence number.
+                    let seq = self.stream.buffered()[HEADER_LEN - 1].wrapping_add(1);
+                    self.stream.consume(n);
+                    self.send_file(file, seq).await?;
+                    continue;
                 }
             };
             seen(&self.stream.buffered()[..n], done.as_ref());
@@ -317,9 +339,29 @@ impl BackendConn {
             }
         }
     }
+
+    /// The file of a LOCAL INFILE request, in packets, and the empty packet
+    /// that ends it.
+    async fn send_file(&mut self, file: &Spool, mut seq: u8) -> Result<(), WireError> {
+        let mut chunk = vec![0; FILE_CHUNK];
+        let mut offset = 0;
+        loop {
+            let n = file.read_at(offset, &mut chunk).map_err(WireError::Io)?;
+            if n == 0 {
+                break;
+            }
+            seq = self.stream.send_packet(seq, &chunk[..n]).await?;
+            offset += n as u64;
+        }
+        self.stream.send_packet(seq, &[]).await?;
+        Ok(())
+    }
 }
 
 const COM_INIT_DB: u8 = 0x02;
+
+/// The size of the packets a LOCAL INFILE is sent in.
+const FILE_CHUNK: usize = 64 * 1024;
 const COM_STMT_PREPARE: u8 = 0x16;
 
 /// `last_insert_id` of a connection where an INSERT gave ids itself: its OK
@@ -407,7 +449,7 @@ impl BackendConn {
         command.extend_from_slice(sql);
         let mut frames = Vec::new();
         let completion = self
-            .read_answer(&command, Expect::Prepare, |bytes, _| {
+            .read_answer(&command, Expect::Prepare, None, |bytes, _| {
                 frames.extend_from_slice(bytes)
             })
             .await?;

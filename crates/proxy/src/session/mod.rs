@@ -6,6 +6,7 @@
 mod admin;
 mod handshake;
 mod kill;
+mod load;
 mod locks;
 mod query;
 mod savepoint;
@@ -109,6 +110,9 @@ pub struct Session {
     /// A connection lost in the middle of the transaction took its part
     /// with it: the rest is rolled back before the next command.
     transaction_lost: bool,
+    /// The sequence number of the command's answer: 1, unless the client
+    /// sent more than the command (a LOCAL INFILE's packets).
+    reply_seq: u8,
 }
 
 impl Session {
@@ -164,6 +168,7 @@ impl Session {
             autocommit: true,
             savepoints: Vec::new(),
             transaction_lost: false,
+            reply_seq: 1,
             plans: PlanCache::default(),
             statements: ClientStatements::default(),
             session_variables_changed: false,
@@ -246,10 +251,11 @@ impl Session {
                 }
             }
             self.shared.counters.questions.add(1);
+            self.reply_seq = 1;
             if let Err(e) = self.dispatch(code, packet.payload).await {
                 let (_, disposition) = e.to_client();
                 tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
-                reply_error(&mut self.client, &e, 1).await?;
+                reply_error(&mut self.client, &e, self.reply_seq).await?;
                 if disposition != Disposition::Reply {
                     return Err(e);
                 }

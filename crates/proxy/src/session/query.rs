@@ -132,6 +132,7 @@ impl Session {
                     .await
             }
             Action::LockTables(locks) => self.lock_tables(locks).await,
+            Action::Load(load) => self.load(*load, needs).await,
             Action::Listing(listing) => {
                 // Table maintenance, which runs on several backends.
                 if self.in_transaction() && commits_implicitly(plan.summary.kind, sql) {

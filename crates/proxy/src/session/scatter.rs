@@ -10,7 +10,9 @@ use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
 use hscale_planner::{KillScope, Merge, Refusal, Upsert};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
-use hscale_wire::packets::{write_eof, write_result_end, OkInfo, ERR_HEADER, OK_HEADER};
+use hscale_wire::packets::{
+    write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
+};
 use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
@@ -22,6 +24,7 @@ use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
 use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
+use crate::spool::Spool;
 
 /// How long a scan runs before hscale watches its client's socket for a
 /// disconnect: most scans end sooner, and the watch costs a handful of system
@@ -503,9 +506,7 @@ impl Session {
         Ok(())
     }
 
-    /// One OK with the affected rows of every partition. Outside a
-    /// transaction the partitions' statements run in one transaction per
-    /// backend, committed in turn once every one succeeded. `generated`: the
+    /// One OK with the affected rows of every partition. `generated`: the
     /// AUTO_INCREMENT ids hscale wrote into the statements, the first of
     /// which the OK reports and LAST_INSERT_ID() returns once its row went
     /// in.
@@ -516,12 +517,45 @@ impl Session {
         needs: Needs,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
+        let last_insert_id = self.state.last_insert_id;
+        let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
+        let mut total = self
+            .write_each(slots, &parts, needs, generated.is_some())
+            .await?;
+        if let Some(generated) = generated {
+            // The server reports an id written in as given: that of the
+            // last row it inserted or updated.
+            let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
+            if inserted {
+                total.last_insert_id = generated.first;
+                self.state.last_insert_id = generated.first;
+            } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
+                self.state.last_insert_id = total.last_insert_id;
+            } else {
+                // The updated row's id is in the OK only.
+                self.state.last_insert_id = last_insert_id;
+            }
+        }
+        self.send_total(total).await
+    }
+
+    /// Writes on several partitions as one statement, their affected rows
+    /// and warnings summed. Outside a transaction the partitions' statements
+    /// run in one transaction per backend, committed in turn once every one
+    /// succeeded. `ids_written`: hscale wrote AUTO_INCREMENT ids into them,
+    /// which LAST_INSERT_ID() on their connections does not know.
+    pub(super) async fn write_each(
+        &mut self,
+        slots: &[usize],
+        parts: &[Part<'_>],
+        needs: Needs,
+        ids_written: bool,
+    ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.in_transaction() && slots.len() > 1;
-        let last_insert_id = self.state.last_insert_id;
         let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
         let outcome = self
-            .run_each(slots, commands, needs, implicit, &mut leases)
+            .run_each(slots, parts, needs, implicit, &mut leases)
             .await;
         let outcome = match (outcome, implicit) {
             (Ok(total), true) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
@@ -541,7 +575,7 @@ impl Session {
                 continue;
             }
             let mut lease = lease;
-            if generated.is_some() {
+            if ids_written {
                 lease.conn.last_insert_id = UNKNOWN_ID;
             }
             self.finish_command(slot, lease, &completion);
@@ -549,26 +583,12 @@ impl Session {
                 self.slots[slot].binding.wrote = true;
             }
         }
-        let mut total = outcome?;
-        if let Some(generated) = generated {
-            // The server reports an id written in as given: that of the
-            // last row it inserted or updated.
-            let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
-            if inserted {
-                total.last_insert_id = generated.first;
-                self.state.last_insert_id = generated.first;
-            } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
-                self.state.last_insert_id = total.last_insert_id;
-            } else {
-                // The updated row's id is in the OK only.
-                self.state.last_insert_id = last_insert_id;
-            }
-        }
+        let total = outcome?;
         self.previous = Previous::Scattered {
             messages: total.warnings > 0,
             slot: slots[0],
         };
-        self.send_total(total).await
+        Ok(total)
     }
 
     /// One OK for statements that ran on several connections.
@@ -586,13 +606,13 @@ impl Session {
     async fn run_each(
         &mut self,
         slots: &[usize],
-        commands: &[Command<'_>],
+        parts: &[Part<'_>],
         needs: Needs,
         implicit: bool,
         leases: &mut BTreeMap<usize, (Lease, Completion)>,
     ) -> Result<OkInfo, ProxyError> {
         let mut total = OkInfo::default();
-        for (&slot, &command) in slots.iter().zip(commands) {
+        for (&slot, &part) in slots.iter().zip(parts) {
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
                 let begun = match implicit {
@@ -603,7 +623,15 @@ impl Session {
                 begun?;
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
-            let completion = run(lease, command).await?;
+            let completion = match part {
+                Part::Command(command) => run(lease, command).await?,
+                Part::Load { sql, lines } => refused(
+                    lease
+                        .conn
+                        .run_with_file(sql, Expect::ResultSets, Some(lines))
+                        .await,
+                )?,
+            };
             total.affected_rows += completion.affected_rows;
             total.warnings = total.warnings.saturating_add(completion.warnings);
             if total.last_insert_id == 0 {
@@ -725,13 +753,31 @@ struct United {
     payloads: Vec<Vec<u8>>,
 }
 
+/// One partition's statement in a write over several.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Part<'a> {
+    Command(Command<'a>),
+    /// A LOAD DATA LOCAL INFILE (a COM_QUERY) whose file is `lines`.
+    Load {
+        sql: &'a [u8],
+        lines: &'a Spool,
+    },
+}
+
 async fn run(lease: &mut Lease, command: Command<'_>) -> Result<Completion, ProxyError> {
     let payload = match command_payload(&mut lease.conn, command).await {
         Ok(Ok(payload)) => payload,
         Ok(Err(refused)) => return Err(ProxyError::Refused(refused)),
         Err(e) => return Err(ProxyError::Backend(e)),
     };
-    match lease.conn.run(&payload, Expect::ResultSets).await {
+    refused(lease.conn.run(&payload, Expect::ResultSets).await)
+}
+
+/// A command's answer, the server's refusal as an error.
+fn refused(
+    answer: Result<Result<Completion, ErrorPacket>, BackendError>,
+) -> Result<Completion, ProxyError> {
+    match answer {
         Ok(Ok(completion)) => Ok(completion),
         Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
         Err(e) => Err(ProxyError::Backend(e)),

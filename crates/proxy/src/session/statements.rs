@@ -148,6 +148,12 @@ impl Session {
             Action::LockTables(_) => {
                 return refuse(None, "LOCK TABLES as a prepared statement (send it as a query)")
             }
+            Action::Load(load) => {
+                return refuse(
+                    Some(load.table.table.clone()),
+                    "LOAD DATA as a prepared statement (send it as a query)",
+                )
+            }
             Action::Schema(change) => return refuse_schema(change.table),
             Action::Exists { table, .. } => return refuse_schema(table),
             Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
