@@ -276,13 +276,16 @@ impl Clauses {
         if word(at).as_deref() == Some("partition") {
             return Err("LOAD DATA into a partitioned table with a PARTITION clause".into());
         }
-        if word(at).as_deref() == Some("character") && word(at + 1).as_deref() == Some("set") {
-            let charset = identifier(sql, tokens.get(at + 2).ok_or("LOAD DATA")?, ctx)
-                .or_else(|| {
-                    string(at + 2)
-                        .ok()
-                        .map(|s| String::from_utf8_lossy(&s).into())
-                })
+        // MariaDB's `charset` rule: CHARACTER SET, CHAR SET or CHARSET.
+        let charset_words = match (word(at).as_deref(), word(at + 1).as_deref()) {
+            (Some("character" | "char"), Some("set")) => 2,
+            (Some("charset"), _) => 1,
+            _ => 0,
+        };
+        if charset_words > 0 {
+            at += charset_words;
+            let charset = identifier(sql, tokens.get(at).ok_or("LOAD DATA")?, ctx)
+                .or_else(|| string(at).ok().map(|s| String::from_utf8_lossy(&s).into()))
                 .unwrap_or_default()
                 .to_ascii_lowercase();
             self.utf8 = matches!(charset.as_str(), "utf8" | "utf8mb3" | "utf8mb4");
@@ -304,7 +307,7 @@ impl Clauses {
                      split into fields"
                 ));
             }
-            at += 3;
+            at += 1;
         }
         if matches!(word(at).as_deref(), Some("fields" | "columns")) {
             at += 1;

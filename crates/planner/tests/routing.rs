@@ -165,6 +165,26 @@ fn load_data_local_runs_on_each_partition_table_with_the_clients_format() {
 }
 
 #[test]
+fn load_data_reads_every_spelling_of_its_character_set() {
+    for spelling in ["CHARACTER SET", "CHAR SET", "CHARSET"] {
+        let sql = format!("LOAD DATA LOCAL INFILE 'u' INTO TABLE users {spelling} 'utf8mb4'");
+        let Action::Load(load) = plan_of(&sql) else {
+            panic!("{sql}: expected a load");
+        };
+        let line = load
+            .format
+            .read_line("1\tmarié\n".as_bytes(), true, &load.wanted(), 3)
+            .unwrap();
+        let placed = load.place(&line, 1).unwrap();
+        assert_eq!(placed.target.table.as_ref(), "users_nick1", "{sql}");
+
+        let sql = format!("LOAD DATA LOCAL INFILE 'u' INTO TABLE users {spelling} sjis");
+        let said = refusal(&sql);
+        assert!(said.contains("CHARACTER SET sjis"), "{sql}: {said}");
+    }
+}
+
+#[test]
 fn load_data_moves_the_id_sequence_past_the_ids_it_gives() {
     let dictionary = with_auto_increment();
     let ctx = context(&dictionary, "app");
