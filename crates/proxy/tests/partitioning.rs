@@ -1072,13 +1072,9 @@ fn text_hscale_cannot_read_as_the_server_does_is_refused_and_nothing_is_stored()
     assert!(physical(1, &db, "users_default").is_empty());
 }
 
-/// sql_mode ANSI_QUOTES, set by an expression and put back from a user
-/// variable: hscale asks the server what the mode is after each, and reads
-/// `"..."` as the server does.
-#[test]
-fn ansi_quotes_follow_the_sessions_sql_mode() {
-    let (proxy, db) = setup("part_ansi");
-    let mut c = proxy.connect(Some(&db));
+/// Users 1 'martin' (partition nick1, backend 2) and 2 'peter' (the default
+/// partition, backend 1).
+fn martin_on_backend_2(c: &mut mysql::Conn) {
     c.query_drop(
         "INSERT INTO users VALUES (1, 'martin', '2008-05-06'), (2, 'peter', '2009-01-02')",
     )
@@ -1087,6 +1083,16 @@ fn ansi_quotes_follow_the_sessions_sql_mode() {
         .unwrap();
     c.query_drop("HSCALE ADD_PARTITION('users', 'nick1', 'mar', 2)")
         .unwrap();
+}
+
+/// sql_mode ANSI_QUOTES, set by an expression and put back from a user
+/// variable: hscale asks the server what the mode is after each, and reads
+/// `"..."` as the server does.
+#[test]
+fn ansi_quotes_follow_the_sessions_sql_mode() {
+    let (proxy, db) = setup("part_ansi");
+    let mut c = proxy.connect(Some(&db));
+    martin_on_backend_2(&mut c);
     let by_string = r#"SELECT id FROM users WHERE nickname = "martin""#;
     assert_eq!(c.query::<u32, _>(by_string).unwrap(), [1]);
     c.query_drop("SET @saved = @@sql_mode").unwrap();
@@ -1105,6 +1111,69 @@ fn ansi_quotes_follow_the_sessions_sql_mode() {
     // Carried to backend 2 by value: the text would read its unset @saved.
     c.query_drop("SET sql_mode = @saved").unwrap();
     assert_eq!(c.query::<u32, _>(by_string).unwrap(), [1]);
+}
+
+/// A stored procedure's SETs run where hscale cannot see them: the session
+/// variables that differ after the CALL reach every backend.
+#[test]
+fn session_variables_a_procedure_sets_reach_every_backend() {
+    let (proxy, db) = setup("part_call");
+    let mut c = proxy.connect(Some(&db));
+    martin_on_backend_2(&mut c);
+    c.query_drop(
+        "CREATE PROCEDURE tune() BEGIN \
+           SET SESSION time_zone = '+05:00'; \
+           SET SESSION div_precision_increment = 9; \
+           SET @tuned = 1; \
+         END",
+    )
+    .unwrap();
+    type Seen = (String, u32, String);
+    let on = |c: &mut mysql::Conn, nickname: &str| -> Seen {
+        c.query_first(format!(
+            "SELECT @@session.time_zone, @@session.div_precision_increment, id / 4 \
+             FROM users WHERE nickname = '{nickname}'"
+        ))
+        .unwrap()
+        .unwrap()
+    };
+    // A statement on backend 2 first, so that the session has a connection
+    // there from before the CALL.
+    assert_eq!(on(&mut c, "martin"), ("SYSTEM".into(), 4, "0.2500".into()));
+    c.query_drop("CALL tune()").unwrap();
+    let tuned = |id: u32| {
+        (
+            "+05:00".to_string(),
+            9,
+            format!("{:.9}", f64::from(id) / 4.0),
+        )
+    };
+    assert_eq!(on(&mut c, "martin"), tuned(1), "backend 2");
+    assert_eq!(
+        on(&mut c, "peter"),
+        tuned(2),
+        "backend 1, which ran the CALL"
+    );
+    let main: (String, u32) = c
+        .query_first("SELECT @@session.time_zone, @@session.div_precision_increment")
+        .unwrap()
+        .unwrap();
+    assert_eq!(main, ("+05:00".into(), 9));
+
+    // CALLs in a row are compared once, before the next other statement.
+    c.query_drop("CREATE PROCEDURE untune() SET SESSION time_zone = 'SYSTEM'")
+        .unwrap();
+    c.query_drop("CREATE PROCEDURE names() SET SESSION lc_time_names = 'de_DE'")
+        .unwrap();
+    c.query_drop("CALL untune()").unwrap();
+    c.query_drop("CALL names()").unwrap();
+    let month = "SELECT @@session.time_zone, MONTHNAME(created) FROM users WHERE nickname = ";
+    let seen: (String, String) = c.query_first(format!("{month}'martin'")).unwrap().unwrap();
+    assert_eq!(seen, ("SYSTEM".into(), "Mai".into()));
+    c.query_drop("CALL tune()").unwrap();
+    c.query_drop("CALL untune()").unwrap();
+    let seen: (String, String) = c.query_first(format!("{month}'martin'")).unwrap().unwrap();
+    assert_eq!(seen, ("SYSTEM".into(), "Mai".into()));
 }
 
 #[test]

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hscale_planner::dictionary::TableNames;
 use hscale_planner::{
-    replace_connection_id, sql_mode_has, summarize, ClientCharset, Kill, KillScope, PlanCache,
-    Quoting, Refusal, SessionChange,
+    replace_connection_id, sql_mode_has, summarize, ClientCharset, Kill, KillScope, Kind,
+    PlanCache, Quoting, Refusal, SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
@@ -243,7 +243,7 @@ impl Session {
                 return Ok(());
             }
             let behind = self.session_variables_changed || !self.unread.is_empty();
-            if behind && !self.reads_previous_statement(&packet.payload) {
+            if behind && !self.reads_back_later(&packet.payload) {
                 self.read_back().await;
                 if self.session_variables_changed {
                     self.session_variables_changed = false;
@@ -465,13 +465,19 @@ impl Session {
     /// Whether the command reads what the statement before left on its
     /// connection (warnings, ROW_COUNT(), FOUND_ROWS()), which a query of
     /// hscale's own there would replace.
-    fn reads_previous_statement(&self, payload: &[u8]) -> bool {
-        match payload.split_first() {
-            Some((&command::QUERY, sql)) => {
-                summarize(sql, self.quoting, &TableNames::default()).reads_previous_statement
-            }
-            _ => false,
-        }
+    /// Whether what the previous statements left unread may wait past this
+    /// command: one that reads what they left (warnings, ROW_COUNT()), which
+    /// the read would replace, or a CALL after a CALL, which runs on the same
+    /// connection and whose changes the same later read finds.
+    fn reads_back_later(&self, payload: &[u8]) -> bool {
+        let Some((&command::QUERY, sql)) = payload.split_first() else {
+            return false;
+        };
+        let summary = summarize(sql, self.quoting, &TableNames::default());
+        let only_calls_unread = !self.session_variables_changed
+            && self.unread.iter().all(slots::Unread::waits_for_calls);
+        summary.reads_previous_statement
+            || (only_calls_unread && summary.kind == Kind::Call && !summary.multi_statement)
     }
 
     /// The status flags of an answer hscale writes itself.

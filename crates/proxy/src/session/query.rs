@@ -101,8 +101,24 @@ impl Session {
                 };
                 let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 let autocommit = self.autocommit;
+                // A procedure may SET any session variable, which hscale does
+                // not see: what it changed is read back and carried to the
+                // other backends. Not where listing the variables would
+                // replace what the statement reads (ROW_COUNT(), warnings).
+                let before = match kind == Kind::Call
+                    && !plan.summary.multi_statement
+                    && self.slots.len() > 1
+                    && !needs.previous_connection
+                    && !needs.diagnostics
+                {
+                    true => self.session_variables_before(slot, needs).await?,
+                    false => None,
+                };
                 self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
                     .await?;
+                if let Some(before) = before {
+                    self.read_back_changes_later(slot, before);
+                }
                 let sets_autocommit =
                     sets_autocommit || (unseen.is_some() && self.follow_autocommit(autocommit));
                 self.commit_after(slot, sets_autocommit).await?;
