@@ -127,6 +127,19 @@ impl Session {
         if !others_open {
             return Ok(false);
         }
+        if kind == Kind::Set && !self.autocommit && turns_autocommit_on(sql) {
+            // Before the statement, so that the client's answer comes after
+            // every backend committed: the same SET commits each other
+            // backend's part and leaves its connection in autocommit, as
+            // the session will be.
+            let set = command(COM_QUERY, &String::from_utf8_lossy(sql));
+            for other in self.transaction_slots() {
+                if other != slot {
+                    self.run_quietly(other, &set).await?;
+                }
+            }
+            return Ok(false);
+        }
         if commits_implicitly(kind, sql) {
             self.commit_open(Some(slot)).await?;
         }
@@ -338,6 +351,29 @@ pub(super) fn hides_transaction_control(summary: &Summary, sql: &[u8]) -> Option
     }
 }
 
+/// `SET [SESSION] autocommit = 1` (or ON, TRUE) alone, which commits the
+/// open transaction.
+fn turns_autocommit_on(sql: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(sql).to_lowercase();
+    let compact: String = text
+        .trim()
+        .trim_end_matches(';')
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    matches!(
+        compact.as_str(),
+        "setautocommit=1"
+            | "setautocommit=on"
+            | "setautocommit=true"
+            | "setsessionautocommit=1"
+            | "setsessionautocommit=on"
+            | "setsessionautocommit=true"
+            | "set@@autocommit=1"
+            | "set@@session.autocommit=1"
+    )
+}
+
 /// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
 fn plain_end(sql: &[u8]) -> bool {
     with_words(sql, |words| {
@@ -357,4 +393,29 @@ pub(super) fn with_words<T>(sql: &[u8], read: impl FnOnce(&[&str]) -> T) -> T {
         .split_whitespace()
         .collect();
     read(&words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_set_of_autocommit_to_on_is_known_to_commit() {
+        for sql in [
+            "SET autocommit = 1",
+            "set AUTOCOMMIT=ON;",
+            "SET SESSION autocommit = true",
+            "SET @@session.autocommit = 1",
+        ] {
+            assert!(turns_autocommit_on(sql.as_bytes()), "{sql}");
+        }
+        for sql in [
+            "SET autocommit = 0",
+            "SET autocommit = @on",
+            "SET autocommit = 1, sql_mode = ''",
+            "SET GLOBAL autocommit = 1",
+        ] {
+            assert!(!turns_autocommit_on(sql.as_bytes()), "{sql}");
+        }
+    }
 }
