@@ -195,7 +195,7 @@ impl ProxyError {
                 reply(
                     ER_NOT_SUPPORTED_YET,
                     "42000",
-                    "hscale: the previous statement ran on several partitions: no one connection keeps its ROW_COUNT(), FOUND_ROWS() or warnings; run it on one partition to read them".into(),
+                    "hscale: the previous statement ran on several partitions: no one connection keeps its ROW_COUNT(), FOUND_ROWS() or warning count (SHOW WARNINGS lists every partition's messages); run it on one partition to read them".into(),
                 ),
                 Reply,
             ),

@@ -1244,11 +1244,13 @@ fn show_warnings_reads_the_previous_statement_wherever_it_ran() {
         let count: Option<u32> = c.query_first("SHOW COUNT(*) WARNINGS").unwrap();
         assert_eq!(count, Some(1));
     }
-    // A statement over both backends keeps no one list of its warnings.
+    // After a statement over both backends, hscale lists the messages it
+    // read from each (below) but has no one count to give.
     c.query_drop("SELECT CAST(nickname AS SIGNED) FROM users")
         .unwrap();
     assert_eq!(c.warnings(), 2);
-    assert_eq!(error_of(&mut c, "SHOW WARNINGS").0, 1235);
+    assert_eq!(error_of(&mut c, "SHOW COUNT(*) WARNINGS").0, 1235);
+    assert_eq!(error_of(&mut c, "SELECT @@warning_count").0, 1235);
     // Nor ROW_COUNT(), even where a transaction holds a connection.
     c.query_drop("BEGIN").unwrap();
     c.query_drop("UPDATE users SET nickname = 'q' WHERE id = 2")
@@ -1256,6 +1258,112 @@ fn show_warnings_reads_the_previous_statement_wherever_it_ran() {
     c.query_drop("SELECT * FROM users").unwrap();
     assert_eq!(error_of(&mut c, "SELECT ROW_COUNT()").0, 1235);
     c.query_drop("ROLLBACK").unwrap();
+}
+
+#[test]
+fn show_warnings_after_a_statement_over_several_partitions_lists_every_part() {
+    let (proxy, db) = setup_with("part_scattered_messages", Transactions::Multi);
+    let oracle_db = cluster().database("part_scattered_messages_oracle");
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    oracle.query_drop(USERS).unwrap();
+    let mut c = proxy.connect(Some(&db));
+    // Remainders 0 and 2 on backend 1, 1 on backend 2.
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'one', 1, 2)")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'two', 2, 1)")
+        .unwrap();
+    type Messages = Vec<(String, u32, String)>;
+    let sorted = |mut messages: Messages| {
+        messages.sort();
+        messages
+    };
+    for conn in [&mut c, &mut oracle] {
+        for id in 1..=6 {
+            conn.exec_drop(
+                "INSERT INTO users VALUES (?, ?, '2000-01-01')",
+                (id, format!("{id}x")),
+            )
+            .unwrap();
+        }
+    }
+
+    // A scan: each partition's warnings, read as it ended.
+    let scan = "SELECT CAST(nickname AS SIGNED) FROM users";
+    for conn in [&mut c, &mut oracle] {
+        conn.query_drop(scan).unwrap();
+    }
+    let theirs: Messages = oracle.query("SHOW WARNINGS").unwrap();
+    assert_eq!(theirs.len(), 6);
+    for _ in 0..2 {
+        let ours: Messages = c.query("SHOW WARNINGS").unwrap();
+        assert_eq!(sorted(ours), sorted(theirs.clone()));
+    }
+    let limited: Messages = c.query("SHOW WARNINGS LIMIT 2").unwrap();
+    assert_eq!(limited.len(), 2);
+    let limited: Messages = c.query("SHOW WARNINGS LIMIT 4, 10").unwrap();
+    assert_eq!(limited.len(), 2);
+    let errors: Messages = c.query("SHOW ERRORS").unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    // Capped at max_error_count, as the server caps its own list.
+    c.query_drop("SET max_error_count = 4").unwrap();
+    c.query_drop(scan).unwrap();
+    assert_eq!(c.warnings(), 6);
+    let capped: Messages = c.query("SHOW WARNINGS").unwrap();
+    assert_eq!(capped.len(), 4, "{capped:?}");
+    c.query_drop("SET max_error_count = DEFAULT").unwrap();
+
+    // A scan that fails on one partition: its error, as the server lists it.
+    let failing = "SELECT id FROM users WHERE IF(id = 5, (SELECT 1 UNION SELECT 2), 0)";
+    for conn in [&mut c, &mut oracle] {
+        // The error comes after the column definitions: read as rows.
+        let outcome = conn.query::<u32, _>(failing);
+        assert!(outcome.is_err(), "{outcome:?}");
+    }
+    for read in ["SHOW WARNINGS", "SHOW ERRORS"] {
+        let ours: Messages = c.query(read).unwrap();
+        let theirs: Messages = oracle.query(read).unwrap();
+        assert_eq!(ours, theirs, "{read}");
+        assert_eq!(ours.len(), 1, "{read}: {ours:?}");
+    }
+
+    // A write over three partitions, two of them on one connection, where
+    // the second part's statement replaces the first's messages.
+    let insert = "INSERT IGNORE INTO users VALUES (7, 'a', '2000-02-30'), (8, 'b', '2000-13-01'), (9, 'c', '2001-02-29')";
+    for conn in [&mut c, &mut oracle] {
+        conn.query_drop(insert).unwrap();
+        assert_eq!(conn.warnings(), 3);
+    }
+    // A message that names a row counts the rows of its partition's statement.
+    let without_rows = |messages: Messages| {
+        sorted(messages)
+            .into_iter()
+            .map(|(level, code, message)| {
+                (
+                    level,
+                    code,
+                    message.split(" at row").next().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let ours: Messages = c.query("SHOW WARNINGS").unwrap();
+    let theirs: Messages = oracle.query("SHOW WARNINGS").unwrap();
+    assert_eq!(without_rows(ours), without_rows(theirs));
+
+    // A schema change on every physical table: each one's notes.
+    c.query_drop("ALTER TABLE users ADD INDEX (nickname), ADD INDEX (nickname)")
+        .unwrap();
+    let notes: Messages = c.query("SHOW WARNINGS").unwrap();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert!(notes.iter().all(|(_, code, _)| *code == 1831), "{notes:?}");
+
+    // The next statement's messages replace them.
+    c.query_drop("SELECT nickname FROM users WHERE id = 1")
+        .unwrap();
+    let none: Messages = c.query("SHOW WARNINGS").unwrap();
+    assert!(none.is_empty(), "{none:?}");
 }
 
 /// The file `LOAD DATA LOCAL INFILE` asks for is `content`, whatever its name.

@@ -8,6 +8,7 @@ mod handshake;
 mod kill;
 mod load;
 mod locks;
+mod messages;
 mod query;
 mod savepoint;
 mod scatter;
@@ -75,6 +76,9 @@ pub struct Session {
     slots: Vec<Slot>,
     /// The connection that ran the session's last command, as it was after it.
     previous: Previous,
+    /// The messages of the last statement that ran on several connections,
+    /// read from each (`None`: not known).
+    gathered: Option<messages::Gathered>,
     /// How the server reads a backslash in this session's strings, as the
     /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
     quoting: Quoting,
@@ -160,6 +164,7 @@ impl Session {
             nonce: login.nonce,
             state: SessionState::default(),
             previous: Previous::Nothing,
+            gathered: None,
             quoting: Quoting::default(),
             no_auto_value_on_zero: false,
             charset: ClientCharset::of_collation(login.collation),

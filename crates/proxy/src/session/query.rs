@@ -10,6 +10,7 @@ use hscale_planner::{
 };
 use hscale_wire::scan::Expect;
 
+use super::messages::messages_read;
 use super::savepoint::savepoint_statement;
 use super::scatter::Generated;
 use super::slots::{Needs, Previous};
@@ -80,6 +81,15 @@ impl Session {
                 }
                 let rereads = (kind == Kind::Set || plan.summary.multi_statement)
                     && may_change_session_variables(sql);
+                let scattered_messages =
+                    matches!(self.previous, Previous::Scattered { messages: true, .. });
+                if scattered_messages && needs.diagnostics && !plan.summary.multi_statement {
+                    if let Some(read) = messages_read(sql) {
+                        if self.answer_gathered(read).await? {
+                            return Ok(());
+                        }
+                    }
+                }
                 let slot = self.slot_for_previous(needs)?.unwrap_or(main);
                 if let Some(reason) = plan.binds {
                     self.slots[slot].binding.sticky.get_or_insert(reason);

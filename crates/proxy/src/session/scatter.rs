@@ -132,6 +132,7 @@ impl Session {
             warnings: 0,
             status: None,
         };
+        self.gather_from_here();
         let watcher = self.watch_client();
         let driven = self.drive(
             &mut merger,
@@ -173,6 +174,7 @@ impl Session {
                 // Connections in the middle of an answer (or of a packet,
                 // where the timeout cut in) are closed.
                 self.drop_sources(&mut sources);
+                self.gathered = None;
                 if stopped && out.header_sent {
                     // Mid-result, the ERR takes the end packet's place.
                     if let (Some(packet), _) = e.to_client() {
@@ -311,11 +313,15 @@ impl Session {
             let packet = self.next_of(&mut sources[i], answered).await?;
             let deprecate_eof = sources[i].deprecate_eof();
             if packet.first() == Some(&ERR_HEADER) {
+                self.gather_of(&mut sources[i], answered).await?;
                 self.finish_source(&mut sources[i], true);
                 return Err(Abort::Answer(packet));
             }
             if is_result_end(&packet, deprecate_eof) {
                 let completion = end_completion(&packet, deprecate_eof);
+                if completion.warnings > 0 {
+                    self.gather_of(&mut sources[i], answered).await?;
+                }
                 out.warnings = out.warnings.saturating_add(completion.warnings);
                 out.status = completion.status;
                 self.finish_completed(&mut sources[i], &completion);
@@ -340,6 +346,10 @@ impl Session {
         let payload = match command_payload(&mut lease.conn, command).await {
             Ok(Ok(payload)) => payload,
             Ok(Err(refusal)) => {
+                if let Err(e) = self.gather_messages(&mut lease.conn).await {
+                    source.lease = Some(lease);
+                    return Err(Abort::Failed(self.lost(source, e, false)));
+                }
                 self.finish_command(source.slot, lease, &Completion::default());
                 let mut packet = Vec::with_capacity(refusal.message.len() + 9);
                 refusal.write(&mut packet);
@@ -377,6 +387,7 @@ impl Session {
         };
         let count = match first.first() {
             Some(&ERR_HEADER) => {
+                self.gather_of(source, false).await?;
                 self.finish_source(source, true);
                 return Err(Abort::Answer(first));
             }
@@ -426,6 +437,18 @@ impl Session {
         }
     }
 
+    /// The messages a partition's statement left, read before its
+    /// connection goes back.
+    async fn gather_of(&mut self, source: &mut Source, answered: bool) -> Result<(), Abort> {
+        let Some(lease) = source.lease.as_mut() else {
+            return Ok(());
+        };
+        match self.gather_messages(&mut lease.conn).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
+        }
+    }
+
     fn finish_completed(&mut self, source: &mut Source, completion: &Completion) {
         source.reading = Reading::Ended;
         if let Some(lease) = source.lease.take() {
@@ -467,6 +490,13 @@ impl Session {
                 source.reading = Reading::Rows;
             } else if is_result_end(&packet, deprecate_eof) {
                 let completion = end_completion(&packet, deprecate_eof);
+                if completion.warnings > 0 {
+                    match self.gather_of(source, answered).await {
+                        Ok(()) => {}
+                        Err(Abort::Failed(e)) => return Err(e),
+                        Err(Abort::Answer(_)) => unreachable!("gathering only fails"),
+                    }
+                }
                 self.finish_completed(source, &completion);
             }
         }
@@ -553,6 +583,7 @@ impl Session {
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.in_transaction() && slots.len() > 1;
+        self.gather_from_here();
         let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
         let outcome = self
             .run_each(slots, parts, needs, implicit, &mut leases)
@@ -583,12 +614,14 @@ impl Session {
                 self.slots[slot].binding.wrote = true;
             }
         }
-        let total = outcome?;
+        if broken {
+            self.gathered = None;
+        }
         self.previous = Previous::Scattered {
-            messages: total.warnings > 0,
+            messages: outcome.as_ref().map_or(true, |total| total.warnings > 0),
             slot: slots[0],
         };
-        Ok(total)
+        outcome
     }
 
     /// One OK for statements that ran on several connections.
@@ -623,15 +656,24 @@ impl Session {
                 begun?;
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
-            let completion = match part {
-                Part::Command(command) => run(lease, command).await?,
+            let answer = match part {
+                Part::Command(command) => run(lease, command).await,
                 Part::Load { sql, lines } => refused(
                     lease
                         .conn
                         .run_with_file(sql, Expect::ResultSets, Some(lines))
                         .await,
-                )?,
+                ),
             };
+            if left_messages(&answer) {
+                let backend = lease.conn.backend;
+                self.gather_messages(&mut lease.conn)
+                    .await
+                    .map_err(|source| {
+                        ProxyError::Backend(BackendError::Lost { backend, source })
+                    })?;
+            }
+            let completion = answer?;
             total.affected_rows += completion.affected_rows;
             total.warnings = total.warnings.saturating_add(completion.warnings);
             if total.last_insert_id == 0 {
@@ -668,8 +710,36 @@ impl Session {
         slot: usize,
         payload: &[u8],
     ) -> Result<Completion, ProxyError> {
+        self.run_on(slot, payload, false).await
+    }
+
+    /// One part of a statement that runs on several connections, whose
+    /// messages join the statement's.
+    pub(super) async fn run_part(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+    ) -> Result<Completion, ProxyError> {
+        self.run_on(slot, payload, true).await
+    }
+
+    async fn run_on(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+        gather: bool,
+    ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(slot, Needs::default()).await?;
-        match run(&mut lease, Command::Raw(payload)).await {
+        let answer = run(&mut lease, Command::Raw(payload)).await;
+        if gather && left_messages(&answer) {
+            if let Err(source) = self.gather_messages(&mut lease.conn).await {
+                let backend = lease.conn.backend;
+                drop(lease);
+                self.forget_connection_state(slot);
+                return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
+            }
+        }
+        match answer {
             Ok(completion) => {
                 self.finish_command(slot, lease, &completion);
                 Ok(completion)
@@ -781,6 +851,15 @@ fn refused(
         Ok(Ok(completion)) => Ok(completion),
         Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
         Err(e) => Err(ProxyError::Backend(e)),
+    }
+}
+
+/// A part's answer left messages on its connection: warnings, or the
+/// server's error.
+fn left_messages(answer: &Result<Completion, ProxyError>) -> bool {
+    match answer {
+        Ok(completion) => completion.warnings > 0,
+        Err(e) => matches!(e, ProxyError::Refused(_)),
     }
 }
 

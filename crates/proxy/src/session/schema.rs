@@ -24,12 +24,13 @@ impl Session {
         .await?;
         let change = lock.change().clone();
         let mut total = OkInfo::default();
+        self.gather_from_here();
         for (i, step) in change.steps.iter().enumerate() {
             let ran = match (
                 lock.starting(&shared, i).await,
                 self.slot_of(step.target.backend),
             ) {
-                (Ok(()), Ok(slot)) => self.run_quietly(slot, &command(COM_QUERY, &step.sql)).await,
+                (Ok(()), Ok(slot)) => self.run_part(slot, &command(COM_QUERY, &step.sql)).await,
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match ran {

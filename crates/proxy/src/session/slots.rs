@@ -145,8 +145,9 @@ pub(super) enum Previous {
         messages: bool,
     },
     /// The previous statement ran on several connections: no one count.
-    /// `messages`: it left warnings, which no one connection keeps whole;
-    /// otherwise `slot`'s connections have none.
+    /// `messages`: it left warnings or an error, which no one connection
+    /// keeps whole (`Session::gathered` has them); otherwise `slot`'s
+    /// connections have none.
     Scattered { messages: bool, slot: usize },
 }
 

@@ -1,0 +1,208 @@
+//! SHOW WARNINGS and SHOW ERRORS after a statement that ran on several
+//! connections. Each connection keeps only its own part's messages, and a
+//! part run after another on the same connection replaces them, so hscale
+//! reads each part's list as soon as the part ends with warnings or an error
+//! (before its connection runs anything else) and answers the client's
+//! SHOW WARNINGS from the lists joined, as long as the messages stay the
+//! previous statement's.
+
+use bytes::Bytes;
+use hscale_wire::packets::write_result_end;
+use hscale_wire::resultset::text_values;
+
+use super::state::{command, COM_QUERY};
+use super::transaction::with_words;
+use super::Session;
+use hscale_wire::WireError;
+
+use crate::backend::BackendConn;
+use crate::error::ProxyError;
+use crate::exec::{read_answer, Answer, RelayError};
+
+/// SHOW WARNINGS or SHOW ERRORS with its LIMIT, as hscale answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MessagesRead {
+    errors_only: bool,
+    offset: usize,
+    limit: Option<usize>,
+}
+
+/// The messages the parts of a statement left, in the order of the parts.
+#[derive(Debug, Default)]
+pub(super) struct Gathered {
+    /// SHOW WARNINGS' column count and definitions (and their EOF) as the
+    /// first part's connection answered them: what the client's would.
+    header: Vec<Bytes>,
+    rows: Vec<Bytes>,
+    /// Lists joined so far.
+    lists: usize,
+    /// The session's max_error_count, which caps the list as the server's
+    /// own is capped: read once a second list joins the first.
+    limit: Option<usize>,
+}
+
+/// The statement's operation when it is SHOW WARNINGS or SHOW ERRORS, with
+/// or without a LIMIT of numbers.
+pub(super) fn messages_read(sql: &[u8]) -> Option<MessagesRead> {
+    let spaced = String::from_utf8_lossy(sql).replace(',', " , ");
+    with_words(spaced.as_bytes(), |words| {
+        let errors_only = match words.get(..2)? {
+            ["show", "warnings"] => false,
+            ["show", "errors"] => true,
+            _ => return None,
+        };
+        let number = |word: &str| word.parse::<usize>().ok();
+        let (offset, limit) = match words[2..] {
+            [] => (0, None),
+            ["limit", count] => (0, Some(number(count)?)),
+            ["limit", offset, ",", count] => (number(offset)?, Some(number(count)?)),
+            ["limit", count, "offset", offset] => (number(offset)?, Some(number(count)?)),
+            _ => return None,
+        };
+        Some(MessagesRead {
+            errors_only,
+            offset,
+            limit,
+        })
+    })
+}
+
+impl Session {
+    /// Begins gathering the messages of a statement that runs on several
+    /// connections, forgetting those of the statement before.
+    pub(super) fn gather_from_here(&mut self) {
+        self.gathered = Some(Gathered::default());
+    }
+
+    /// Joins the messages a part left on `conn` to the statement's. Run
+    /// after a part that ended with warnings or an error, before its
+    /// connection runs anything else. An error: the connection failed.
+    pub(super) async fn gather_messages(
+        &mut self,
+        conn: &mut BackendConn,
+    ) -> Result<(), WireError> {
+        let Some(gathered) = &self.gathered else {
+            return Ok(());
+        };
+        let read_limit = gathered.lists > 0 && gathered.limit.is_none();
+        let Answer::Rows { header, rows, .. } = ask(conn, "SHOW WARNINGS").await? else {
+            // Refused: what SHOW WARNINGS would list is not known.
+            self.gathered = None;
+            return Ok(());
+        };
+        let limit = match read_limit {
+            true => match ask(conn, "SELECT @@max_error_count").await? {
+                Answer::Rows { rows, .. } => rows.first().and_then(|row| {
+                    let value = text_values(row, 1)?.into_iter().next()??;
+                    std::str::from_utf8(&row[value]).ok()?.parse::<usize>().ok()
+                }),
+                Answer::Packet(_) => None,
+            },
+            false => None,
+        };
+        let Some(gathered) = self
+            .gathered
+            .as_mut()
+            .filter(|_| !read_limit || limit.is_some())
+        else {
+            self.gathered = None;
+            return Ok(());
+        };
+        if gathered.header.is_empty() {
+            gathered.header = header;
+        }
+        gathered.lists += 1;
+        gathered.limit = gathered.limit.or(limit);
+        gathered.rows.extend(rows);
+        if let Some(limit) = gathered.limit {
+            gathered.rows.truncate(limit);
+        }
+        Ok(())
+    }
+
+    /// Answers SHOW WARNINGS or SHOW ERRORS from the gathered lists; false
+    /// when there are none to answer from.
+    pub(super) async fn answer_gathered(&mut self, read: MessagesRead) -> Result<bool, ProxyError> {
+        let Some(gathered) = self.gathered.as_ref().filter(|g| !g.header.is_empty()) else {
+            return Ok(false);
+        };
+        let is_error = |row: &Bytes| {
+            text_values(row, 1)
+                .and_then(|values| values.into_iter().next().flatten())
+                .is_some_and(|level| row[level].eq_ignore_ascii_case(b"error"))
+        };
+        let rows: Vec<Bytes> = gathered
+            .rows
+            .iter()
+            .filter(|row| !read.errors_only || is_error(row))
+            .skip(read.offset)
+            .take(read.limit.unwrap_or(usize::MAX))
+            .cloned()
+            .collect();
+        let header = gathered.header.clone();
+        let mut seq = 1;
+        for packet in header.iter().chain(rows.iter()) {
+            seq = self.client.queue_packet(seq, packet);
+        }
+        let deprecate_eof = self
+            .capabilities
+            .contains(hscale_wire::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let mut end = Vec::with_capacity(16);
+        write_result_end(deprecate_eof, self.status_flags(), &mut end);
+        self.client.send_packet(seq, &end).await?;
+        Ok(true)
+    }
+}
+
+/// A query hscale runs for itself on `conn`, its answer read whole.
+async fn ask(conn: &mut BackendConn, sql: &str) -> Result<Answer, WireError> {
+    read_answer(conn, &command(COM_QUERY, sql))
+        .await
+        .map_err(|e| match e {
+            RelayError::Backend { source, .. } | RelayError::Client(source) => source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_show_warnings_and_errors_with_their_limits() {
+        let read = |errors_only, offset, limit| {
+            Some(MessagesRead {
+                errors_only,
+                offset,
+                limit,
+            })
+        };
+        assert_eq!(messages_read(b"SHOW WARNINGS"), read(false, 0, None));
+        assert_eq!(messages_read(b"show errors;"), read(true, 0, None));
+        assert_eq!(
+            messages_read(b"SHOW WARNINGS LIMIT 3"),
+            read(false, 0, Some(3))
+        );
+        assert_eq!(
+            messages_read(b"SHOW WARNINGS LIMIT 1,2"),
+            read(false, 1, Some(2))
+        );
+        assert_eq!(
+            messages_read(b"SHOW ERRORS LIMIT 1 , 2"),
+            read(true, 1, Some(2))
+        );
+        assert_eq!(
+            messages_read(b"SHOW WARNINGS LIMIT 2 OFFSET 1"),
+            read(false, 1, Some(2))
+        );
+        for other in [
+            "SHOW COUNT(*) WARNINGS",
+            "SHOW WARNINGS LIMIT @n",
+            "SHOW WARNINGS LIMIT 1,",
+            "SHOW WARNINGS /* why */",
+            "GET DIAGNOSTICS @n = NUMBER",
+            "SHOW TABLES",
+        ] {
+            assert_eq!(messages_read(other.as_bytes()), None, "{other}");
+        }
+    }
+}
