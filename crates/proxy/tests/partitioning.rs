@@ -1174,6 +1174,28 @@ fn session_variables_a_procedure_sets_reach_every_backend() {
     c.query_drop("CALL untune()").unwrap();
     let seen: (String, String) = c.query_first(format!("{month}'martin'")).unwrap().unwrap();
     assert_eq!(seen, ("SYSTEM".into(), "Mai".into()));
+
+    // The listing after a CALL stands for the settings the next CALL starts
+    // from while no SET changes them: one listing per CALL, not two. The
+    // main backend's connection is the session's since the first CALL, so
+    // its own count of SELECTs counts hscale's listings.
+    let selects = |c: &mut mysql::Conn| -> u64 {
+        let (_, count): (String, u64) = c
+            .query_first("SHOW SESSION STATUS LIKE 'Com_select'")
+            .unwrap()
+            .unwrap();
+        count
+    };
+    c.query_drop("CALL untune()").unwrap();
+    let before = selects(&mut c);
+    c.query_drop("CALL untune()").unwrap();
+    assert_eq!(selects(&mut c) - before, 1, "listings for one CALL");
+    // A SET after the listing: the next CALL lists the settings first, or
+    // it would take the listed value it sets back for no change at all.
+    c.query_drop("SET time_zone = '+01:00'").unwrap();
+    c.query_drop("CALL untune()").unwrap();
+    let seen: (String, String) = c.query_first(format!("{month}'martin'")).unwrap().unwrap();
+    assert_eq!(seen, ("SYSTEM".into(), "Mai".into()));
 }
 
 #[test]

@@ -99,6 +99,7 @@ pub struct Session {
     /// the server can tell, read back before the next command that does
     /// not read the statement before.
     unread: Vec<slots::Unread>,
+    settings_listed: Option<slots::SettingsListed>,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -178,6 +179,7 @@ impl Session {
             statements: ClientStatements::default(),
             session_variables_changed: false,
             unread: Vec::new(),
+            settings_listed: None,
         };
         session.start_sql_mode();
         session.set_default_wait_timeout();
@@ -360,6 +362,7 @@ impl Session {
         self.savepoints.clear();
         self.transaction_lost = false;
         self.unread.clear();
+        self.settings_listed = None;
         self.autocommit = true;
         self.statements.clear();
         self.state.clear_settings();

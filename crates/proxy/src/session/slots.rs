@@ -90,6 +90,17 @@ impl Unread {
 /// A connection's settings (`SETTINGS`) by name.
 pub(super) type Variables = HashMap<String, Value>;
 
+/// The settings a CALL's read-back listed on `slot`, and the session's
+/// settings `fingerprint` once what changed was recorded: while no SET
+/// changes the fingerprint, the settings a CALL starts from, without
+/// listing them again.
+#[derive(Debug)]
+pub(super) struct SettingsListed {
+    slot: usize,
+    fingerprint: u64,
+    variables: Variables,
+}
+
 /// The session variables that change what a statement answers or does, in
 /// MariaDB and MySQL alike: the ones a CALL, which may set any of them out
 /// of hscale's sight, is checked for. (Listing every variable from
@@ -531,6 +542,11 @@ impl Session {
             // An earlier CALL's listing, not yet compared, still stands.
             return Ok(None);
         }
+        if let Some(listed) = &self.settings_listed {
+            if listed.slot == slot && listed.fingerprint == self.state.fingerprint() {
+                return Ok(Some(listed.variables.clone()));
+            }
+        }
         let mut lease = self.checkout(slot, needs).await?;
         let variables = session_variables(&mut lease.conn).await;
         self.checkin(slot, lease.conn);
@@ -588,9 +604,11 @@ impl Session {
                 continue;
             };
             let mut values: Vec<(String, Value)> = Vec::new();
+            let mut listed = None;
             if let Some(before) = since {
                 match session_variables(&mut conn).await {
                     Some(mut now) => {
+                        listed = Some(now.clone());
                         for key in changed_settings(&before, &now) {
                             keys.retain(|k| *k != key);
                             let value = now.remove(&key).flatten();
@@ -626,6 +644,13 @@ impl Session {
                 let keys = values.iter().map(|(key, _)| key.clone()).collect();
                 let setting = setting_of(&values);
                 self.record(SessionChange::Setting(keys, setting), &mut conn);
+            }
+            if let Some(variables) = listed {
+                self.settings_listed = Some(SettingsListed {
+                    slot,
+                    fingerprint: self.state.fingerprint(),
+                    variables,
+                });
             }
             self.slots[slot].held = Some(conn);
         }
