@@ -425,6 +425,10 @@ fn length_bit(len: usize) -> u64 {
     1 << len.min(63)
 }
 
+/// By database, then physical table: the partitioned table's name. By
+/// bytes: looked up with the names in column definitions.
+type LogicalNames = FxHashMap<Box<[u8]>, FxHashMap<Box<[u8]>, String>>;
+
 /// One immutable snapshot of the dictionary.
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
@@ -436,6 +440,7 @@ pub struct Dictionary {
     /// By database, then name: looked up with borrowed names once per
     /// statement shape (the plan cache keeps the table it found).
     tables: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>>,
+    logical: LogicalNames,
     names: TableNames,
 }
 
@@ -451,6 +456,13 @@ impl Dictionary {
         }
         let mut by_db: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>> =
             FxHashMap::default();
+        let mut logical = LogicalNames::default();
+        for t in &tables {
+            let physical = logical.entry(t.table.db.as_bytes().into()).or_default();
+            for target in t.physical_tables() {
+                physical.insert(target.table.as_bytes().into(), t.table.name.clone());
+            }
+        }
         for t in tables {
             by_db
                 .entry(t.table.db.clone())
@@ -462,6 +474,7 @@ impl Dictionary {
             version,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             tables: by_db,
+            logical,
             names,
         }
     }
@@ -494,14 +507,15 @@ impl Dictionary {
         tables
     }
 
-    /// Whether `db.table` is a physical table of some partitioned table.
-    pub fn owns_physical(&self, db: &str, table: &str) -> Option<&PartitionedTable> {
-        self.tables.get(db)?.values().map(|t| &**t).find(|t| {
-            t.default_table == table
-                || t.entries
-                    .iter()
-                    .any(|e| t.partition_table(&e.name) == table)
-        })
+    /// The partitioned table whose rows `db.table` holds, if it is one's
+    /// default table or partition.
+    pub fn logical_name(&self, db: &[u8], table: &[u8]) -> Option<&str> {
+        self.logical.get(db)?.get(table).map(String::as_str)
+    }
+
+    /// Whether any table is partitioned.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
     }
 }
 
@@ -575,7 +589,9 @@ pub(crate) mod tests {
         assert!(dict.names().contains(b"USERS"));
         assert!(!dict.names().contains(b"user"));
         assert!(!dict.names().contains(b"users_default"));
-        assert!(dict.owns_physical("app", "users_nick2").is_some());
-        assert!(dict.owns_physical("other", "users_nick2").is_none());
+        assert_eq!(dict.logical_name(b"app", b"users_nick2"), Some("users"));
+        assert_eq!(dict.logical_name(b"app", b"users_default"), Some("users"));
+        assert_eq!(dict.logical_name(b"app", b"users"), None);
+        assert_eq!(dict.logical_name(b"other", b"users_nick2"), None);
     }
 }

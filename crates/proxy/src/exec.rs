@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use hscale_wire::frame::{read_lenenc, FrameHeader, HEADER_LEN};
+use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{eof_status, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER};
 use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
@@ -15,6 +15,7 @@ use hscale_wire::{CapabilityFlags, WireError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::backend::{BackendConn, BackendError};
+use crate::dictionary::{ColumnNames, DictionaryHandle};
 
 /// Where a relay failed, which decides what can be saved.
 #[derive(Debug)]
@@ -77,12 +78,15 @@ impl StatementKey {
     }
 }
 
-/// Sends `command` on `conn` and forwards the whole answer to `client`.
+/// Sends `command` on `conn` and forwards the whole answer to `client`;
+/// with `columns`, its columns named by the logical tables of `names`.
 pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketStream<C>,
     conn: &mut BackendConn,
     command: Command<'_>,
     expect: Option<Expect>,
+    names: &DictionaryHandle,
+    columns: Option<&mut ColumnNames>,
 ) -> Result<Completion, RelayError> {
     let lost = |e| lost(e, false);
     match command {
@@ -103,13 +107,13 @@ pub async fn send<C: AsyncRead + AsyncWrite + Unpin>(
                     .map_err(lost)?;
             }
             client
-                .write_raw(&answer.for_client(id, hidden, deprecate_eof))
+                .write_raw(&answer.for_client(id, hidden, deprecate_eof, names))
                 .await
                 .map_err(RelayError::Client)?;
             Ok(completion)
         }
         _ => match command_payload(conn, command).await.map_err(lost)? {
-            Ok(payload) => relay(client, conn, &payload, expect).await,
+            Ok(payload) => relay(client, conn, &payload, expect, names, columns).await,
             Err(refusal) => answer_error(client, &refusal).await,
         },
     }
@@ -177,12 +181,17 @@ async fn answer_error<C: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Sends `payload` as a new command on `conn` and forwards the whole answer to
-/// `client`. No answer is expected when `expect` is `None`.
+/// `client`. No answer is expected when `expect` is `None`. With `columns`,
+/// column definitions that name a physical table are replaced
+/// (`DictionaryHandle::logical_column`, remembered there); the rest passes
+/// as it came.
 pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketStream<C>,
     conn: &mut BackendConn,
     payload: &[u8],
     expect: Option<Expect>,
+    names: &DictionaryHandle,
+    mut columns: Option<&mut ColumnNames>,
 ) -> Result<Completion, RelayError> {
     let backend_failed = |source, answered| RelayError::Backend { source, answered };
     conn.send_command(payload)
@@ -196,28 +205,53 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
         .capabilities
         .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
     let mut scanner = ResponseScanner::new(expect, deprecate_eof);
+    if let Some(columns) = columns.as_mut() {
+        if columns.start(names) {
+            scanner = scanner.stopping_at_columns();
+        }
+    }
     let mut answered = false;
+    // Bytes scanned and passed, still in the read buffer: forwarded with
+    // what follows them.
+    let mut passed = 0;
     loop {
         let progress = scanner
-            .scan(conn.stream.buffered())
+            .scan(&conn.stream.buffered()[passed..])
             .map_err(|e| backend_failed(e, answered))?;
         let (n, done) = match progress {
-            Progress::More(n) => (n, None),
-            Progress::Done(n, completion) => (n, Some(completion)),
+            Progress::More(n) => (passed + n, None),
+            Progress::Done(n, completion) => (passed + n, Some(completion)),
+            Progress::Column { at, end } => {
+                let (at, end) = (passed + at, passed + end);
+                let buffered = conn.stream.buffered();
+                let columns = columns.as_mut().expect("stops only with columns to name");
+                match columns.logical(names, &buffered[at + HEADER_LEN..end]) {
+                    Some(renamed) => {
+                        let out = client.write_buffer();
+                        out.extend_from_slice(&buffered[..at]);
+                        write_packet(buffered[at + 3], renamed, out);
+                        conn.stream.consume(end);
+                        passed = 0;
+                        answered = true;
+                    }
+                    None => passed = end,
+                }
+                continue;
+            }
             Progress::LocalInfile(n) => {
-                client
-                    .write_raw(&conn.stream.buffered()[..n])
+                forward(client, &conn.stream.buffered()[..passed + n])
                     .await
                     .map_err(RelayError::Client)?;
-                conn.stream.consume(n);
+                conn.stream.consume(passed + n);
+                passed = 0;
                 answered = true;
                 relay_local_file(client, conn).await?;
                 continue;
             }
         };
+        passed = 0;
         if n > 0 {
-            client
-                .write_raw(&conn.stream.buffered()[..n])
+            forward(client, &conn.stream.buffered()[..n])
                 .await
                 .map_err(RelayError::Client)?;
             conn.stream.consume(n);
@@ -233,6 +267,20 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
             Ok(0) => return Err(backend_failed(WireError::Closed, answered)),
             Ok(_) => {}
             Err(e) => return Err(backend_failed(e, answered)),
+        }
+    }
+}
+
+/// Writes `bytes` after what is queued for the client, in one write.
+async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketStream<C>,
+    bytes: &[u8],
+) -> Result<(), WireError> {
+    match client.write_buffer().is_empty() {
+        true => client.write_raw(bytes).await,
+        false => {
+            client.write_buffer().extend_from_slice(bytes);
+            client.flush().await
         }
     }
 }

@@ -1628,3 +1628,66 @@ fn random_files_load_as_into_one_table() {
         assert_eq!(misplaced, 0, "{table}");
     }
 }
+
+/// What a client learns of a result's columns, as the mysql crate reads it.
+type ColumnFacts = Vec<(String, String, String, String, String, String)>;
+
+fn column_facts(columns: &[mysql::Column]) -> ColumnFacts {
+    columns
+        .iter()
+        .map(|c| {
+            (
+                c.schema_str().into_owned(),
+                c.table_str().into_owned(),
+                c.org_table_str().into_owned(),
+                c.name_str().into_owned(),
+                c.org_name_str().into_owned(),
+                format!("{:?} {:?}", c.column_type(), c.flags()),
+            )
+        })
+        .collect()
+}
+
+/// The columns of a query's answer, and of a prepared statement's: what
+/// PREPARE says, and what its execution says.
+fn metadata(conn: &mut Conn, sql: &str, params: Vec<mysql::Value>) -> [ColumnFacts; 3] {
+    let text = {
+        let result = conn.query_iter(sql.replace('?', "3")).unwrap();
+        column_facts(result.columns().as_ref())
+    };
+    let statement = conn.prep(sql).unwrap();
+    let prepared = column_facts(&statement.columns());
+    let executed = {
+        let result = conn.exec_iter(&statement, params).unwrap();
+        column_facts(result.columns().as_ref())
+    };
+    conn.close(statement).unwrap();
+    [text, prepared, executed]
+}
+
+#[test]
+fn answers_name_the_logical_table_as_one_plain_table_would() {
+    let (proxy, db) = setup("part_column_tables");
+    let statements = [
+        "SELECT id, nickname FROM users WHERE id = ?",
+        "SELECT u.id, u.nickname AS nick FROM users u WHERE id = ?",
+        "SELECT * FROM users WHERE id = ? + 1",
+        "SELECT id, nickname FROM users WHERE id > ? ORDER BY id",
+        "SELECT id FROM users WHERE id > ? ORDER BY nickname LIMIT 2",
+        "SELECT id, created FROM users WHERE id < ?",
+    ];
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("INSERT INTO users VALUES (1,'a','2020-01-01'),(2,'b','2020-01-02'),(3,'c','2020-01-03'),(4,'d','2020-01-04')")
+        .unwrap();
+    // The oracle: the plain table, before hscale splits it.
+    let plain: Vec<[ColumnFacts; 3]> = statements
+        .iter()
+        .map(|sql| metadata(&mut direct, sql, vec![3.into()]))
+        .collect();
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    for (sql, plain) in statements.iter().zip(&plain) {
+        assert_eq!(&metadata(&mut c, sql, vec![3.into()]), plain, "{sql}");
+    }
+}

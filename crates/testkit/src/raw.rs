@@ -86,6 +86,7 @@ impl RawClient {
                 Progress::More(n) => (n, false),
                 Progress::Done(n, _) => (n, true),
                 Progress::LocalInfile(_) => panic!("unexpected LOCAL INFILE request"),
+                Progress::Column { .. } => unreachable!("this scanner passes columns"),
             };
             answer.extend_from_slice(&self.stream.buffered()[..n]);
             self.stream.consume(n);

@@ -116,20 +116,87 @@ pub fn write_text_row<V: AsRef<[u8]>>(values: &[Option<V>], dst: &mut Vec<u8>) {
     }
 }
 
-/// The name a column definition gives its column, and the name of the
-/// column it was read from (the same unless the query renamed it).
-pub fn column_names(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+/// Where a column definition's strings lie: catalog, schema, table,
+/// org_table, name, org_name.
+fn column_strings(payload: &[u8]) -> Option<[Range<usize>; 6]> {
     let mut at = 0;
-    let mut parts = [&payload[..0]; 6];
-    // catalog, schema, table, org_table, name, org_name
-    for part in &mut parts {
+    let mut strings = [0..0, 0..0, 0..0, 0..0, 0..0, 0..0];
+    for string in &mut strings {
         let (len, n) = read_lenenc(payload.get(at..)?)?;
         let start = at + n;
         let end = start.checked_add(usize::try_from(len).ok()?)?;
-        *part = payload.get(start..end)?;
+        payload.get(start..end)?;
+        *string = start..end;
         at = end;
     }
-    Some((parts[4], parts[5]))
+    Some(strings)
+}
+
+/// The name a column definition gives its column, and the name of the
+/// column it was read from (the same unless the query renamed it).
+pub fn column_names(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+    let [.., name, org_name] = column_strings(payload)?;
+    Some((&payload[name], &payload[org_name]))
+}
+
+/// A column definition whose table names change (`rename_column_table`).
+#[derive(Debug)]
+pub struct RenamedColumn<'a> {
+    payload: &'a [u8],
+    /// Where the length prefix of `table` starts, and where what follows
+    /// `org_table` starts: the strings lie end to end.
+    tables_at: usize,
+    rest_at: usize,
+    table: &'a [u8],
+    org_table: &'a [u8],
+}
+
+impl RenamedColumn<'_> {
+    /// Appends the definition's new payload.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.payload[..self.tables_at]);
+        write_lenenc_bytes(self.table, out);
+        write_lenenc_bytes(self.org_table, out);
+        out.extend_from_slice(&self.payload[self.rest_at..]);
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(self.payload.len() + 16);
+        self.write(&mut payload);
+        payload
+    }
+}
+
+/// The column definition with the table it names (its `table` and
+/// `org_table`) renamed where `rename(schema, table)` gives another name;
+/// `None` when it gives none.
+pub fn rename_column_table<'a>(
+    payload: &'a [u8],
+    mut rename: impl FnMut(&[u8], &[u8]) -> Option<&'a str>,
+) -> Option<RenamedColumn<'a>> {
+    let [_, schema, table, org_table, ..] = column_strings(payload)?;
+    let (tables_at, rest_at) = (schema.end, org_table.end);
+    let schema = &payload[schema];
+    let (table, org_table) = (&payload[table], &payload[org_table]);
+    let new_org_table = match org_table.is_empty() {
+        true => None,
+        false => rename(schema, org_table),
+    };
+    // Without an alias both name the same table.
+    let new_table = match table == org_table {
+        true => new_org_table,
+        false => rename(schema, table),
+    };
+    if new_table.is_none() && new_org_table.is_none() {
+        return None;
+    }
+    Some(RenamedColumn {
+        payload,
+        tables_at,
+        rest_at,
+        table: new_table.map_or(table, str::as_bytes),
+        org_table: new_org_table.map_or(org_table, str::as_bytes),
+    })
 }
 
 /// The payloads of a whole result set, in order: column count, columns, the
@@ -204,6 +271,27 @@ mod tests {
             Some((&b"TABLE_NAME"[..], &b"TABLE_NAME"[..]))
         );
         assert_eq!(column_names(&column[..10]), None);
+    }
+
+    #[test]
+    fn a_column_definition_names_another_table_when_asked() {
+        let mut column = Vec::new();
+        for part in ["def", "app", "u", "users_odd", "id", "id"] {
+            write_lenenc_bytes(part.as_bytes(), &mut column);
+        }
+        column.extend_from_slice(&[0x0c, 63, 0, 10, 0, 0, 0, 3, 0x23, 0x42, 0, 0, 0]);
+        let physical = |schema: &[u8], table: &[u8]| {
+            (schema == b"app" && table == b"users_odd").then_some("users")
+        };
+        let renamed = rename_column_table(&column, physical).unwrap().to_vec();
+        let mut expected = Vec::new();
+        for part in ["def", "app", "u", "users", "id", "id"] {
+            write_lenenc_bytes(part.as_bytes(), &mut expected);
+        }
+        expected.extend_from_slice(&column[column.len() - 13..]);
+        assert_eq!(renamed, expected);
+        assert!(rename_column_table(&renamed, physical).is_none());
+        assert!(rename_column_table(&column[..12], physical).is_none());
     }
 
     #[test]

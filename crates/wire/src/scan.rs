@@ -47,6 +47,10 @@ pub enum Progress {
     LocalInfile(usize),
     /// Forward this many bytes; the response is complete.
     Done(usize, Completion),
+    /// Forward the bytes before `at`; `at..end` is a result set's column
+    /// definition, whole (header and payload), for the caller to forward or
+    /// replace. Only from a scanner `stopping_at_columns`.
+    Column { at: usize, end: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +80,7 @@ pub struct ResponseScanner {
     /// The previous frame was full: the next one continues the same packet.
     continuing: bool,
     completion: Completion,
+    column_stops: bool,
 }
 
 impl ResponseScanner {
@@ -92,7 +97,15 @@ impl ResponseScanner {
             skip: 0,
             continuing: false,
             completion: Completion::default(),
+            column_stops: false,
         }
+    }
+
+    /// A scanner that stops at each column definition of a result set
+    /// (`Progress::Column`).
+    pub fn stopping_at_columns(mut self) -> ResponseScanner {
+        self.column_stops = true;
+        self
     }
 
     /// Scans `buf`, which starts where the previous call's forwarded bytes ended.
@@ -132,6 +145,7 @@ impl ResponseScanner {
                     }
                     match self.on_control_packet(&buf[payload_at..end])? {
                         Step::Continue => pos = end,
+                        Step::Column => return Ok(Progress::Column { at: pos, end }),
                         Step::LocalInfile => return Ok(Progress::LocalInfile(end)),
                         Step::Done => return Ok(Progress::Done(end, self.completion)),
                     }
@@ -239,7 +253,10 @@ impl ResponseScanner {
                     (0, false) => State::ColumnsEof,
                     (n, _) => State::Columns(n),
                 };
-                Ok(Step::Continue)
+                Ok(match self.column_stops {
+                    true => Step::Column,
+                    false => Step::Continue,
+                })
             }
             State::Definitions {
                 left,
@@ -307,6 +324,7 @@ fn definitions(count: u64, deprecate_eof: bool, then_columns: u64) -> State {
 
 enum Step {
     Continue,
+    Column,
     LocalInfile,
     Done,
 }
@@ -397,7 +415,7 @@ mod tests {
                 done => {
                     let n = match done {
                         Progress::Done(n, _) | Progress::LocalInfile(n) => n,
-                        Progress::More(_) => unreachable!(),
+                        Progress::More(_) | Progress::Column { .. } => unreachable!(),
                     };
                     return (forwarded + n, done);
                 }
@@ -427,6 +445,35 @@ mod tests {
                 assert_eq!(n, len, "deprecate_eof={deprecate_eof} chunk={chunk}");
                 assert!(matches!(p, Progress::Done(_, c) if c.status == Some(2)));
             }
+        }
+    }
+
+    #[test]
+    fn a_scanner_stopping_at_columns_gives_each_definition_whole() {
+        for deprecate_eof in [false, true] {
+            let mut packets = result_set(2, 1, deprecate_eof, MORE | 2);
+            packets.extend(result_set(3, 2, deprecate_eof, 2));
+            let bytes = frames(&packets);
+            let mut scanner =
+                ResponseScanner::new(Expect::ResultSets, deprecate_eof).stopping_at_columns();
+            let (mut at, mut columns) = (0, Vec::new());
+            loop {
+                match scanner.scan(&bytes[at..]).unwrap() {
+                    Progress::Column { at: start, end } => {
+                        columns.push(bytes[at + start + HEADER_LEN..at + end].to_vec());
+                        at += end;
+                    }
+                    Progress::Done(n, _) => break at += n,
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(at, bytes.len());
+            let definitions: Vec<&Vec<u8>> = packets
+                .iter()
+                .filter(|p| p.starts_with(b"\x03def"))
+                .collect();
+            assert_eq!(columns.iter().collect::<Vec<_>>(), definitions);
+            assert_eq!(columns.len(), 5);
         }
     }
 

@@ -1,13 +1,14 @@
 //! One connection from hscale to a backend: login, and the commands hscale runs
 //! on it for itself (replaying a client's session state).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
-use hscale_wire::frame::{read_lenenc, FrameHeader, HEADER_LEN};
+use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{
     parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
 };
@@ -19,6 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BackendError, BackendStream, Statements};
 use crate::config::BackendConfig;
+use crate::dictionary::DictionaryHandle;
 use crate::spool::Spool;
 
 /// Client capabilities that change the bytes a server sends back, and so must be
@@ -313,6 +315,7 @@ impl BackendConn {
             let (n, done) = match progress {
                 Progress::More(n) => (n, None),
                 Progress::Done(n, completion) => (n, Some(completion)),
+                Progress::Column { .. } => unreachable!("this scanner passes columns"),
                 Progress::LocalInfile(n) => {
                     let Some(file) = file else {
                         return Err(WireError::Malformed {
@@ -396,10 +399,17 @@ impl PrepareAnswer {
     }
 
     /// The answer for a client that does not know of the parameters
-    /// `hidden` (hscale binds them): hscale's id, their definitions left out.
-    pub fn for_client(self, id: u32, hidden: &[usize], deprecate_eof: bool) -> Vec<u8> {
-        if hidden.is_empty() || self.id().is_none() {
-            return self.with_id(id);
+    /// `hidden` (hscale binds them): hscale's id, their definitions left
+    /// out, and the columns named by their logical tables (`names`).
+    pub fn for_client(
+        self,
+        id: u32,
+        hidden: &[usize],
+        deprecate_eof: bool,
+        names: &DictionaryHandle,
+    ) -> Vec<u8> {
+        if self.id().is_none() {
+            return self.frames;
         }
         let frames = self.with_id(id);
         let mut payloads = Vec::new();
@@ -409,32 +419,39 @@ impl PrepareAnswer {
             payloads.push(&frames[start..(start + header.len).min(frames.len())]);
             at = start + header.len;
         }
-        let Some(ok) = payloads.first() else {
+        let Some(ok) = payloads.first().filter(|ok| ok.len() >= 9) else {
             return frames;
         };
+        let columns = usize::from(u16::from_le_bytes([ok[5], ok[6]]));
         let params = usize::from(u16::from_le_bytes([ok[7], ok[8]]));
         let shown = params.saturating_sub(hidden.len());
         let mut ok = ok.to_vec();
         ok[7..9].copy_from_slice(&(shown as u16).to_le_bytes());
-        let mut kept: Vec<&[u8]> = vec![&ok];
+        let mut kept: Vec<Cow<[u8]>> = vec![Cow::Owned(ok)];
         for (i, definition) in payloads.iter().enumerate().skip(1).take(params) {
             if !hidden.contains(&(i - 1)) {
-                kept.push(definition);
+                kept.push(Cow::Borrowed(definition));
             }
         }
         // The parameters' EOF goes with the last of them.
         let rest_at = 1 + params + usize::from(params > 0 && !deprecate_eof);
         if shown > 0 && !deprecate_eof {
-            kept.extend(payloads.get(1 + params).copied());
+            kept.extend(payloads.get(1 + params).map(|eof| Cow::Borrowed(*eof)));
         }
-        kept.extend(payloads.iter().skip(rest_at).copied());
-        let first_seq = frames[3];
+        for (i, payload) in payloads.iter().enumerate().skip(rest_at) {
+            match i < rest_at + columns {
+                true => kept.push(
+                    names
+                        .logical_column(payload)
+                        .map_or(Cow::Borrowed(*payload), Cow::Owned),
+                ),
+                false => kept.push(Cow::Borrowed(payload)),
+            }
+        }
         let mut out = Vec::with_capacity(frames.len());
-        for (n, payload) in kept.iter().enumerate() {
-            let len = payload.len() as u32;
-            out.extend_from_slice(&len.to_le_bytes()[..3]);
-            out.push(first_seq.wrapping_add(n as u8));
-            out.extend_from_slice(payload);
+        let mut seq = frames[3];
+        for payload in &kept {
+            seq = write_packet(seq, payload, &mut out);
         }
         out
     }
@@ -639,21 +656,22 @@ mod tests {
     #[test]
     fn parameters_hscale_binds_are_left_out_of_the_clients_answer() {
         let shown_ok = [0, 5, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+        let names = &DictionaryHandle::new("hscale".into(), Duration::ZERO, Duration::ZERO);
         let with_eof = answer(&[OK, b"param0", b"param1", EOF, b"column", EOF]);
         assert_eq!(
-            with_eof.for_client(5, &[1], false),
+            with_eof.for_client(5, &[1], false, names),
             frames(&[&shown_ok, b"param0", EOF, b"column", EOF])
         );
         let without_eof = answer(&[OK, b"param0", b"param1", b"column"]);
         assert_eq!(
-            without_eof.for_client(5, &[0], true),
+            without_eof.for_client(5, &[0], true, names),
             frames(&[&shown_ok, b"param1", b"column"])
         );
         // No parameter left: no parameter EOF either.
         let none_ok = [0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
         let with_eof = answer(&[OK, b"param0", b"param1", EOF, b"column", EOF]);
         assert_eq!(
-            with_eof.for_client(5, &[0, 1], false),
+            with_eof.for_client(5, &[0, 1], false, names),
             frames(&[&none_ok, b"column", EOF])
         );
     }

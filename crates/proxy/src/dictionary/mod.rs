@@ -14,11 +14,91 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hscale_planner::Dictionary;
+use hscale_wire::resultset::{rename_column_table, RenamedColumn};
 use hscale_wire::CapabilityFlags;
 
 use crate::backend::{BackendConn, ConnKey};
 use crate::error::ProxyError;
 use crate::shared::Shared;
+
+/// `DictionaryHandle::logical_column`, borrowing from a snapshot the
+/// caller holds (the relay writes the new definition straight to the
+/// client's buffer).
+pub fn logical_column<'a>(
+    dictionary: &'a Dictionary,
+    definition: &'a [u8],
+) -> Option<RenamedColumn<'a>> {
+    rename_column_table(definition, |schema, table| {
+        dictionary.logical_name(schema, table)
+    })
+}
+
+/// A session's recent column definitions and what its client gets for
+/// each (`logical_column`), for one dictionary snapshot: a session's
+/// statements repeat their columns, and comparing bytes costs less than
+/// reading the definition and looking its tables up again.
+#[derive(Debug, Default)]
+#[allow(clippy::type_complexity)]
+pub struct ColumnNames {
+    generation: u64,
+    /// Definitions as the backend sent them, and what the client gets.
+    recent: Vec<(Box<[u8]>, Option<Box<[u8]>>)>,
+    /// The entry the next new definition replaces once `recent` is full.
+    next: usize,
+}
+
+const RECENT_COLUMNS: usize = 32;
+
+impl ColumnNames {
+    /// As an answer starts: whether its columns may need other names (some
+    /// table is partitioned). What an older snapshot named is forgotten.
+    pub fn start(&mut self, handle: &DictionaryHandle) -> bool {
+        let dictionary = handle.snapshot();
+        self.follow(&dictionary);
+        !dictionary.is_empty()
+    }
+
+    /// What the client gets for `definition`; `None`: it stands. Between
+    /// `start`s, a definition seen before is answered without a look at the
+    /// dictionary.
+    pub fn logical(&mut self, handle: &DictionaryHandle, definition: &[u8]) -> Option<&[u8]> {
+        let found = self
+            .recent
+            .iter()
+            .position(|(seen, _)| **seen == *definition);
+        let i = match found {
+            Some(i) => i,
+            None => {
+                let dictionary = handle.snapshot();
+                self.follow(&dictionary);
+                let renamed = logical_column(&dictionary, definition)
+                    .map(|renamed| renamed.to_vec().into_boxed_slice());
+                let entry = (definition.into(), renamed);
+                match self.recent.len() < RECENT_COLUMNS {
+                    true => {
+                        self.recent.push(entry);
+                        self.recent.len() - 1
+                    }
+                    false => {
+                        let i = self.next;
+                        self.recent[i] = entry;
+                        self.next = (i + 1) % RECENT_COLUMNS;
+                        i
+                    }
+                }
+            }
+        };
+        self.recent[i].1.as_deref()
+    }
+
+    fn follow(&mut self, dictionary: &Dictionary) {
+        if dictionary.generation() != self.generation {
+            self.generation = dictionary.generation();
+            self.recent.clear();
+            self.next = 0;
+        }
+    }
+}
 
 pub struct DictionaryHandle {
     current: ArcSwap<Dictionary>,
@@ -54,6 +134,16 @@ impl DictionaryHandle {
     /// do not pass the count's cache line between them on every statement.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Dictionary>> {
         self.current.load()
+    }
+
+    /// A column definition as the client must see it: where it names a
+    /// partition's physical table (hscale's rewrite of the statement put
+    /// it there), the partitioned table's name, as one plain table would
+    /// answer. Drivers show it as the column's table, and an updatable
+    /// result set (Connector/J) writes its changes back to it. `None`: the
+    /// definition stands.
+    pub fn logical_column(&self, definition: &[u8]) -> Option<Vec<u8>> {
+        logical_column(&self.current.load(), definition).map(|renamed| renamed.to_vec())
     }
 
     /// Whether the snapshot was confirmed within the lease (as of the last

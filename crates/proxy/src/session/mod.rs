@@ -100,6 +100,8 @@ pub struct Session {
     /// not read the statement before.
     unread: Vec<slots::Unread>,
     settings_listed: Option<slots::SettingsListed>,
+    /// What this client gets for the column definitions it saw lately.
+    column_names: crate::dictionary::ColumnNames,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -180,6 +182,7 @@ impl Session {
             session_variables_changed: false,
             unread: Vec::new(),
             settings_listed: None,
+            column_names: Default::default(),
         };
         session.start_sql_mode();
         session.set_default_wait_timeout();

@@ -334,7 +334,7 @@ impl Session {
                         slot,
                         &payload,
                         Some(Expect::ResultSets),
-                        needs,
+                        needs.routed(),
                         SessionChange::Nothing,
                     )
                     .await?;

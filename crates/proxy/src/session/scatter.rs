@@ -133,6 +133,7 @@ impl Session {
             status: None,
         };
         self.gather_from_here();
+        self.column_names.start(&self.shared.dictionary);
         let watcher = self.watch_client();
         let driven = self.drive(
             &mut merger,
@@ -396,7 +397,12 @@ impl Session {
         };
         let mut definitions = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            definitions.push(self.next_of(source, false).await?);
+            let definition = self.next_of(source, false).await?;
+            let names = &self.shared.dictionary;
+            definitions.push(match self.column_names.logical(names, &definition) {
+                Some(renamed) => Bytes::copy_from_slice(renamed),
+                None => definition,
+            });
         }
         if !source.deprecate_eof() {
             self.next_of(source, false).await?;

@@ -175,6 +175,10 @@ pub(super) struct Needs {
     /// The command only reads: a deferred BEGIN may ride with it. Were that
     /// BEGIN to fail, the read ran outside the transaction and changed nothing.
     pub reads_only: bool,
+    /// hscale wrote a partition's physical table into the statement: its
+    /// answer's columns are given the partitioned table's name
+    /// (`ColumnNames`).
+    pub logical_columns: bool,
 }
 
 impl Needs {
@@ -184,6 +188,15 @@ impl Needs {
             previous_connection: summary.reads_previous_statement,
             diagnostics: summary.reads_diagnostics,
             reads_only: summary.kind == Kind::Select,
+            logical_columns: false,
+        }
+    }
+
+    /// The needs of a statement hscale routed to a partition.
+    pub fn routed(self) -> Needs {
+        Needs {
+            logical_columns: true,
+            ..self
         }
     }
 }
@@ -214,7 +227,17 @@ impl Session {
         let mut lease = self.checkout(slot, needs).await?;
         let mut retried = false;
         let completion = loop {
-            match send(&mut self.client, &mut lease.conn, command, expect).await {
+            let names = &self.shared.dictionary;
+            let columns = needs.logical_columns.then_some(&mut self.column_names);
+            let sent = send(
+                &mut self.client,
+                &mut lease.conn,
+                command,
+                expect,
+                names,
+                columns,
+            );
+            match sent.await {
                 Ok(completion) => break completion,
                 Err(RelayError::Backend { source, answered }) => {
                     let backend = lease.conn.backend;

@@ -324,7 +324,10 @@ impl Session {
         let (binds, change, needs, kind, writes) = (
             prepared.binds,
             prepared.change.clone(),
-            prepared.needs,
+            match prepared.routed {
+                Some(_) => prepared.needs.routed(),
+                None => prepared.needs,
+            },
             prepared.kind,
             prepared.kind.writes()
                 || prepared
