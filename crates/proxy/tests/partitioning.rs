@@ -946,6 +946,56 @@ fn show_tables_and_desc_answer_for_the_logical_table() {
     assert_eq!(format!("{describe:?}"), format!("{describe_before:?}"));
 }
 
+/// COM_FIELD_LIST's answers, raw, in both EOF modes: what the mariadb CLI's
+/// completion and `mysql_list_fields` read.
+fn field_lists(port: u16, db: &str, commands: &[&[u8]]) -> Vec<Vec<u8>> {
+    use hscale_testkit::raw::RawClient;
+    use hscale_wire::scan::Expect;
+    use hscale_wire::CapabilityFlags;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut answers = Vec::new();
+        for extra in [
+            CapabilityFlags::empty(),
+            CapabilityFlags::CLIENT_DEPRECATE_EOF,
+        ] {
+            let deprecate_eof = !extra.is_empty();
+            let mut client = RawClient::login_with(port, "root", "", Some(db), extra).await;
+            for command in commands {
+                let answer = client
+                    .command_bytes(command, Expect::FieldList, deprecate_eof)
+                    .await;
+                answers.push(answer);
+            }
+        }
+        answers
+    })
+}
+
+#[test]
+fn field_list_of_a_partitioned_table_lists_the_columns_of_the_plain_table() {
+    let (proxy, db) = setup("part_field_list");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE notes (id INT, body TEXT)")
+        .unwrap();
+    let commands: [&[u8]; 4] = [
+        b"\x04users\0",
+        b"\x04users\0nick%",
+        b"\x04notes\0",
+        b"\x04nosuch\0",
+    ];
+    // The oracle: the plain table, before hscale splits it.
+    let plain = field_lists(cluster().port(1), &db, &commands);
+    assert!(plain[0].len() > 150, "{} bytes", plain[0].len());
+    assert!(plain[1].len() < plain[0].len());
+    split_by_parity(&mut proxy.connect(Some(&db)));
+    assert_eq!(field_lists(proxy.port, &db, &commands), plain);
+}
+
 #[test]
 fn insert_select_runs_where_both_sides_live() {
     let (proxy, db) = setup("part_insert_select");

@@ -15,8 +15,10 @@ pub enum Expect {
     ResultSets,
     /// COM_STMT_PREPARE: the statement's OK, then parameter and column definitions.
     Prepare,
-    /// COM_FIELD_LIST and COM_STMT_FETCH: packets up to an EOF or ERR.
+    /// COM_STMT_FETCH: rows up to an EOF or ERR.
     Rows,
+    /// COM_FIELD_LIST: column definitions up to an EOF or ERR.
+    FieldList,
     /// Everything else: exactly one packet.
     Single,
 }
@@ -59,6 +61,7 @@ enum State {
     Columns(u64),
     ColumnsEof,
     Rows,
+    FieldList,
     PrepareFirst,
     Definitions {
         left: u64,
@@ -89,6 +92,7 @@ impl ResponseScanner {
             Expect::ResultSets => State::First,
             Expect::Prepare => State::PrepareFirst,
             Expect::Rows => State::Rows,
+            Expect::FieldList => State::FieldList,
             Expect::Single => State::Single,
         };
         ResponseScanner {
@@ -101,8 +105,8 @@ impl ResponseScanner {
         }
     }
 
-    /// A scanner that stops at each column definition of a result set
-    /// (`Progress::Column`).
+    /// A scanner that stops at each column definition of a result set or of
+    /// a COM_FIELD_LIST answer (`Progress::Column`).
     pub fn stopping_at_columns(mut self) -> ResponseScanner {
         self.column_stops = true;
         self
@@ -203,11 +207,15 @@ impl ResponseScanner {
                 self.state = State::Rows;
                 Ok(Step::Continue)
             }
+            // A definition's first byte is the length of its catalog ("def").
+            State::FieldList if first != Some(EOF_HEADER) => Ok(self.column_step()),
             // Servers answer some commands (COM_FIELD_LIST, cursors) with a classic
             // EOF even when CLIENT_DEPRECATE_EOF is on; its 5 bytes tell it apart
             // from an OK terminator, which has at least 7.
-            State::Rows if self.deprecate_eof && payload.len() > 5 => self.on_ok(payload),
-            State::Rows => {
+            State::Rows | State::FieldList if self.deprecate_eof && payload.len() > 5 => {
+                self.on_ok(payload)
+            }
+            State::Rows | State::FieldList => {
                 let status = self.on_eof(payload)?;
                 Ok(self.after_result(status))
             }
@@ -253,10 +261,7 @@ impl ResponseScanner {
                     (0, false) => State::ColumnsEof,
                     (n, _) => State::Columns(n),
                 };
-                Ok(match self.column_stops {
-                    true => Step::Column,
-                    false => Step::Continue,
-                })
+                Ok(self.column_step())
             }
             State::Definitions {
                 left,
@@ -278,6 +283,13 @@ impl ResponseScanner {
                     Step::Continue
                 })
             }
+        }
+    }
+
+    fn column_step(&self) -> Step {
+        match self.column_stops {
+            true => Step::Column,
+            false => Step::Continue,
         }
     }
 
@@ -448,33 +460,68 @@ mod tests {
         }
     }
 
+    /// The definitions a scanner `stopping_at_columns` stops at, whole.
+    fn column_stops(expect: Expect, deprecate_eof: bool, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut scanner = ResponseScanner::new(expect, deprecate_eof).stopping_at_columns();
+        let (mut at, mut columns) = (0, Vec::new());
+        loop {
+            match scanner.scan(&bytes[at..]).unwrap() {
+                Progress::Column { at: start, end } => {
+                    columns.push(bytes[at + start + HEADER_LEN..at + end].to_vec());
+                    at += end;
+                }
+                Progress::Done(n, _) => break at += n,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(at, bytes.len());
+        columns
+    }
+
     #[test]
     fn a_scanner_stopping_at_columns_gives_each_definition_whole() {
         for deprecate_eof in [false, true] {
             let mut packets = result_set(2, 1, deprecate_eof, MORE | 2);
             packets.extend(result_set(3, 2, deprecate_eof, 2));
-            let bytes = frames(&packets);
-            let mut scanner =
-                ResponseScanner::new(Expect::ResultSets, deprecate_eof).stopping_at_columns();
-            let (mut at, mut columns) = (0, Vec::new());
-            loop {
-                match scanner.scan(&bytes[at..]).unwrap() {
-                    Progress::Column { at: start, end } => {
-                        columns.push(bytes[at + start + HEADER_LEN..at + end].to_vec());
-                        at += end;
-                    }
-                    Progress::Done(n, _) => break at += n,
-                    other => panic!("{other:?}"),
-                }
-            }
-            assert_eq!(at, bytes.len());
-            let definitions: Vec<&Vec<u8>> = packets
-                .iter()
+            let columns = column_stops(Expect::ResultSets, deprecate_eof, &frames(&packets));
+            let definitions: Vec<Vec<u8>> = packets
+                .into_iter()
                 .filter(|p| p.starts_with(b"\x03def"))
                 .collect();
-            assert_eq!(columns.iter().collect::<Vec<_>>(), definitions);
+            assert_eq!(columns, definitions);
             assert_eq!(columns.len(), 5);
         }
+    }
+
+    #[test]
+    fn a_field_list_stops_at_each_definition_up_to_either_terminator() {
+        // COM_FIELD_LIST's definitions end with the column's default value.
+        let definitions: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let fixed = "\x0c\x08\0\x0b\0\0\0\x03\0\0\0\0";
+                let definition = format!("\x03def\x02db\x01t\x01t\x02c{i}\x02c{i}{fixed}");
+                let no_default = 0xfb; // NULL
+                [definition.as_bytes(), &[no_default]].concat()
+            })
+            .collect();
+        for (deprecate_eof, end) in [(false, eof(2)), (true, eof(2)), (true, ok_terminator(2))] {
+            let mut packets = definitions.clone();
+            packets.push(end);
+            let bytes = frames(&packets);
+            assert_eq!(
+                column_stops(Expect::FieldList, deprecate_eof, &bytes),
+                definitions
+            );
+            let (n, p) = scan_all(Expect::FieldList, deprecate_eof, &bytes, 5);
+            assert_eq!(n, bytes.len());
+            assert!(matches!(p, Progress::Done(_, c) if c.status == Some(2)));
+        }
+        let mut err = Vec::new();
+        ErrorPacket::new(1146, "42S02", "no such table").write(&mut err);
+        let error = frames(&[err]);
+        let (n, p) = scan_all(Expect::FieldList, true, &error, 4);
+        assert_eq!(n, error.len());
+        assert!(matches!(p, Progress::Done(_, c) if c.error));
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl Session {
                     SessionChange::Database(db),
                 )
             }
-            command::FIELD_LIST => forward(Expect::Rows),
+            command::FIELD_LIST => return self.field_list(payload).await,
             command::PING => return self.send_ok().await,
             command::STATISTICS => {
                 let stats = self.shared.statistics();

@@ -1,12 +1,14 @@
 //! Metadata answers that name tables (SHOW TABLES, SHOW TABLE STATUS, SHOW
 //! INDEX, SHOW CREATE TABLE, information_schema): read whole from the backend
 //! the listing names, corrected to name logical tables only, then sent.
+//! COM_FIELD_LIST of a partitioned table: its default table's columns.
 
 use bytes::Bytes;
+use hscale_planner::SessionChange;
 use hscale_planner::{Combine, Elsewhere, Listing, Maintained, NameColumn, QueryOrder, Refusal};
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
-use hscale_wire::scan::Completion;
+use hscale_wire::scan::{Completion, Expect};
 
 use super::slots::Needs;
 use super::state::{command, COM_QUERY};
@@ -16,6 +18,41 @@ use crate::error::ProxyError;
 use crate::exec::{read_answer, Answer, RelayError};
 
 impl Session {
+    /// COM_FIELD_LIST (`mysql_list_fields`, the mariadb CLI's completion)
+    /// of a partitioned table in the session's database lists its default
+    /// table's columns, named as the partitioned table's; no backend has a
+    /// table by the partitioned table's name.
+    pub(super) async fn field_list(&mut self, payload: Bytes) -> Result<(), ProxyError> {
+        let (slot, payload, needs) = match self.field_list_of_partitioned(&payload)? {
+            Some((slot, routed)) => (slot, routed, Needs::default().routed()),
+            None => (self.shared.main, payload, Needs::default()),
+        };
+        let (expect, change) = (Some(Expect::FieldList), SessionChange::Nothing);
+        self.execute(slot, &payload, expect, needs, change)
+            .await
+            .map(drop)
+    }
+
+    fn field_list_of_partitioned(
+        &self,
+        payload: &[u8],
+    ) -> Result<Option<(usize, Bytes)>, ProxyError> {
+        let Some(end) = payload.iter().skip(1).position(|&b| b == 0) else {
+            return Ok(None);
+        };
+        let (name, wildcard) = (&payload[1..end + 1], &payload[end + 1..]);
+        let (Some(db), Ok(name)) = (&self.state.db, std::str::from_utf8(name)) else {
+            return Ok(None);
+        };
+        let dictionary = self.shared.dictionary.snapshot();
+        let Some(table) = dictionary.table(db, name) else {
+            return Ok(None);
+        };
+        let target = table.default_target();
+        let routed = [&payload[..1], target.table.as_bytes(), wildcard].concat();
+        Ok(Some((self.slot_of(target.backend)?, routed.into())))
+    }
+
     pub(super) async fn listing(
         &mut self,
         payload: Bytes,
