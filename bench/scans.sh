@@ -10,6 +10,12 @@
 #     and through a byte relay that parses nothing (bench/floor.sh's);
 #   each kind of oltp_read_only statement alone, with the CPU hscale and the
 #     MariaDB servers spend on it;
+#   the CPU each process (hscale or the relay, the MariaDB servers, sysbench)
+#     spends per transaction at 8 threads, where the two cores are saturated:
+#     oltp_read_only direct, through the relay, MOD(2) over two backends,
+#     DIV(5000), MOD(2) with both partitions on one backend; and
+#     oltp_point_select direct, through the relay, through hscale unpartitioned
+#     and routed by MOD(2);
 #   a 1M-row x 300-byte scan through hscale to a client that reads slowly,
 #     with hscale's peak RSS.
 # Times are medians of --runs runs; hscale's peak RSS (VmHWM) is printed after
@@ -18,7 +24,7 @@
 #   bench/scans.sh [--rows N] [--runs N] [--seconds N] [--big-rows N]
 #                  [--sysbench-args "..."]   (added to every sysbench run,
 #                  e.g. "--order_ranges=0 --distinct_ranges=0")
-#                  [--parts "scans sysbench statements big"]   (the parts to
+#                  [--parts "scans sysbench statements cpu big"]   (the parts to
 #                  run, all by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +34,7 @@ RUNS=5
 SECONDS_EACH=10
 BIG_ROWS=1000000
 SYSBENCH_ARGS=""
-PARTS="scans sysbench statements big"
+PARTS="scans sysbench statements cpu big"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -133,14 +139,16 @@ tps() { sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p'; }
 errors() { sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p'; }
 
 sysbench_tables() {
-  direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range"
+  direct -e "CREATE DATABASE sb_direct; CREATE DATABASE sb_part; CREATE DATABASE sb_range; CREATE DATABASE sb_one"
   mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb_part; CREATE DATABASE sb_range"
   sb "$DIRECT" sb_direct prepare >/dev/null
-  for db in sb_part sb_range; do
+  for db in sb_part sb_range sb_one; do
     direct -e "CREATE TABLE $db.sbtest1 LIKE sb_direct.sbtest1; INSERT INTO $db.sbtest1 SELECT * FROM sb_direct.sbtest1"
   done
   proxy sb_part -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)"
   proxy sb_range -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'DIV(5000)'); HSCALE ADD_PARTITION('sbtest1', 'upper', 1, 2); HSCALE ADD_PARTITION('sbtest1', 'upper', 2, 2)"
+  # Both partitions on backend 1: a range query is one UNION ALL there.
+  proxy sb_one -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 1)"
 }
 
 sysbench_part() {
@@ -199,6 +207,38 @@ statements_part() {
   echo
 }
 
+cpu_part() {
+  # CPU time per transaction of each process, from its threads' schedstat
+  # (sysbench's from time(1)), 8 threads, ps-mode=disable.
+  MARIADB2_PID=$(sed -n 's/^backend 2: .*(pid \([0-9]*\)).*/\1/p' "$WORK/playground.log")
+  cpu_cell() { # test label port db
+    local h0 m0 h1 m1 out
+    h0=$(( $(cpu_ns) + $(cpu_ns "$RELAY_PID") )); m0=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+    out=$(/usr/bin/time -f "sysbench cpu: %U %S" sysbench "$1" --db-driver=mysql --mysql-host=127.0.0.1 \
+      --mysql-port="$3" --mysql-user=root --mysql-password= --mysql-db="$4" --tables=1 --table-size=10000 \
+      --threads=8 --time="$SECONDS_EACH" --db-ps-mode=disable $SYSBENCH_ARGS run 2>&1)
+    h1=$(( $(cpu_ns) + $(cpu_ns "$RELAY_PID") )); m1=$(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$MARIADB2_PID") ))
+    echo "$out" | awk -v label="$2" -v h=$((h1 - h0)) -v m=$((m1 - m0)) '
+      /transactions:/ {n = $2; gsub(/[(]/, "", $3); tps = $3}
+      /sysbench cpu:/ {s = ($3 + $4) * 1e9}
+      END {printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f |\n", label, tps, h / n / 1000, m / n / 1000, s / n / 1000, (h + m + s) / n / 1000}'
+  }
+  echo "CPU per transaction (µs), 8 threads, $SECONDS_EACH s per cell (proxy: hscale or the byte relay; MariaDB: both servers):"
+  echo
+  echo "| workload | tps | proxy | MariaDB | sysbench | total |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  cpu_cell oltp_read_only "oltp_read_only, direct" "$DIRECT" sb_direct
+  cpu_cell oltp_read_only "oltp_read_only, byte relay" "$RELAY" sb_direct
+  cpu_cell oltp_read_only "oltp_read_only, hscale MOD(2), two backends" "$PORT" sb_part
+  cpu_cell oltp_read_only "oltp_read_only, hscale DIV(5000), two backends" "$PORT" sb_range
+  cpu_cell oltp_read_only "oltp_read_only, hscale MOD(2), one backend" "$PORT" sb_one
+  cpu_cell oltp_point_select "oltp_point_select, direct" "$DIRECT" sb_direct
+  cpu_cell oltp_point_select "oltp_point_select, byte relay" "$RELAY" sb_direct
+  cpu_cell oltp_point_select "oltp_point_select, hscale, not partitioned" "$PORT" sb_direct
+  cpu_cell oltp_point_select "oltp_point_select, hscale MOD(2), two backends" "$PORT" sb_part
+  echo
+}
+
 big_part() {
   # 1M rows of 300 bytes over two backends, read by a client that stops
   # reading for 10 s (a full pipe), then drains the rest.
@@ -218,7 +258,8 @@ big_part() {
 
 runs_part() { [[ " $PARTS " == *" $1 "* ]]; }
 if runs_part scans; then scans_part; fi
-if runs_part sysbench || runs_part statements; then sysbench_tables; fi
+if runs_part sysbench || runs_part statements || runs_part cpu; then sysbench_tables; fi
 if runs_part sysbench; then sysbench_part; fi
 if runs_part statements; then statements_part; fi
+if runs_part cpu; then cpu_part; fi
 if runs_part big; then big_part; fi
