@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use mysql_common::constants::ColumnFlags;
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use smallvec::SmallVec;
@@ -293,10 +294,15 @@ impl Merger {
                     reorders,
                 });
             }
-            Some(first) => agree(&first.columns, &columns)?,
+            Some(first) => agree(&first.columns, &columns, self.spec.hidden)?,
         }
         self.sources[partition] = Source::Open;
         Ok(())
+    }
+
+    /// How many columns at the end of each partition's answer are hscale's.
+    pub fn hidden_columns(&self) -> usize {
+        self.spec.hidden
     }
 
     /// The column definitions the client gets: the first partition's,
@@ -679,7 +685,10 @@ impl Merger {
 
 /// Column definitions of two partitions describe the same columns (their
 /// tables' names aside).
-fn agree(first: &[Column], other: &[Column]) -> Result<(), MergeError> {
+/// Whether two partitions' columns are the same; of hscale's `hidden`
+/// columns at the end, only what reading them needs: a `UNION`'s
+/// (partitions on one backend) have other flags and decimals.
+fn agree(first: &[Column], other: &[Column], hidden: usize) -> Result<(), MergeError> {
     if first.len() != other.len() {
         return Err(MergeError::ColumnsDiffer(format!(
             "{} columns and {}",
@@ -687,12 +696,15 @@ fn agree(first: &[Column], other: &[Column]) -> Result<(), MergeError> {
             other.len()
         )));
     }
-    for (a, b) in first.iter().zip(other) {
-        let same = a.name_ref() == b.name_ref()
+    let visible = first.len().saturating_sub(hidden);
+    for (i, (a, b)) in first.iter().zip(other).enumerate() {
+        let read_alike = a.name_ref() == b.name_ref()
             && a.column_type() == b.column_type()
             && a.character_set() == b.character_set()
-            && a.flags() == b.flags()
-            && a.decimals() == b.decimals();
+            && a.flags().contains(ColumnFlags::UNSIGNED_FLAG)
+                == b.flags().contains(ColumnFlags::UNSIGNED_FLAG);
+        let same = read_alike
+            && (i >= visible || (a.flags() == b.flags() && a.decimals() == b.decimals()));
         if !same {
             return Err(MergeError::ColumnsDiffer(format!(
                 "column `{}`",

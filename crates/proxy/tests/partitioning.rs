@@ -1715,6 +1715,24 @@ fn metadata(conn: &mut Conn, sql: &str, params: Vec<mysql::Value>) -> [ColumnFac
     [text, prepared, executed]
 }
 
+/// The oracle: each statement's answer from the plain table holding
+/// `rows`, before hscale splits it.
+fn on_the_plain_table<T>(
+    db: &str,
+    rows: &str,
+    statements: &[&str],
+    answer: impl Fn(&mut Conn, &str) -> T,
+) -> Vec<T> {
+    let mut direct = cluster().direct(1, Some(db));
+    direct
+        .query_drop(format!("INSERT INTO users VALUES {rows}"))
+        .unwrap();
+    statements
+        .iter()
+        .map(|sql| answer(&mut direct, sql))
+        .collect()
+}
+
 #[test]
 fn answers_name_the_logical_table_as_one_plain_table_would() {
     let (proxy, db) = setup("part_column_tables");
@@ -1726,18 +1744,48 @@ fn answers_name_the_logical_table_as_one_plain_table_would() {
         "SELECT id FROM users WHERE id > ? ORDER BY nickname LIMIT 2",
         "SELECT id, created FROM users WHERE id < ?",
     ];
-    let mut direct = cluster().direct(1, Some(&db));
-    direct
-        .query_drop("INSERT INTO users VALUES (1,'a','2020-01-01'),(2,'b','2020-01-02'),(3,'c','2020-01-03'),(4,'d','2020-01-04')")
-        .unwrap();
-    // The oracle: the plain table, before hscale splits it.
-    let plain: Vec<[ColumnFacts; 3]> = statements
-        .iter()
-        .map(|sql| metadata(&mut direct, sql, vec![3.into()]))
-        .collect();
+    let rows =
+        "(1,'a','2020-01-01'),(2,'b','2020-01-02'),(3,'c','2020-01-03'),(4,'d','2020-01-04')";
+    let plain = on_the_plain_table(&db, rows, &statements, |conn, sql| {
+        metadata(conn, sql, vec![3.into()])
+    });
     let mut c = proxy.connect(Some(&db));
     split_by_parity(&mut c);
     for (sql, plain) in statements.iter().zip(&plain) {
         assert_eq!(&metadata(&mut c, sql, vec![3.into()]), plain, "{sql}");
     }
+}
+
+#[test]
+fn ordered_scans_in_a_transaction_keep_the_tables_columns_where_partitions_share_a_backend() {
+    let (proxy, db) = setup("part_united_columns");
+    let statements = [
+        "SELECT id, nickname FROM users ORDER BY nickname",
+        "SELECT u.id, u.created AS day FROM users u WHERE id > 1 ORDER BY nickname DESC LIMIT 3",
+        "SELECT created, COUNT(*) FROM users GROUP BY created ORDER BY created",
+    ];
+    let rows = "(1,'a','2020-01-01'),(2,'b','2020-01-02'),(3,'c','2020-01-01'),(4,'d','2020-01-04'),(5,'e','2020-01-02'),(6,'f','2020-01-06')";
+    let answer = |conn: &mut Conn, sql: &str| {
+        let mut result = conn.query_iter(sql).unwrap();
+        let columns = column_facts(result.columns().as_ref());
+        let rows: Vec<String> = result
+            .by_ref()
+            .map(|row| format!("{:?}", row.unwrap().unwrap()))
+            .collect();
+        (columns, rows)
+    };
+    let plain = on_the_plain_table(&db, rows, &statements, answer);
+    let mut c = proxy.connect(Some(&db));
+    // ids 0 and 2 mod 3 on backend 1, 1 mod 3 on backend 2.
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(3)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'p1', 1, 2)")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('users', 'p2', 2, 1)")
+        .unwrap();
+    c.query_drop("BEGIN").unwrap();
+    for (sql, plain) in statements.iter().zip(&plain) {
+        assert_eq!(&answer(&mut c, sql), plain, "{sql}");
+    }
+    c.query_drop("COMMIT").unwrap();
 }

@@ -139,6 +139,22 @@ pub fn column_names(payload: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&payload[name], &payload[org_name]))
 }
 
+/// The table a column definition says its column was read from; empty for
+/// an expression's.
+pub fn column_org_table(payload: &[u8]) -> Option<&[u8]> {
+    let [_, _, _, org_table, ..] = column_strings(payload)?;
+    Some(&payload[org_table])
+}
+
+/// A column definition with the names of `names` (catalog to org_name) and
+/// what follows them in `types` (character set, length, type, flags,
+/// decimals).
+pub fn column_with_types(names: &[u8], types: &[u8]) -> Option<Vec<u8>> {
+    let [.., names_end] = column_strings(names)?;
+    let [.., types_end] = column_strings(types)?;
+    Some([&names[..names_end.end], &types[types_end.end..]].concat())
+}
+
 /// A column definition whose table names change (`rename_column_table`).
 #[derive(Debug)]
 pub struct RenamedColumn<'a> {

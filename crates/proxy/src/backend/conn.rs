@@ -412,18 +412,11 @@ impl PrepareAnswer {
             return self.frames;
         }
         let frames = self.with_id(id);
-        let mut payloads = Vec::new();
-        let mut at = 0;
-        while let Some(header) = frames.get(at..).and_then(FrameHeader::parse) {
-            let start = at + HEADER_LEN;
-            payloads.push(&frames[start..(start + header.len).min(frames.len())]);
-            at = start + header.len;
-        }
-        let Some(ok) = payloads.first().filter(|ok| ok.len() >= 9) else {
+        let payloads = payloads(&frames);
+        let Some((columns, params)) = counts(&payloads) else {
             return frames;
         };
-        let columns = usize::from(u16::from_le_bytes([ok[5], ok[6]]));
-        let params = usize::from(u16::from_le_bytes([ok[7], ok[8]]));
+        let ok = payloads[0];
         let shown = params.saturating_sub(hidden.len());
         let mut ok = ok.to_vec();
         ok[7..9].copy_from_slice(&(shown as u16).to_le_bytes());
@@ -455,6 +448,39 @@ impl PrepareAnswer {
         }
         out
     }
+
+    /// The statement's column definitions, as a result set of it has them.
+    pub fn column_definitions(&self, deprecate_eof: bool) -> Vec<&[u8]> {
+        let payloads = payloads(&self.frames);
+        match counts(&payloads) {
+            Some((columns, params)) if self.id().is_some() => {
+                let eof = usize::from(params > 0 && !deprecate_eof);
+                let first = 1 + params + eof;
+                payloads.into_iter().skip(first).take(columns).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The payloads of whole frames (a packet of one frame each: definitions).
+fn payloads(frames: &[u8]) -> Vec<&[u8]> {
+    let mut payloads = Vec::new();
+    let mut at = 0;
+    while let Some(header) = frames.get(at..).and_then(FrameHeader::parse) {
+        let start = at + HEADER_LEN;
+        payloads.push(&frames[start..(start + header.len).min(frames.len())]);
+        at = start + header.len;
+    }
+    payloads
+}
+
+/// The column and parameter counts of a prepare answer's OK.
+fn counts(payloads: &[&[u8]]) -> Option<(usize, usize)> {
+    let ok = payloads.first().filter(|ok| ok.len() >= 9)?;
+    let columns = usize::from(u16::from_le_bytes([ok[5], ok[6]]));
+    let params = usize::from(u16::from_le_bytes([ok[7], ok[8]]));
+    Some((columns, params))
 }
 
 impl BackendConn {

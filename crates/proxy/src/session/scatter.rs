@@ -13,7 +13,7 @@ use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{
     write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
 };
-use hscale_wire::resultset::is_result_end;
+use hscale_wire::resultset::{column_org_table, column_with_types, is_result_end};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
@@ -83,6 +83,7 @@ impl Session {
         // connection a transaction has on a backend, its partitions go as
         // one statement that the backend sorts.
         let (united, united_commands): (United, Vec<Command>);
+        let mut probes = Vec::new();
         let (slots, commands) = match shared_backend && !may_borrow && !spec.keys.is_empty() {
             false => (slots, commands),
             true => {
@@ -96,6 +97,7 @@ impl Session {
                     })
                 })?;
                 united_commands = united.payloads.iter().map(|p| Command::Raw(p)).collect();
+                probes = united.probes;
                 (&united.slots[..], &united_commands[..])
             }
         };
@@ -118,12 +120,15 @@ impl Session {
         };
         let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding)
             .with_budget(budget);
+        let mut probes = probes.into_iter();
         let mut sources: Vec<Source> = slots
             .iter()
             .map(|&slot| Source {
                 slot,
                 lease: None,
                 reading: Reading::NotSent,
+                probe: probes.next().flatten(),
+                definitions: None,
             })
             .collect();
         let mut out = Output {
@@ -344,6 +349,35 @@ impl Session {
             .checkout(source.slot, needs)
             .await
             .map_err(Abort::Failed)?;
+        if let Some(sql) = source.probe.take() {
+            // The definitions of one partition's statement, prepared and
+            // closed: a `UNION`'s name no table and lose the key flags.
+            let prepared = match lease.conn.prepare(&sql).await {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    self.forget_connection_state(source.slot);
+                    return Err(Abort::Failed(ProxyError::Backend(e)));
+                }
+            };
+            if let Some(id) = prepared.id() {
+                let deprecate_eof = lease
+                    .conn
+                    .key
+                    .capabilities
+                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+                let definitions = prepared.column_definitions(deprecate_eof);
+                source.definitions = Some(
+                    definitions
+                        .into_iter()
+                        .map(Bytes::copy_from_slice)
+                        .collect(),
+                );
+                if let Err(e) = lease.conn.close_statement(id).await {
+                    self.forget_connection_state(source.slot);
+                    return Err(Abort::Failed(ProxyError::Backend(e)));
+                }
+            }
+        }
         let payload = match command_payload(&mut lease.conn, command).await {
             Ok(Ok(payload)) => payload,
             Ok(Err(refusal)) => {
@@ -396,8 +430,25 @@ impl Session {
             _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
         };
         let mut definitions = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let definition = self.next_of(source, false).await?;
+        let probed = source
+            .definitions
+            .take()
+            .filter(|d| d.len() as u64 == count);
+        for i in 0..count as usize {
+            let mut definition = self.next_of(source, false).await?;
+            // A table's column, and hscale's hidden ones (a union may make a
+            // weight a utf8mb4 string), as one partition has them; a visible
+            // expression's names too, but its types as the union has them:
+            // prepared, they may differ from executed (the BINARY flag of a
+            // COUNT(*)).
+            if let Some(probed) = probed.as_ref().map(|p| &p[i]) {
+                let hidden = i >= count as usize - merger.hidden_columns().min(count as usize);
+                definition = match hidden || column_org_table(probed).is_some_and(|t| !t.is_empty())
+                {
+                    true => probed.clone(),
+                    false => column_with_types(probed, &definition).map_or(definition, Bytes::from),
+                };
+            }
             let names = &self.shared.dictionary;
             definitions.push(match self.column_names.logical(names, &definition) {
                 Some(renamed) => Bytes::copy_from_slice(renamed),
@@ -804,9 +855,19 @@ fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> 
     let mut united = United {
         slots: Vec::with_capacity(backends.len()),
         payloads: Vec::with_capacity(backends.len()),
+        probes: Vec::with_capacity(backends.len()),
     };
     for (slot, texts) in backends {
         let mut payload = vec![COM_QUERY];
+        if let [text] = texts[..] {
+            // Sorted and limited already; in parentheses its columns would
+            // name a derived table.
+            payload.extend_from_slice(text);
+            united.slots.push(slot);
+            united.payloads.push(payload);
+            united.probes.push(None);
+            continue;
+        }
         for (i, text) in texts.iter().enumerate() {
             if i > 0 {
                 payload.extend_from_slice(b" UNION ALL ");
@@ -819,6 +880,7 @@ fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> 
         payload.extend_from_slice(format!(" ORDER BY {}{limit}", order.join(", ")).as_bytes());
         united.slots.push(slot);
         united.payloads.push(payload);
+        united.probes.push(Some(Bytes::copy_from_slice(texts[0])));
     }
     Some(united)
 }
@@ -827,6 +889,8 @@ fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> 
 struct United {
     slots: Vec<usize>,
     payloads: Vec<Vec<u8>>,
+    /// For a backend with several partitions, one partition's text.
+    probes: Vec<Option<Bytes>>,
 }
 
 /// One partition's statement in a write over several.
@@ -878,6 +942,10 @@ struct Source {
     slot: usize,
     lease: Option<Lease>,
     reading: Reading,
+    /// A `UNION ALL` of partitions: the text of one of them, whose
+    /// definitions (`definitions`) the client gets in place of the union's.
+    probe: Option<Bytes>,
+    definitions: Option<Vec<Bytes>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
