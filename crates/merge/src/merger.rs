@@ -166,9 +166,62 @@ pub(crate) type KeyValue = (Range<usize>, Decoded);
 struct Header {
     definitions: Vec<Bytes>,
     columns: Vec<Column>,
+    /// One partition's own definitions, not a union's.
+    exact: bool,
     orders: Vec<KeyOrder>,
     /// How each of `Spec::reorder` compares.
     reorders: Vec<KeyOrder>,
+}
+
+impl Header {
+    fn new(
+        spec: &Spec,
+        definitions: Vec<Bytes>,
+        columns: Vec<Column>,
+        exact: bool,
+    ) -> Result<Header, MergeError> {
+        let visible = columns.len() - spec.hidden;
+        let orders: Vec<KeyOrder> = spec
+            .keys
+            .iter()
+            .map(|key| {
+                let column = columns
+                    .get(key.value.index(visible))
+                    .ok_or(MergeError::Malformed("a sort key column"))?;
+                KeyOrder::of(column)
+            })
+            .collect::<Result<_, _>>()?;
+        let reorders = spec
+            .reorder
+            .iter()
+            .map(|key| match key.group_key {
+                Some(k) => orders
+                    .get(k)
+                    .cloned()
+                    .ok_or(MergeError::Malformed("a group key")),
+                None => {
+                    let column = columns
+                        .get(key.column)
+                        .ok_or(MergeError::Malformed("an ORDER BY column"))?;
+                    let order = KeyOrder::of(column)?;
+                    match order.by_weight() {
+                        true => Err(MergeError::Unsupported(
+                            "ORDER BY a string that is not a group key over the combined groups of several partitions"
+                                .into(),
+                        )),
+                        false => Ok(order),
+                    }
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Header {
+            definitions,
+            columns,
+            exact,
+            orders,
+            reorders,
+        })
+    }
 }
 
 /// The group being combined: its first row decides its keys.
@@ -205,6 +258,8 @@ pub struct Merger {
     queue: VecDeque<Bytes>,
     skipped: u64,
     sent: u64,
+    /// Rows have come: the header's definitions may be out.
+    rows_fed: bool,
 }
 
 impl Merger {
@@ -226,6 +281,7 @@ impl Merger {
             queue: VecDeque::new(),
             skipped: 0,
             sent: 0,
+            rows_fed: false,
             budget: Budget::default(),
         }
     }
@@ -236,8 +292,30 @@ impl Merger {
     }
 
     /// A partition's column definitions (without the count or EOF packets).
-    /// The first partition's are the client's; every other must agree.
+    /// The first partition's are the client's (see `client_columns`);
+    /// every other must agree.
     pub fn columns(&mut self, partition: usize, definitions: Vec<Bytes>) -> Result<(), MergeError> {
+        self.take_columns(partition, definitions, true)
+    }
+
+    /// The column definitions of a `UNION ALL` of several partitions (on one
+    /// backend): they name no table and carry other flags, so they stand for
+    /// what reading the rows needs, and the client gets another partition's
+    /// where one answers alone.
+    pub fn union_columns(
+        &mut self,
+        partition: usize,
+        definitions: Vec<Bytes>,
+    ) -> Result<(), MergeError> {
+        self.take_columns(partition, definitions, false)
+    }
+
+    fn take_columns(
+        &mut self,
+        partition: usize,
+        definitions: Vec<Bytes>,
+        exact: bool,
+    ) -> Result<(), MergeError> {
         let columns = definitions
             .iter()
             .map(|d| {
@@ -249,52 +327,20 @@ impl Merger {
         if columns.len() < self.spec.hidden {
             return Err(MergeError::Malformed("fewer columns than hscale added"));
         }
-        match &self.header {
-            None => {
-                let visible = columns.len() - self.spec.hidden;
-                let orders: Vec<KeyOrder> = self
-                    .spec
-                    .keys
-                    .iter()
-                    .map(|key| {
-                        let column = columns
-                            .get(key.value.index(visible))
-                            .ok_or(MergeError::Malformed("a sort key column"))?;
-                        KeyOrder::of(column)
-                    })
-                    .collect::<Result<_, _>>()?;
-                let reorders = self
-                    .spec
-                    .reorder
-                    .iter()
-                    .map(|key| match key.group_key {
-                        Some(k) => orders
-                            .get(k)
-                            .cloned()
-                            .ok_or(MergeError::Malformed("a group key")),
-                        None => {
-                            let column = columns
-                                .get(key.column)
-                                .ok_or(MergeError::Malformed("an ORDER BY column"))?;
-                            let order = KeyOrder::of(column)?;
-                            match order.by_weight() {
-                                true => Err(MergeError::Unsupported(
-                                    "ORDER BY a string that is not a group key over the combined groups of several partitions"
-                                        .into(),
-                                )),
-                                false => Ok(order),
-                            }
-                        }
-                    })
-                    .collect::<Result<_, _>>()?;
-                self.header = Some(Header {
-                    definitions,
-                    columns,
-                    orders,
-                    reorders,
-                });
+        let replaces = match &self.header {
+            None => true,
+            Some(first) => {
+                agree(
+                    &first.columns,
+                    &columns,
+                    self.spec.hidden,
+                    first.exact && exact,
+                )?;
+                exact && !first.exact && !self.rows_fed
             }
-            Some(first) => agree(&first.columns, &columns, self.spec.hidden)?,
+        };
+        if replaces {
+            self.header = Some(Header::new(&self.spec, definitions, columns, exact)?);
         }
         self.sources[partition] = Source::Open;
         Ok(())
@@ -305,8 +351,9 @@ impl Merger {
         self.spec.hidden
     }
 
-    /// The column definitions the client gets: the first partition's,
-    /// without hidden columns.
+    /// The column definitions the client gets, without hidden columns: the
+    /// first partition's that answered alone (`columns`) before any row
+    /// came, else the first union's.
     pub fn client_columns(&self) -> &[Bytes] {
         match &self.header {
             Some(header) => &header.definitions[..header.definitions.len() - self.spec.hidden],
@@ -320,6 +367,7 @@ impl Merger {
             .header
             .as_mut()
             .ok_or(MergeError::Malformed("a row before the columns"))?;
+        self.rows_fed = true;
         if self.spec.keys.is_empty() {
             self.queue.push_back(row);
             return Ok(());
@@ -685,10 +733,13 @@ impl Merger {
 
 /// Column definitions of two partitions describe the same columns (their
 /// tables' names aside).
-/// Whether two partitions' columns are the same; of hscale's `hidden`
-/// columns at the end, only what reading them needs: a `UNION`'s
-/// (partitions on one backend) have other flags and decimals.
-fn agree(first: &[Column], other: &[Column], hidden: usize) -> Result<(), MergeError> {
+/// Whether two partitions' columns are the same. Between two partitions
+/// that answer alone (`exact`): their columns wholly, and of hscale's
+/// `hidden` columns at the end what reading them needs. Where a `UNION` of
+/// partitions takes part, whose definitions have other flags and decimals
+/// and may give a weight a character set: what reading the client's columns
+/// needs, and hscale's by name.
+fn agree(first: &[Column], other: &[Column], hidden: usize, exact: bool) -> Result<(), MergeError> {
     if first.len() != other.len() {
         return Err(MergeError::ColumnsDiffer(format!(
             "{} columns and {}",
@@ -698,13 +749,20 @@ fn agree(first: &[Column], other: &[Column], hidden: usize) -> Result<(), MergeE
     }
     let visible = first.len().saturating_sub(hidden);
     for (i, (a, b)) in first.iter().zip(other).enumerate() {
-        let read_alike = a.name_ref() == b.name_ref()
-            && a.column_type() == b.column_type()
-            && a.character_set() == b.character_set()
-            && a.flags().contains(ColumnFlags::UNSIGNED_FLAG)
-                == b.flags().contains(ColumnFlags::UNSIGNED_FLAG);
-        let same = read_alike
-            && (i >= visible || (a.flags() == b.flags() && a.decimals() == b.decimals()));
+        let named_alike = a.name_ref() == b.name_ref();
+        let read_alike = || {
+            a.column_type() == b.column_type()
+                && a.character_set() == b.character_set()
+                && a.flags().contains(ColumnFlags::UNSIGNED_FLAG)
+                    == b.flags().contains(ColumnFlags::UNSIGNED_FLAG)
+        };
+        let same_otherwise = || a.flags() == b.flags() && a.decimals() == b.decimals();
+        let same = named_alike
+            && match (i < visible, exact) {
+                (true, true) => read_alike() && same_otherwise(),
+                (true, false) | (false, true) => read_alike(),
+                (false, false) => true,
+            };
         if !same {
             return Err(MergeError::ColumnsDiffer(format!(
                 "column `{}`",

@@ -332,6 +332,35 @@ fn partitions_must_describe_the_same_columns() {
     assert!(matches!(fewer, Err(MergeError::ColumnsDiffer(_))));
 }
 
+/// A union of partitions on one backend describes its columns without
+/// the key flags: it is compared in what reading needs, and the client gets
+/// the definitions of a partition that answers alone, whichever came first.
+#[test]
+fn a_union_of_partitions_agrees_in_what_reading_needs_and_gives_way() {
+    const PRI_KEY: u16 = 2;
+    let union = || vec![definition("id", LONGLONG, BINARY, 0)];
+    let alone = || vec![definition("id", LONGLONG, BINARY, PRI_KEY)];
+    let mut merger = Merger::new(Spec::default(), 4, collations(), Encoding::Text);
+    merger.union_columns(0, union()).unwrap();
+    merger.columns(1, alone()).unwrap();
+    merger.union_columns(2, union()).unwrap();
+    assert_eq!(merger.client_columns(), &alone()[..]);
+    // Between partitions that answer alone, the flags count.
+    let differs = merger.columns(3, union());
+    assert!(
+        matches!(differs, Err(MergeError::ColumnsDiffer(_))),
+        "{differs:?}"
+    );
+    // A union whose values read otherwise is refused.
+    let mut merger = Merger::new(Spec::default(), 2, collations(), Encoding::Text);
+    merger.columns(0, alone()).unwrap();
+    let differs = merger.union_columns(1, vec![definition("id", VAR_STRING, GENERAL_CI, 0)]);
+    assert!(
+        matches!(differs, Err(MergeError::ColumnsDiffer(_))),
+        "{differs:?}"
+    );
+}
+
 /// Ordered ascending by one key, the first three hidden columns.
 fn by_first_hidden_key() -> Spec {
     Spec {

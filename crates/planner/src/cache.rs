@@ -66,7 +66,9 @@ impl PlanCache {
     /// the scratch space.
     pub(crate) fn prepare(&mut self, sql: &[u8], ctx: &Context) {
         let db = ctx.db.unwrap_or("");
-        self.uncacheable = !fingerprint(sql, &self.tokens, db, ctx, &mut self.key);
+        let flags = u8::from(ctx.tables_locked) << 2;
+        self.uncacheable =
+            !fingerprint(sql, &self.tokens, db, ctx.quoting, flags, 0, &mut self.key);
     }
 
     /// The cached plan for the prepared statement, if its shape is known at
@@ -142,24 +144,52 @@ impl PlanCache {
     }
 }
 
-/// Writes the fingerprint of `sql` (lexed into `tokens`) in database `db`
-/// into `key`: the text between its literals is copied in runs, whitespace
+/// The fingerprint of `sql` in database `db` for what its answer's columns
+/// are, written into `key`: as the plan cache's (`fingerprint`), but the
+/// literals before its first FROM, which name and size the columns, are
+/// kept. `false` where it could be another statement's. For the column
+/// definitions the proxy keeps per statement shape.
+pub fn columns_fingerprint(sql: &[u8], db: &str, quoting: Quoting, key: &mut Vec<u8>) -> bool {
+    let tokens: SmallVec<[Token; 64]> = crate::lexer::Tokens::new(sql, quoting).collect();
+    let mut depth = 0i32;
+    let from = tokens.iter().find(|t| match t.kind {
+        TokenKind::Symbol(b'(') => {
+            depth += 1;
+            false
+        }
+        TokenKind::Symbol(b')') => {
+            depth -= 1;
+            false
+        }
+        TokenKind::Word => depth == 0 && sql[t.start..t.end].eq_ignore_ascii_case(b"FROM"),
+        _ => false,
+    });
+    let literals_from = from.map_or(sql.len(), |t| t.start);
+    fingerprint(sql, &tokens, db, quoting, 0, literals_from, key)
+}
+
+/// Writes the fingerprint of `sql` (lexed into `tokens`) in database `db`,
+/// with the session's `flags` beside its quoting, into `key`, literals that
+/// start before `literals_from` kept as they are: the text between its literals is copied in runs, whitespace
 /// and all, so that a statement costs a copy per literal and comment rather
 /// than one per token. Two statements with one fingerprint have the same
 /// tokens but for their literals' values, which is what a cached shape needs;
 /// per-request comments (sqlcommenter) do not make a new shape. `false`: the
 /// statement copies a placeholder byte (in a quoted identifier, or as a
 /// stray byte), which could read as another statement's fingerprint.
-fn fingerprint(sql: &[u8], tokens: &[Token], db: &str, ctx: &Context, key: &mut Vec<u8>) -> bool {
-    let quoting = ctx.quoting;
+fn fingerprint(
+    sql: &[u8],
+    tokens: &[Token],
+    db: &str,
+    quoting: Quoting,
+    flags: u8,
+    literals_from: usize,
+    key: &mut Vec<u8>,
+) -> bool {
     key.clear();
     key.extend_from_slice(db.as_bytes());
     key.push(COMMENT);
-    key.push(
-        u8::from(quoting.no_backslash_escapes)
-            | u8::from(quoting.ansi_quotes) << 1
-            | u8::from(ctx.tables_locked) << 2,
-    );
+    key.push(u8::from(quoting.no_backslash_escapes) | u8::from(quoting.ansi_quotes) << 1 | flags);
     let mut unique = true;
     let mut run = tokens.first().map_or(0, |t| t.start);
     let mut previous_end = run;
@@ -174,7 +204,7 @@ fn fingerprint(sql: &[u8], tokens: &[Token], db: &str, ctx: &Context, key: &mut 
             key.push(COMMENT);
             run = token.start;
         }
-        match literal_kind(token.kind, quoting) {
+        match literal_kind(token.kind, quoting).filter(|_| token.start >= literals_from) {
             Some(_) => {
                 key.extend_from_slice(&sql[run..token.start]);
                 key.push(LITERAL);
@@ -293,23 +323,13 @@ mod tests {
         type Lexed = Vec<(bool, Vec<u8>)>;
         let mut seen: HashMap<Vec<u8>, (String, Lexed)> = HashMap::new();
         let (mut key, mut shared) = (Vec::new(), 0);
-        let dictionary = crate::dictionary::Dictionary::default();
-        let ctx = Context {
-            db: Some("app"),
-            quoting: Quoting::BACKSLASH_ESCAPES,
-            no_auto_value_on_zero: false,
-            tables_locked: false,
-            charset: crate::plan::ClientCharset::Utf8,
-            dictionary: &dictionary,
-            main_backend: 1,
-        };
         for _ in 0..200_000 {
             let sql: String = (0..1 + next(7))
                 .map(|_| PIECES[next(PIECES.len())])
                 .collect();
             let quoting = Quoting::BACKSLASH_ESCAPES;
             let tokens: Vec<Token> = Tokens::new(sql.as_bytes(), quoting).collect();
-            if !fingerprint(sql.as_bytes(), &tokens, "app", &ctx, &mut key) {
+            if !fingerprint(sql.as_bytes(), &tokens, "app", quoting, 0, 0, &mut key) {
                 continue;
             }
             let lexed: Lexed = tokens
@@ -331,6 +351,46 @@ mod tests {
         }
         // The comparison ran: many statements share one.
         assert!(shared > 10_000, "{shared}");
+    }
+
+    /// The select list's literals name and size the answer's columns: two
+    /// statements that differ there differ in this fingerprint; two that
+    /// differ after FROM (a subquery's FROM in the select list not counted)
+    /// share it.
+    #[test]
+    fn a_columns_fingerprint_keeps_the_select_lists_literals() {
+        let key = |sql: &str| {
+            let mut key = Vec::new();
+            assert!(columns_fingerprint(
+                sql.as_bytes(),
+                "app",
+                Quoting::BACKSLASH_ESCAPES,
+                &mut key
+            ));
+            key
+        };
+        let range = "SELECT c, 'x' FROM t WHERE id BETWEEN 1 AND 100 ORDER BY c";
+        assert_eq!(
+            key(range),
+            key("SELECT c, 'x' FROM t WHERE id BETWEEN 7 AND 9 ORDER BY c")
+        );
+        assert_ne!(
+            key(range),
+            key("SELECT c, 'yz' FROM t WHERE id BETWEEN 1 AND 100 ORDER BY c")
+        );
+        let nested = "SELECT (SELECT 1 FROM u LIMIT 1), ROUND(k, 2) FROM t WHERE id > 5";
+        assert_eq!(
+            key(nested),
+            key("SELECT (SELECT 1 FROM u LIMIT 1), ROUND(k, 2) FROM t WHERE id > 6")
+        );
+        assert_ne!(
+            key(nested),
+            key("SELECT (SELECT 1 FROM u LIMIT 1), ROUND(k, 3) FROM t WHERE id > 5")
+        );
+        assert_ne!(
+            key(nested),
+            key("SELECT (SELECT 2 FROM u LIMIT 1), ROUND(k, 2) FROM t WHERE id > 5")
+        );
     }
 
     #[test]

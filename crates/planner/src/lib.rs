@@ -23,7 +23,7 @@ mod show;
 mod template;
 
 pub use auto::{Generate, Upsert};
-pub use cache::PlanCache;
+pub use cache::{columns_fingerprint, PlanCache};
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
     AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition,

@@ -146,6 +146,39 @@ pub fn column_org_table(payload: &[u8]) -> Option<&[u8]> {
     Some(&payload[org_table])
 }
 
+/// Whether two column definitions give a column of one name whose values
+/// read alike: character set, length, type, decimals, and the NOT NULL and
+/// UNSIGNED flags (what a `UNION ALL` keeps of a table's column; it drops
+/// the key flags and the table's names).
+pub fn columns_alike(a: &[u8], b: &[u8]) -> bool {
+    const NOT_NULL: u16 = 0x0001;
+    const UNSIGNED: u16 = 0x0020;
+    let kept = |payload: &[u8]| -> Option<([u8; 8], u16)> {
+        let fixed = column_fixed(payload)?;
+        let flags = u16::from_le_bytes([fixed[7], fixed[8]]) & (NOT_NULL | UNSIGNED);
+        let [c0, c1, l0, l1, l2, l3, kind, _, _, decimals] = fixed;
+        Some(([c0, c1, l0, l1, l2, l3, kind, decimals], flags))
+    };
+    column_names(a).map(|n| n.0) == column_names(b).map(|n| n.0)
+        && kept(a).is_some_and(|k| Some(k) == kept(b))
+}
+
+/// A column definition's character set and type.
+pub fn column_types(payload: &[u8]) -> Option<(u16, u8)> {
+    let fixed = column_fixed(payload)?;
+    Some((u16::from_le_bytes([fixed[0], fixed[1]]), fixed[6]))
+}
+
+/// What follows a column definition's strings, after its length (0x0c):
+/// character set (2), length (4), type (1), flags (2), decimals (1).
+fn column_fixed(payload: &[u8]) -> Option<[u8; 10]> {
+    let [.., org_name] = column_strings(payload)?;
+    payload
+        .get(org_name.end + 1..org_name.end + 11)?
+        .try_into()
+        .ok()
+}
+
 /// A column definition with the names of `names` (catalog to org_name) and
 /// what follows them in `types` (character set, length, type, flags,
 /// decimals).

@@ -9,6 +9,7 @@ mod kill;
 mod load;
 mod locks;
 mod messages;
+mod probed;
 mod query;
 mod savepoint;
 mod scatter;
@@ -102,6 +103,8 @@ pub struct Session {
     settings_listed: Option<slots::SettingsListed>,
     /// What this client gets for the column definitions it saw lately.
     column_names: crate::dictionary::ColumnNames,
+    /// What probes found for unions of partitions, per statement shape.
+    probed_columns: probed::ProbedColumns,
     /// The BEGIN / START TRANSACTION that opened the transaction in progress,
     /// as a command: each backend the transaction reaches later opens it too.
     begin: Option<Bytes>,
@@ -183,6 +186,7 @@ impl Session {
             unread: Vec::new(),
             settings_listed: None,
             column_names: Default::default(),
+            probed_columns: Default::default(),
         };
         session.start_sql_mode();
         session.set_default_wait_timeout();

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,11 +14,12 @@ use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{
     write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
 };
-use hscale_wire::resultset::{column_org_table, column_with_types, is_result_end};
+use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
 use super::kill::kill_backend_thread;
+use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
@@ -83,7 +85,7 @@ impl Session {
         // connection a transaction has on a backend, its partitions go as
         // one statement that the backend sorts.
         let (united, united_commands): (United, Vec<Command>);
-        let mut probes = Vec::new();
+        let mut probes: Vec<Option<Bytes>> = Vec::new();
         let (slots, commands) = match shared_backend && !may_borrow && !spec.keys.is_empty() {
             false => (slots, commands),
             true => {
@@ -120,17 +122,26 @@ impl Session {
         };
         let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding)
             .with_budget(budget);
-        let mut probes = probes.into_iter();
         let mut sources: Vec<Source> = slots
             .iter()
             .map(|&slot| Source {
                 slot,
                 lease: None,
                 reading: Reading::NotSent,
-                probe: probes.next().flatten(),
+                union: false,
+                probe: None,
+                probe_key: None,
                 definitions: None,
             })
             .collect();
+        for (source, text) in sources.iter_mut().zip(&probes) {
+            source.union = text.is_some();
+        }
+        // Where no backend answers with one partition's own definitions, a
+        // probe of one partition's statement gives them.
+        if !probes.is_empty() && probes.iter().all(Option::is_some) {
+            self.probe_first(&mut sources[0], probes.swap_remove(0));
+        }
         let mut out = Output {
             seq: 1,
             header_sent: false,
@@ -350,8 +361,6 @@ impl Session {
             .await
             .map_err(Abort::Failed)?;
         if let Some(sql) = source.probe.take() {
-            // The definitions of one partition's statement, prepared and
-            // closed: a `UNION`'s name no table and lose the key flags.
             let prepared = match lease.conn.prepare(&sql).await {
                 Ok(prepared) => prepared,
                 Err(e) => {
@@ -365,13 +374,15 @@ impl Session {
                     .key
                     .capabilities
                     .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
-                let definitions = prepared.column_definitions(deprecate_eof);
-                source.definitions = Some(
-                    definitions
-                        .into_iter()
-                        .map(Bytes::copy_from_slice)
-                        .collect(),
-                );
+                let definitions: Arc<[Bytes]> = prepared
+                    .column_definitions(deprecate_eof)
+                    .into_iter()
+                    .map(Bytes::copy_from_slice)
+                    .collect();
+                if let Some(key) = &source.probe_key {
+                    self.probed_columns.keep(key.clone(), definitions.clone());
+                }
+                source.definitions = Some(definitions);
                 if let Err(e) = lease.conn.close_statement(id).await {
                     self.forget_connection_state(source.slot);
                     return Err(Abort::Failed(ProxyError::Backend(e)));
@@ -429,37 +440,80 @@ impl Session {
             Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
             _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
         };
-        let mut definitions = Vec::with_capacity(count as usize);
-        let probed = source
-            .definitions
-            .take()
-            .filter(|d| d.len() as u64 == count);
-        for i in 0..count as usize {
-            let mut definition = self.next_of(source, false).await?;
-            // A table's column, and hscale's hidden ones (a union may make a
-            // weight a utf8mb4 string), as one partition has them; a visible
-            // expression's names too, but its types as the union has them:
-            // prepared, they may differ from executed (the BINARY flag of a
-            // COUNT(*)).
-            if let Some(probed) = probed.as_ref().map(|p| &p[i]) {
-                let hidden = i >= count as usize - merger.hidden_columns().min(count as usize);
-                definition = match hidden || column_org_table(probed).is_some_and(|t| !t.is_empty())
-                {
-                    true => probed.clone(),
-                    false => column_with_types(probed, &definition).map_or(definition, Bytes::from),
-                };
-            }
-            let names = &self.shared.dictionary;
-            definitions.push(match self.column_names.logical(names, &definition) {
-                Some(renamed) => Bytes::copy_from_slice(renamed),
-                None => definition,
-            });
+        let count = count as usize;
+        let mut definitions = Vec::with_capacity(count);
+        for _ in 0..count {
+            definitions.push(self.next_of(source, false).await?);
         }
         if !source.deprecate_eof() {
             self.next_of(source, false).await?;
         }
         source.reading = Reading::Rows;
-        merger.columns(i, definitions).map_err(merge_error)
+        let exact = match (source.union, source.definitions.take()) {
+            (false, _) => true,
+            (true, Some(probed)) if probed.len() == count => {
+                let hidden_from = count - merger.hidden_columns().min(count);
+                let mut stands = true;
+                for (i, (definition, probed)) in
+                    definitions.iter_mut().zip(probed.iter()).enumerate()
+                {
+                    match client_definition(probed, definition, i >= hidden_from) {
+                        Some(client) => *definition = client,
+                        None => stands = false,
+                    }
+                }
+                if !stands {
+                    self.forget_probe(source);
+                }
+                stands
+            }
+            (true, probed) => {
+                if probed.is_some() {
+                    self.forget_probe(source);
+                }
+                false
+            }
+        };
+        let names = &self.shared.dictionary;
+        for definition in &mut definitions {
+            if let Some(renamed) = self.column_names.logical(names, definition) {
+                *definition = Bytes::copy_from_slice(renamed);
+            }
+        }
+        match exact {
+            true => merger.columns(i, definitions),
+            false => merger.union_columns(i, definitions),
+        }
+        .map_err(merge_error)
+    }
+
+    /// A probe's definitions that no longer fit its union's (the table
+    /// changed) are probed anew next time.
+    fn forget_probe(&mut self, source: &Source) {
+        if let Some(key) = &source.probe_key {
+            self.probed_columns.forget(key);
+        }
+    }
+
+    /// Gives a union that stands for every partition the definitions of
+    /// its first partition's statement `text`: kept from an earlier probe of
+    /// its shape, or probed before the union is sent.
+    fn probe_first(&mut self, source: &mut Source, text: Option<Bytes>) {
+        let Some(text) = text else { return };
+        let under = Under {
+            settings: self.state.fingerprint(),
+            generation: self.shared.dictionary.snapshot().generation(),
+            db: self.state.db.as_deref().unwrap_or(""),
+            quoting: self.quoting,
+        };
+        source.probe_key = ProbedColumns::key(&under, &text);
+        source.definitions = source
+            .probe_key
+            .as_deref()
+            .and_then(|key| self.probed_columns.get(key));
+        if source.definitions.is_none() {
+            source.probe = Some(text);
+        }
     }
 
     async fn next_of(&mut self, source: &mut Source, answered: bool) -> Result<Bytes, Abort> {
@@ -942,10 +996,15 @@ struct Source {
     slot: usize,
     lease: Option<Lease>,
     reading: Reading,
-    /// A `UNION ALL` of partitions: the text of one of them, whose
-    /// definitions (`definitions`) the client gets in place of the union's.
+    /// A `UNION ALL` of several partitions on one backend.
+    union: bool,
+    /// The text of one of the union's partitions' statements, prepared
+    /// before the union for its definitions (`definitions`).
     probe: Option<Bytes>,
-    definitions: Option<Vec<Bytes>>,
+    /// Where the session keeps them (`ProbedColumns`).
+    probe_key: Option<Vec<u8>>,
+    /// The definitions the client gets in place of the union's.
+    definitions: Option<Arc<[Bytes]>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
