@@ -39,6 +39,8 @@ pub use plan::{
     SchemaEffect, SessionChange, Step,
 };
 pub use rewrite::{quote_identifier, text_literal};
-pub use set::{client_charset_after, parse_set, SetItem};
+pub use set::{
+    assigns_user_variable, autocommit_after, client_charset_after, parse_set, Autocommit, SetItem,
+};
 pub use show::{Combine, Elsewhere, Listing, Maintained, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};

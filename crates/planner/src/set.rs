@@ -85,6 +85,56 @@ pub fn client_charset_after(sql: &str, quoting: Quoting) -> Option<ClientCharset
         })
 }
 
+/// What a SET statement sets the session's autocommit to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Autocommit {
+    On,
+    Off,
+    /// DEFAULT, a variable, an expression: known only once it ran.
+    Unread,
+}
+
+/// The session's autocommit after `sql`, a statement whose first keyword is
+/// SET: its last session assignment to it; `None` where it assigns none.
+pub fn autocommit_after(sql: &str, quoting: Quoting) -> Option<Autocommit> {
+    assignments(sql, quoting)?
+        .into_iter()
+        .rev()
+        .find_map(|item| {
+            let item = item.trim();
+            match assignment_target(item) {
+                Target::Session(name) if name.eq_ignore_ascii_case("autocommit") => {
+                    let (_, value) = item.split_once('=')?;
+                    let value = value.trim().trim_matches(|c| c == '\'' || c == '"');
+                    Some(match value.to_ascii_lowercase().as_str() {
+                        "1" | "on" | "true" => Autocommit::On,
+                        "0" | "off" | "false" => Autocommit::Off,
+                        _ => Autocommit::Unread,
+                    })
+                }
+                _ => None,
+            }
+        })
+}
+
+/// Whether `sql`, a SET statement, assigns a user variable, which lives on
+/// the connection that runs it.
+pub fn assigns_user_variable(sql: &str, quoting: Quoting) -> bool {
+    assignments(sql, quoting).is_some_and(|items| {
+        items
+            .iter()
+            .any(|item| matches!(assignment_target(item.trim()), Target::UserVariable))
+    })
+}
+
+/// The assignments of a SET statement, as written.
+fn assignments(sql: &str, quoting: Quoting) -> Option<Vec<&str>> {
+    let body = strip_executable_comment(sql.trim());
+    let rest = strip_keyword(body, "set")?;
+    let rest = rest.trim_end_matches([';', ' ', '\n', '\t', '\r']);
+    Some(split_top_level(rest, quoting))
+}
+
 /// The charset a SET names: a word or a quoted name; empty for anything else.
 fn charset_name(s: &str) -> &str {
     let s = s.trim_start();
@@ -229,6 +279,39 @@ mod tests {
             SetItem::Replayable(k) => k,
             other => panic!("{sql}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn autocommit_follows_the_last_session_assignment_to_it() {
+        let after = |sql| autocommit_after(sql, Quoting::BACKSLASH_ESCAPES);
+        assert_eq!(after("SET autocommit = 1"), Some(Autocommit::On));
+        assert_eq!(after("set AUTOCOMMIT=ON;"), Some(Autocommit::On));
+        assert_eq!(after("SET SESSION autocommit = true"), Some(Autocommit::On));
+        assert_eq!(
+            after("SET @@session.autocommit = 'on'"),
+            Some(Autocommit::On)
+        );
+        assert_eq!(
+            after("SET sql_mode = '', @@autocommit := 1"),
+            Some(Autocommit::On)
+        );
+        assert_eq!(
+            after("SET autocommit = 1, LOCAL autocommit = OFF"),
+            Some(Autocommit::Off)
+        );
+        assert_eq!(after("SET autocommit = 0"), Some(Autocommit::Off));
+        assert_eq!(after("SET autocommit = @on"), Some(Autocommit::Unread));
+        assert_eq!(after("SET autocommit = DEFAULT"), Some(Autocommit::Unread));
+        assert_eq!(after("SET autocommit = ?"), Some(Autocommit::Unread));
+        assert_eq!(after("SET GLOBAL autocommit = 1"), None);
+        assert_eq!(after("SET @autocommit = 1"), None);
+        assert_eq!(after("SET sql_mode = 'autocommit=1'"), None);
+        assert_eq!(after("SET NAMES utf8mb4"), None);
+        let user = |sql| assigns_user_variable(sql, Quoting::BACKSLASH_ESCAPES);
+        assert!(user("SET @x = 1, autocommit = 1"));
+        assert!(user("SET autocommit = 1, @`x` := @@autocommit"));
+        assert!(!user("SET autocommit = @x"));
+        assert!(!user("SET @@session.autocommit = 1, sql_mode = '@x'"));
     }
 
     #[test]

@@ -30,6 +30,21 @@ fn error_of(conn: &mut Conn, sql: &str) -> (u16, String) {
     }
 }
 
+/// Ends hscale's connections to `backend` that are in database `db`, as a
+/// backend that restarts would.
+fn kill_connections_in(backend: usize, db: &str) {
+    let mut admin = cluster().direct(backend, None);
+    let ids: Vec<u64> = admin
+        .exec(
+            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+            (db,),
+        )
+        .unwrap();
+    for id in ids {
+        admin.query_drop(format!("KILL {id}")).unwrap();
+    }
+}
+
 /// users by MOD(2) of id: even ids in the default table on backend 1, odd
 /// ids in `users_odd` on backend 2.
 fn split_by_parity(c: &mut Conn) {
@@ -382,6 +397,68 @@ fn begin_and_ddl_inside_a_transaction_commit_it_on_every_backend() {
     assert_eq!(odd(), 3, "SET autocommit = 1 committed it");
 }
 
+/// A SET that turns autocommit on among other settings commits every
+/// backend's part before the client's answer, or fails as a whole; where
+/// hscale cannot run it on each backend first, it is refused and the
+/// transaction stays whole.
+#[test]
+fn a_set_of_autocommit_among_other_settings_commits_every_backend_or_none() {
+    let (proxy, db) = setup_with("part_tx_autocommit_set", Transactions::Multi);
+    let mut c = proxy.connect(Some(&db));
+    split_by_parity(&mut c);
+    let counts = || {
+        (
+            physical(1, &db, "users_default").len(),
+            physical(2, &db, "users_odd").len(),
+        )
+    };
+    let insert = |c: &mut Conn, ids: [u32; 2]| {
+        for id in ids {
+            c.query_drop(format!(
+                "INSERT INTO users VALUES ({id}, 'x', '2000-01-01')"
+            ))
+            .unwrap();
+        }
+    };
+    c.query_drop("SET autocommit = 0").unwrap();
+    insert(&mut c, [1, 2]);
+    // MariaDB's error, and the transaction goes on.
+    let (code, _) = error_of(&mut c, "SET autocommit = 1, sql_mode = 'NO_SUCH_MODE'");
+    assert_eq!(code, 1231);
+    assert_eq!(counts(), (0, 0));
+    c.query_drop("SET sql_mode = 'ANSI_QUOTES', autocommit = 1")
+        .unwrap();
+    assert_eq!(counts(), (1, 1), "committed on both before the answer");
+    let on_backend_2: (String, u8) = c
+        .query_first("SELECT @@sql_mode, @@autocommit FROM users WHERE id = 1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(on_backend_2, ("ANSI_QUOTES".into(), 1));
+    c.query_drop("SET autocommit = 0").unwrap();
+    insert(&mut c, [3, 4]);
+    c.query_drop("SET @on = 1").unwrap();
+    for sql in ["SET autocommit = @on", "SET @x = 1, autocommit = 1"] {
+        let (code, message) = error_of(&mut c, sql);
+        assert_eq!(code, 1235, "{sql}");
+        assert!(message.contains("backend 2"), "{message}");
+    }
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(counts(), (1, 1), "the refusals committed nothing");
+    // With the transaction on one backend, MariaDB decides alone.
+    c.query_drop("SET autocommit = @on").unwrap();
+    insert(&mut c, [5, 6]);
+    assert_eq!(counts(), (2, 2));
+    // Backend 2's connection lost: the client hears of it, and backend 1's
+    // part is rolled back too, not committed.
+    c.query_drop("SET autocommit = 0").unwrap();
+    insert(&mut c, [7, 8]);
+    kill_connections_in(2, &db);
+    let (code, _) = error_of(&mut c, "SET sql_mode = '', autocommit = 1");
+    assert_eq!(code, 2013);
+    c.query_drop("ROLLBACK").unwrap();
+    assert_eq!(counts(), (2, 2));
+}
+
 #[test]
 fn a_setting_changed_mid_transaction_keeps_what_other_backends_hold() {
     let (proxy, db) = setup("part_tx_setting");
@@ -516,16 +593,7 @@ fn a_backend_connection_lost_mid_transaction_rolls_it_back_on_every_backend() {
         .unwrap();
     c.query_drop("INSERT INTO users VALUES (2, 'b', '2000-01-01')")
         .unwrap();
-    let mut admin = cluster().direct(1, None);
-    let ids: Vec<u64> = admin
-        .exec(
-            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
-            (&db,),
-        )
-        .unwrap();
-    for id in ids {
-        admin.query_drop(format!("KILL {id}")).unwrap();
-    }
+    kill_connections_in(1, &db);
     let (code, _) = error_of(&mut c, "UPDATE users SET nickname = 'c' WHERE id = 2");
     assert_eq!(code, 2013);
     // Backend 1's part went with its connection, so backend 2's goes too.

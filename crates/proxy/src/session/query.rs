@@ -98,13 +98,10 @@ impl Session {
                     self.check_writers(&[slot])?;
                 }
                 let unseen = hides_transaction_control(&plan.summary, sql);
-                let sets_autocommit = match unseen {
-                    Some(what) => {
-                        self.check_unseen_commits(slot, what)?;
-                        false
-                    }
+                match unseen {
+                    Some(what) => self.check_unseen_commits(slot, what)?,
                     None => self.commit_before(slot, kind, sql).await?,
-                };
+                }
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
@@ -129,9 +126,9 @@ impl Session {
                 if let Some(before) = before {
                     self.read_back_changes_later(slot, before);
                 }
-                let sets_autocommit =
-                    sets_autocommit || (unseen.is_some() && self.follow_autocommit(autocommit));
-                self.commit_after(slot, sets_autocommit).await?;
+                if unseen.is_some() && self.follow_autocommit(autocommit) {
+                    self.commit_after(slot).await?;
+                }
                 if releases_locks {
                     self.slots[slot].binding.tables_locked = kind == Kind::Lock;
                 }

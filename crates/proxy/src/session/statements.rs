@@ -341,7 +341,7 @@ impl Session {
         if writes {
             self.check_writers(&[slot])?;
         }
-        let sets_autocommit = self.commit_before(slot, kind, statement.sql()).await?;
+        self.commit_before(slot, kind, statement.sql()).await?;
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
@@ -350,7 +350,6 @@ impl Session {
         };
         self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
             .await?;
-        self.commit_after(slot, sets_autocommit).await?;
         if writes && self.slots[slot].binding.transaction {
             self.slots[slot].binding.wrote = true;
         }

@@ -6,7 +6,9 @@
 //! connection). `transactions = "single"` keeps its writes on one backend.
 
 use bytes::Bytes;
-use hscale_planner::{Kind, Refusal, SessionChange, Summary};
+use hscale_planner::{
+    assigns_user_variable, autocommit_after, Autocommit, Kind, Refusal, SessionChange, Summary,
+};
 use hscale_wire::scan::Expect;
 use hscale_wire::StatusFlags;
 
@@ -113,41 +115,72 @@ impl Session {
     }
 
     /// Before a statement on `slot` that the server commits the transaction
-    /// for, commits it on the other backends (on `slot` the server does).
-    /// True for a SET of autocommit, after which `commit_after` looks
-    /// whether it ended the transaction.
+    /// for, commits it on the other backends (on `slot` the server does),
+    /// so that the client's answer comes after every backend committed.
     pub(super) async fn commit_before(
         &mut self,
         slot: usize,
         kind: Kind,
         sql: &[u8],
-    ) -> Result<bool, ProxyError> {
+    ) -> Result<(), ProxyError> {
         let others_open = (self.slots.iter().enumerate())
             .any(|(other, s)| other != slot && s.binding.transaction);
         if !others_open {
-            return Ok(false);
+            return Ok(());
         }
-        if kind == Kind::Set && !self.autocommit && turns_autocommit_on(sql) {
-            // Before the statement, so that the client's answer comes after
-            // every backend committed: the same SET commits each other
-            // backend's part and leaves its connection in autocommit, as
-            // the session will be.
-            let set = command(COM_QUERY, &String::from_utf8_lossy(sql));
-            for other in self.transaction_slots() {
-                if other != slot {
-                    self.run_quietly(other, &set).await?;
-                }
-            }
-            return Ok(false);
+        if kind == Kind::Set && !self.autocommit {
+            return self.turn_autocommit_on_everywhere(slot, sql).await;
         }
         if commits_implicitly(kind, sql) {
             self.commit_open(Some(slot)).await?;
         }
-        Ok(kind == Kind::Set
-            && sql
-                .to_ascii_lowercase()
-                .windows(10)
-                .any(|w| w == b"autocommit"))
+        Ok(())
+    }
+
+    /// A SET that turns autocommit on commits the transaction (MariaDB does
+    /// where it was off): the same SET runs first on each other backend in
+    /// it, where it commits that backend's part, and fails there as it
+    /// would on `slot`, before anything committed. Where hscale cannot run
+    /// it there (a user variable, a value it cannot read), it is refused.
+    async fn turn_autocommit_on_everywhere(
+        &mut self,
+        slot: usize,
+        sql: &[u8],
+    ) -> Result<(), ProxyError> {
+        let text = String::from_utf8_lossy(sql);
+        let open: Vec<String> = (0..self.slots.len())
+            .filter(|&other| other != slot && self.slots[other].binding.open)
+            .map(|other| self.shared.pools[other].id().to_string())
+            .collect();
+        let refuse = |what: &str| {
+            match open.is_empty() {
+            // Nothing to commit there: the backends take the setting later.
+            true => Ok(()),
+            false => Err(ProxyError::Unroutable(Refusal {
+                table: None,
+                reason: format!(
+                    "a SET of autocommit {what} while the transaction is open on backend {} too: COMMIT first, or SET autocommit = 1 alone",
+                    open.join(", ")
+                ),
+            })),
+        }
+        };
+        match autocommit_after(&text, self.quoting) {
+            None | Some(Autocommit::Off) => Ok(()),
+            Some(Autocommit::Unread) => refuse("to a value hscale cannot read"),
+            Some(Autocommit::On) if assigns_user_variable(&text, self.quoting) => {
+                refuse("beside a user variable, which only one connection keeps")
+            }
+            Some(Autocommit::On) => {
+                let set = command(COM_QUERY, &text);
+                for other in self.transaction_slots() {
+                    if other != slot {
+                        self.run_quietly(other, &set).await?;
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Statements whose commits and rollbacks hscale does not see (`what`:
@@ -182,14 +215,11 @@ impl Session {
         true
     }
 
-    /// After a SET of autocommit (`commit_before`): `SET autocommit = 1`
-    /// committed the transaction on `slot`, and so on every backend.
-    pub(super) async fn commit_after(
-        &mut self,
-        slot: usize,
-        sets_autocommit: bool,
-    ) -> Result<(), ProxyError> {
-        if sets_autocommit && !self.slots[slot].binding.transaction {
+    /// After statements hscale does not see into that turned autocommit on
+    /// (`follow_autocommit`): the transaction ended on `slot`, and so on
+    /// every backend.
+    pub(super) async fn commit_after(&mut self, slot: usize) -> Result<(), ProxyError> {
+        if !self.slots[slot].binding.transaction {
             self.commit_open(Some(slot)).await?;
         }
         Ok(())
@@ -351,29 +381,6 @@ pub(super) fn hides_transaction_control(summary: &Summary, sql: &[u8]) -> Option
     }
 }
 
-/// `SET [SESSION] autocommit = 1` (or ON, TRUE) alone, which commits the
-/// open transaction.
-fn turns_autocommit_on(sql: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(sql).to_lowercase();
-    let compact: String = text
-        .trim()
-        .trim_end_matches(';')
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    matches!(
-        compact.as_str(),
-        "setautocommit=1"
-            | "setautocommit=on"
-            | "setautocommit=true"
-            | "setsessionautocommit=1"
-            | "setsessionautocommit=on"
-            | "setsessionautocommit=true"
-            | "set@@autocommit=1"
-            | "set@@session.autocommit=1"
-    )
-}
-
 /// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
 fn plain_end(sql: &[u8]) -> bool {
     with_words(sql, |words| {
@@ -393,29 +400,4 @@ pub(super) fn with_words<T>(sql: &[u8], read: impl FnOnce(&[&str]) -> T) -> T {
         .split_whitespace()
         .collect();
     read(&words)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_plain_set_of_autocommit_to_on_is_known_to_commit() {
-        for sql in [
-            "SET autocommit = 1",
-            "set AUTOCOMMIT=ON;",
-            "SET SESSION autocommit = true",
-            "SET @@session.autocommit = 1",
-        ] {
-            assert!(turns_autocommit_on(sql.as_bytes()), "{sql}");
-        }
-        for sql in [
-            "SET autocommit = 0",
-            "SET autocommit = @on",
-            "SET autocommit = 1, sql_mode = ''",
-            "SET GLOBAL autocommit = 1",
-        ] {
-            assert!(!turns_autocommit_on(sql.as_bytes()), "{sql}");
-        }
-    }
 }
