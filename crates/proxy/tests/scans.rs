@@ -137,6 +137,7 @@ fn ordered_and_limited_scans_match_one_table() {
         "LOWER(name), id",
         "price IS NULL, grp * 2 + 1 DESC, id",
         "CASE WHEN grp > 2 THEN name ELSE label END, id",
+        "CASE WHEN grp > 2 THEN name ELSE label END COLLATE utf8mb4_unicode_ci, id",
     ];
     let limits = [
         "",
@@ -153,20 +154,48 @@ fn ordered_and_limited_scans_match_one_table() {
         " WHERE id IN (3, 4, 7, 8)",
     ];
     let mut checked = 0;
-    for order in orders {
-        for limit in limits {
-            for filter in filters {
-                let sql = format!(
-                    "SELECT id, name AS nick, price, made, t, f, b, label FROM items{filter} ORDER BY {order}{limit}"
-                );
-                let expected = rows(&mut oracle, &sql);
-                let got = rows(&mut c, &sql);
-                assert_eq!(got, expected, "seed {seed}: {sql}");
-                checked += 1;
+    let mut refused = 0;
+    // Inside a transaction each backend's two partitions answer as one
+    // UNION ALL that the backend sorts; MariaDB cannot unite a CASE between
+    // two collations, which hscale refuses where a backend unites.
+    for transaction in [false, true] {
+        if transaction {
+            c.query_drop("BEGIN").unwrap();
+        }
+        for order in orders {
+            for limit in limits {
+                for filter in filters {
+                    let sql = format!(
+                        "SELECT id, name AS nick, price, made, t, f, b, label FROM items{filter} ORDER BY {order}{limit}"
+                    );
+                    let expected = rows(&mut oracle, &sql);
+                    checked += 1;
+                    let got = match c.query::<Row, _>(&sql) {
+                        Err(mysql::Error::MySqlError(e))
+                            if transaction
+                                && order.starts_with("CASE")
+                                && !order.contains("COLLATE") =>
+                        {
+                            assert_eq!(e.code, 1235, "{sql}: {}", e.message);
+                            refused += 1;
+                            continue;
+                        }
+                        got => got.unwrap_or_else(|e| panic!("{sql}: {e}")),
+                    };
+                    let got: Vec<Vec<mysql::Value>> = got.into_iter().map(Row::unwrap).collect();
+                    assert_eq!(
+                        got, expected,
+                        "seed {seed}: {sql} (transaction: {transaction})"
+                    );
+                }
             }
         }
+        if transaction {
+            c.query_drop("COMMIT").unwrap();
+        }
     }
-    assert_eq!(checked, orders.len() * limits.len() * filters.len());
+    assert_eq!(checked, 2 * orders.len() * limits.len() * filters.len());
+    assert!(refused > 0, "a CASE between two collations over a union");
     // Every column, in the order of the definition.
     let sql = "SELECT * FROM items ORDER BY id DESC LIMIT 10";
     assert_eq!(rows(&mut c, sql), rows(&mut oracle, sql));

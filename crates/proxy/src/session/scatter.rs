@@ -435,7 +435,11 @@ impl Session {
             Some(&ERR_HEADER) => {
                 self.gather_of(source, false).await?;
                 self.finish_source(source, true);
-                return Err(Abort::Answer(first));
+                let answer = match source.union && cannot_unite(&first) {
+                    true => union_refused(),
+                    false => first,
+                };
+                return Err(Abort::Answer(answer));
             }
             Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
             _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
@@ -1005,6 +1009,29 @@ struct Source {
     probe_key: Option<Vec<u8>>,
     /// The definitions the client gets in place of the union's.
     definitions: Option<Arc<[Bytes]>>,
+}
+
+/// A `UNION` of partitions that MariaDB refused for its own reasons (an
+/// expression whose collations it cannot aggregate: a `CASE` between two
+/// columns of different collations), where one table would have answered.
+fn cannot_unite(error: &[u8]) -> bool {
+    const CANT_AGGREGATE_COLLATIONS: [u16; 3] = [1267, 1270, 1271];
+    ErrorPacket::parse(error)
+        .is_ok_and(|e| CANT_AGGREGATE_COLLATIONS.contains(&e.code) && e.message.contains("'UNION'"))
+}
+
+/// The client's answer in place of `cannot_unite`'s error, which names a
+/// `UNION` the client never wrote.
+fn union_refused() -> Bytes {
+    let refusal = ProxyError::Unroutable(Refusal {
+        table: None,
+        reason: "an ORDER BY whose columns MariaDB cannot unite (ERROR 1271: an expression mixing collations) over partitions that share a backend inside a transaction; COLLATE the expression, or order outside the transaction".into(),
+    });
+    let mut bytes = Vec::new();
+    if let (Some(packet), _) = refusal.to_client() {
+        packet.write(&mut bytes);
+    }
+    bytes.into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
