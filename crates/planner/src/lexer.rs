@@ -372,6 +372,14 @@ pub(crate) fn summarize_into(
     s
 }
 
+/// How many `?` placeholders a statement has, outside strings, quoted
+/// identifiers and comments.
+pub fn placeholders(sql: &[u8], quoting: Quoting) -> usize {
+    Tokens::new(sql, quoting)
+        .filter(|t| t.kind == TokenKind::Symbol(b'?'))
+        .count()
+}
+
 /// The statements of a query, split at each `;` outside strings, quoted
 /// identifiers and comments, without the empty ones.
 pub(crate) fn statements(sql: &[u8], quoting: Quoting) -> Vec<&[u8]> {
@@ -602,6 +610,17 @@ mod tests {
 
     fn kind(sql: &str) -> Kind {
         summary(sql.as_bytes()).kind
+    }
+
+    #[test]
+    fn placeholders_are_counted_outside_strings_names_and_comments() {
+        let count = |sql: &str| placeholders(sql.as_bytes(), Quoting::BACKSLASH_ESCAPES);
+        assert_eq!(count("SELECT a FROM t WHERE b = ? AND c IN (?, ?)"), 3);
+        assert_eq!(
+            count("SELECT '?', `?`, \"?\" /* ? */ FROM t -- ?\n WHERE a=?"),
+            1
+        );
+        assert_eq!(count("SELECT 1"), 0);
     }
 
     #[test]

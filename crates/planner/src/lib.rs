@@ -31,7 +31,7 @@ pub use dictionary::{
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
+pub use lexer::{placeholders, sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
 pub use plan::{

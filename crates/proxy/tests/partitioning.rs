@@ -30,6 +30,19 @@ fn error_of(conn: &mut Conn, sql: &str) -> (u16, String) {
     }
 }
 
+/// users by MOD(4) of id, two partitions on each backend: ids 0 and 2 mod 4
+/// on backend 1, 1 and 3 on backend 2.
+fn split_in_two_per_backend(c: &mut Conn) {
+    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(4)')")
+        .unwrap();
+    for (name, value, backend) in [("p1", 1, 2), ("p2", 2, 1), ("p3", 3, 2)] {
+        c.query_drop(format!(
+            "HSCALE ADD_PARTITION('users', '{name}', {value}, {backend})"
+        ))
+        .unwrap();
+    }
+}
+
 /// Ends hscale's connections to `backend` that are in database `db`, as a
 /// backend that restarts would.
 fn kill_connections_in(backend: usize, db: &str) {
@@ -1870,6 +1883,45 @@ fn ordered_scans_in_a_transaction_keep_the_tables_columns_where_partitions_share
     c.query_drop("COMMIT").unwrap();
 }
 
+/// Prepared, inside a transaction, each backend's partitions join into one
+/// prepared `UNION ALL` that takes each partition's parameters in turn; the
+/// client gets the binary rows and the table's columns of one table.
+#[test]
+fn prepared_ordered_scans_in_a_transaction_answer_as_one_table() {
+    let (proxy, db) = setup("part_united_prepared");
+    let statements = [
+        "SELECT id, nickname, created FROM users WHERE id > ? ORDER BY nickname DESC",
+        "SELECT u.id, u.created AS day FROM users u WHERE id > ? ORDER BY created, id LIMIT 3",
+        "SELECT DISTINCT created FROM users WHERE id > ? ORDER BY created",
+    ];
+    let rows = "(1,'a','2020-01-01'),(2,'b','2020-01-02'),(3,'c','2020-01-01'),(4,'d','2020-01-04'),(5,'e','2020-01-02'),(6,'f','2020-01-06'),(7,'g','2020-01-02'),(8,'h','2020-01-01')";
+    let prepared = |conn: &mut Conn, sql: &str| -> Vec<(ColumnFacts, Vec<String>)> {
+        [0, 3]
+            .into_iter()
+            .map(|after| {
+                let mut result = conn
+                    .exec_iter(sql, (after,))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let columns = column_facts(result.columns().as_ref());
+                let rows: Vec<String> = result
+                    .by_ref()
+                    .map(|row| format!("{:?}", row.unwrap().unwrap()))
+                    .collect();
+                (columns, rows)
+            })
+            .collect()
+    };
+    let plain = on_the_plain_table(&db, rows, &statements, prepared);
+    let mut c = proxy.connect(Some(&db));
+    split_in_two_per_backend(&mut c);
+    // ADD_PARTITION moved the plain table's rows to the partitions.
+    c.query_drop("BEGIN").unwrap();
+    for (sql, plain) in statements.iter().zip(&plain) {
+        assert_eq!(&prepared(&mut c, sql), plain, "{sql}");
+    }
+    c.query_drop("COMMIT").unwrap();
+}
+
 /// Where every backend holds several partitions, a union of them answers on
 /// each, and a probe of one partition's statement gives the columns; a
 /// repeated shape reuses what the probe found, with its own literals' names,
@@ -1908,15 +1960,7 @@ fn ordered_scans_in_a_transaction_keep_the_tables_columns_where_every_backend_un
         plain
     };
     let mut c = proxy.connect(Some(&db));
-    // ids 0 and 2 mod 4 on backend 1, 1 and 3 on backend 2.
-    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(4)')")
-        .unwrap();
-    for (name, value, backend) in [("p1", 1, 2), ("p2", 2, 1), ("p3", 3, 2)] {
-        c.query_drop(format!(
-            "HSCALE ADD_PARTITION('users', '{name}', {value}, {backend})"
-        ))
-        .unwrap();
-    }
+    split_in_two_per_backend(&mut c);
     // One backend per statement: transactions = "single".
     for row in rows.split("),(") {
         let row = row.trim_matches(|c| c == '(' || c == ')');

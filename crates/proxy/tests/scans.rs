@@ -310,11 +310,13 @@ fn inside_a_transaction_ordered_scans_run_one_statement_per_backend() {
     // Concatenated, partitions take turns on the transaction's connections.
     let ids: Vec<i64> = c.query("SELECT id FROM items LIMIT 200").unwrap();
     assert_eq!(ids.len(), 120);
-    // Prepared, the partitions' statements cannot be joined as text.
-    let prepared = c.prep("SELECT id FROM items ORDER BY id").unwrap();
-    match c.exec_drop(&prepared, ()) {
-        Err(mysql::Error::MySqlError(e)) => assert_eq!(e.code, 1235, "{}", e.message),
-        other => panic!("expected a refusal, got {other:?}"),
+    // Prepared, each backend's partitions join into one prepared statement,
+    // which sees the transaction's writes.
+    let sql = "SELECT id, price FROM items WHERE id > ? ORDER BY price DESC, id LIMIT 6";
+    for after in [0, 5] {
+        let expected: Vec<(i64, Option<String>)> = oracle.exec(sql, (after,)).unwrap();
+        let got: Vec<(i64, Option<String>)> = c.exec(sql, (after,)).unwrap();
+        assert_eq!(got, expected, "{sql} ({after})");
     }
     c.query_drop("ROLLBACK").unwrap();
     oracle.query_drop("ROLLBACK").unwrap();
@@ -477,18 +479,28 @@ fn prepared_scans_merge_binary_rows_like_one_table() {
         "SELECT grp, COUNT(*), SUM(price), MAX(made), AVG(price) FROM items WHERE grp > ? GROUP BY grp ORDER BY grp DESC",
         "SELECT DISTINCT grp FROM items WHERE grp > ? ORDER BY grp",
     ];
-    for sql in statements {
-        for threshold in [-1, 2, 9] {
-            let expected: Vec<Row> = oracle.exec(sql, (threshold,)).unwrap();
-            let got: Vec<Row> = c
-                .exec(sql, (threshold,))
-                .unwrap_or_else(|e| panic!("{sql}: {e}"));
-            let values = |rows: Vec<Row>| rows.into_iter().map(Row::unwrap).collect::<Vec<_>>();
-            assert_eq!(
-                values(got),
-                values(expected),
-                "seed {seed}: {sql} ({threshold})"
-            );
+    // Inside a transaction each backend's partitions join into one prepared
+    // UNION ALL that takes each partition's parameters in turn.
+    for transaction in [false, true] {
+        if transaction {
+            c.query_drop("BEGIN").unwrap();
+        }
+        for sql in statements {
+            for threshold in [-1, 2, 9] {
+                let expected: Vec<Row> = oracle.exec(sql, (threshold,)).unwrap();
+                let got: Vec<Row> = c
+                    .exec(sql, (threshold,))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let values = |rows: Vec<Row>| rows.into_iter().map(Row::unwrap).collect::<Vec<_>>();
+                assert_eq!(
+                    values(got),
+                    values(expected),
+                    "seed {seed}: {sql} ({threshold}, transaction: {transaction})"
+                );
+            }
+        }
+        if transaction {
+            c.query_drop("COMMIT").unwrap();
         }
     }
 }

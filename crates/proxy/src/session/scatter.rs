@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
-use hscale_planner::{KillScope, Merge, Refusal, Upsert};
+use hscale_planner::{placeholders, KillScope, Merge, Quoting, Refusal, Upsert};
+use hscale_wire::execute::{joined, Parameters};
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{
     write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
@@ -25,7 +26,7 @@ use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
-use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
+use crate::exec::{command_payload, end_completion, Command, StatementKey, FLUSH_AT};
 use crate::spool::Spool;
 
 /// How long a scan runs before hscale watches its client's socket for a
@@ -89,16 +90,17 @@ impl Session {
         let (slots, commands) = match shared_backend && !may_borrow && !spec.keys.is_empty() {
             false => (slots, commands),
             true => {
-                united = united_by_backend(&spec, slots, commands).ok_or_else(|| {
-                    ProxyError::Unroutable(Refusal {
-                        table: None,
-                        reason: "a prepared ORDER BY over several partitions on one backend \
-                                 inside a transaction or while the session holds a connection \
-                                 there (each partition needs its own connection)"
-                            .into(),
-                    })
-                })?;
-                united_commands = united.payloads.iter().map(|p| Command::Raw(p)).collect();
+                united =
+                    united_by_backend(&spec, slots, commands, self.quoting).ok_or_else(|| {
+                        ProxyError::Unroutable(Refusal {
+                            table: None,
+                            reason: "an ORDER BY over several partitions on one backend \
+                                     inside a transaction or while the session holds a \
+                                     connection there, whose statements hscale cannot join"
+                                .into(),
+                        })
+                    })?;
+                united_commands = united.commands.iter().map(Joined::command).collect();
                 probes = united.probes;
                 (&united.slots[..], &united_commands[..])
             }
@@ -880,17 +882,21 @@ impl Session {
 /// ... ORDER BY` the merge's keys (the hidden columns' names), so that the
 /// backend sorts its partitions' rows together and one connection answers
 /// for all of them; with the raised LIMIT unless groups are merged, whose
-/// partial rows a LIMIT on the union would cut. `None` for prepared
-/// statements, which cannot be joined as text.
-fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> Option<United> {
-    let mut backends: Vec<(usize, Vec<&[u8]>)> = Vec::new();
-    for (&slot, command) in slots.iter().zip(commands) {
-        let Command::Raw([COM_QUERY, sql @ ..]) = command else {
-            return None;
-        };
+/// partial rows a LIMIT on the union would cut. Prepared statements join
+/// into one prepared statement that takes each partition's parameters in
+/// turn. `None` where they cannot be joined (a parameter list hscale cannot
+/// read).
+fn united_by_backend(
+    spec: &Spec,
+    slots: &[usize],
+    commands: &[Command<'_>],
+    quoting: Quoting,
+) -> Option<United> {
+    let mut backends: Vec<(usize, Vec<Command<'_>>)> = Vec::new();
+    for (&slot, &command) in slots.iter().zip(commands) {
         match backends.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, texts)) => texts.push(sql),
-            None => backends.push((slot, vec![sql])),
+            Some((_, parts)) => parts.push(command),
+            None => backends.push((slot, vec![command])),
         }
     }
     let order: Vec<String> = spec
@@ -910,45 +916,129 @@ fn united_by_backend(spec: &Spec, slots: &[usize], commands: &[Command<'_>]) -> 
         (Some(limit), None, None, true) => format!(" LIMIT {}", spec.offset.saturating_add(limit)),
         _ => String::new(),
     };
+    let tail = format!(" ORDER BY {}{limit}", order.join(", "));
     let mut united = United {
         slots: Vec::with_capacity(backends.len()),
-        payloads: Vec::with_capacity(backends.len()),
+        commands: Vec::with_capacity(backends.len()),
         probes: Vec::with_capacity(backends.len()),
     };
-    for (slot, texts) in backends {
-        let mut payload = vec![COM_QUERY];
-        if let [text] = texts[..] {
+    for (slot, parts) in backends {
+        united.slots.push(slot);
+        if let [part] = parts[..] {
             // Sorted and limited already; in parentheses its columns would
             // name a derived table.
-            payload.extend_from_slice(text);
-            united.slots.push(slot);
-            united.payloads.push(payload);
+            united.commands.push(Joined::of(part)?);
             united.probes.push(None);
             continue;
         }
-        for (i, text) in texts.iter().enumerate() {
+        let texts: Vec<&[u8]> = parts
+            .iter()
+            .map(|part| match part {
+                Command::Raw([COM_QUERY, sql @ ..]) => Some(sql),
+                Command::Statement { statement, .. } => Some(statement.sql()),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let mut text = Vec::with_capacity(texts.iter().map(|t| t.len() + 16).sum());
+        for (i, part) in texts.iter().enumerate() {
             if i > 0 {
-                payload.extend_from_slice(b" UNION ALL ");
+                text.extend_from_slice(b" UNION ALL ");
             }
             // On lines of their own: a statement may end in a `--` comment.
-            payload.extend_from_slice(b"(\n");
-            payload.extend_from_slice(text);
-            payload.extend_from_slice(b"\n)");
+            text.extend_from_slice(b"(\n");
+            text.extend_from_slice(part);
+            text.extend_from_slice(b"\n)");
         }
-        payload.extend_from_slice(format!(" ORDER BY {}{limit}", order.join(", ")).as_bytes());
-        united.slots.push(slot);
-        united.payloads.push(payload);
+        text.extend_from_slice(tail.as_bytes());
+        united.commands.push(match parts[0] {
+            Command::Statement {
+                statement,
+                client_id,
+                code,
+                ..
+            } => {
+                let params = (parts.iter().zip(&texts))
+                    .map(|(part, text)| match part {
+                        Command::Statement { rest, .. } => {
+                            Parameters::parse(rest, placeholders(text, quoting)).ok()
+                        }
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                let db = std::str::from_utf8(&statement.key[..statement.db_len]).ok()?;
+                Joined::Execute {
+                    statement: StatementKey::new(Some(db).filter(|db| !db.is_empty()), &text),
+                    client_id,
+                    code,
+                    rest: joined(&params),
+                }
+            }
+            _ => {
+                let mut payload = Vec::with_capacity(text.len() + 1);
+                payload.push(COM_QUERY);
+                payload.extend_from_slice(&text);
+                Joined::Query(payload)
+            }
+        });
         united.probes.push(Some(Bytes::copy_from_slice(texts[0])));
     }
     Some(united)
 }
 
-/// One statement per backend: its slot and its command's payload.
+/// One statement per backend: its slot and its command.
 struct United {
     slots: Vec<usize>,
-    payloads: Vec<Vec<u8>>,
+    commands: Vec<Joined>,
     /// For a backend with several partitions, one partition's text.
     probes: Vec<Option<Bytes>>,
+}
+
+/// A backend's statement for its partitions, owned.
+enum Joined {
+    Query(Vec<u8>),
+    Execute {
+        statement: StatementKey,
+        client_id: u32,
+        code: u8,
+        rest: Vec<u8>,
+    },
+}
+
+impl Joined {
+    fn of(command: Command<'_>) -> Option<Joined> {
+        match command {
+            Command::Raw(payload) => Some(Joined::Query(payload.to_vec())),
+            Command::Statement {
+                statement,
+                client_id,
+                code,
+                rest,
+            } => Some(Joined::Execute {
+                statement: statement.clone(),
+                client_id,
+                code,
+                rest: rest.to_vec(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn command(&self) -> Command<'_> {
+        match self {
+            Joined::Query(payload) => Command::Raw(payload),
+            Joined::Execute {
+                statement,
+                client_id,
+                code,
+                rest,
+            } => Command::Statement {
+                statement,
+                client_id: *client_id,
+                code: *code,
+                rest,
+            },
+        }
+    }
 }
 
 /// One partition's statement in a write over several.
