@@ -154,18 +154,21 @@ sysbench_tables() {
 sysbench_part() {
   echo "sysbench oltp_read_only, 10,000 rows, $SECONDS_EACH s per cell:"
   echo
-  echo "| threads | ps-mode | MariaDB direct (tps) | byte relay (tps) | ratio | hscale, MOD(2) (tps) | ratio | errors | hscale, DIV(5000) (tps) | ratio | errors |"
-  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| threads | ps-mode | MariaDB direct (tps) | byte relay (tps) | ratio | hscale, MOD(2) (tps) | ratio | errors | hscale, DIV(5000) (tps) | ratio | errors | hscale, MOD(2) on one backend (tps) | ratio | errors |"
+  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for threads in 1 8; do
     for mode in disable auto; do
       d=$(sb "$DIRECT" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
       b=$(sb "$RELAY" sb_direct --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
       h=$(sb "$PORT" sb_part --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
       r=$(sb "$PORT" sb_range --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
+      # Each ordered range one UNION ALL (prepared, with ps-mode auto).
+      o=$(sb "$PORT" sb_one --threads="$threads" --time="$SECONDS_EACH" --db-ps-mode="$mode" run)
       awk -v t="$threads" -v m="$mode" -v d="$(echo "$d" | tps)" -v b="$(echo "$b" | tps)" \
         -v h="$(echo "$h" | tps)" -v e="$(echo "$h" | errors)" \
         -v r="$(echo "$r" | tps)" -v f="$(echo "$r" | errors)" \
-        'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %.0f | %.2f | %s | %.0f | %.2f | %s |\n", t, m, d, b, b/d, h, h/d, e, r, r/d, f}'
+        -v o="$(echo "$o" | tps)" -v g="$(echo "$o" | errors)" \
+        'BEGIN {printf "| %d | %s | %.0f | %.0f | %.2f | %.0f | %.2f | %s | %.0f | %.2f | %s | %.0f | %.2f | %s |\n", t, m, d, b, b/d, h, h/d, e, r, r/d, f, o, o/d, g}'
     done
   done
   echo
