@@ -980,7 +980,11 @@ fn united_by_backend(
                 Joined::Query(payload)
             }
         });
-        united.probes.push(Some(Bytes::copy_from_slice(texts[0])));
+        // Any partition's definitions serve; the least text (mostly: the
+        // least table name) keeps a shape's probe one, wherever its range
+        // starts.
+        let probe = texts.iter().min().copied().unwrap_or_default();
+        united.probes.push(Some(Bytes::copy_from_slice(probe)));
     }
     Some(united)
 }
