@@ -106,6 +106,10 @@ pub fn parse_admin(sql: &str) -> Result<AdminCommand, AdminSyntax> {
         let start = offsets
             .byte(first.span.start)
             .ok_or_else(|| syntax("EXPLAIN needs a statement"))?;
+        let rest: Vec<&Token> = tokens.map(|t| &t.token).collect();
+        if let Some(end) = rest.iter().position(|t| **t == Token::SemiColon) {
+            alone(&rest[end..])?;
+        }
         let statement = sql[start..].trim().trim_end_matches(';').trim_end();
         return Ok(AdminCommand::Explain(statement.to_string()));
     }
@@ -132,11 +136,23 @@ pub fn parse_admin(sql: &str) -> Result<AdminCommand, AdminSyntax> {
             }
         }
     }
-    match tokens.next().map(|t| &t.token) {
-        None | Some(Token::SemiColon) => {}
+    let rest: Vec<&Token> = tokens.map(|t| &t.token).collect();
+    match rest.first() {
+        None | Some(Token::SemiColon) => alone(&rest)?,
         Some(t) => return Err(syntax(&format!("unexpected '{t}' after the command"))),
     }
     command(&name, &args)
+}
+
+/// What may follow a command: semicolons. Anything more is another
+/// statement, which an admin command would otherwise swallow unseen.
+fn alone(rest: &[&Token]) -> Result<(), AdminSyntax> {
+    match rest.iter().all(|t| **t == Token::SemiColon) {
+        true => Ok(()),
+        false => Err(AdminSyntax::Syntax(
+            "an HSCALE command must be alone in its query".into(),
+        )),
+    }
 }
 
 fn is_space(token: &Token) -> bool {
@@ -259,6 +275,17 @@ mod tests {
     }
 
     #[test]
+    fn trailing_semicolons_and_comments_end_a_command() {
+        for sql in [
+            "HSCALE STATUS;",
+            "HSCALE STATUS ; ; ",
+            "HSCALE STATUS; -- done\n",
+        ] {
+            assert_eq!(parse_admin(sql), Ok(AdminCommand::Status), "{sql}");
+        }
+    }
+
+    #[test]
     fn explain_keeps_the_statement_as_written() {
         assert_eq!(
             parse_admin("HSCALE EXPLAIN SELECT * FROM users /* x */ WHERE nickname = 'Martin';")
@@ -286,6 +313,12 @@ mod tests {
             ),
             ("HSCALE STATUS extra", "unexpected"),
             ("HSCALE SHOW_TABLES('x')", "no arguments"),
+            ("HSCALE STATUS; DROP TABLE victim", "alone in its query"),
+            ("HSCALE REFRESH;;SELECT 1", "alone in its query"),
+            (
+                "HSCALE EXPLAIN SELECT 1 FROM users; DROP TABLE victim",
+                "alone in its query",
+            ),
         ] {
             let error = parse_admin(sql).unwrap_err().to_string();
             assert!(error.contains(says), "{sql}: {error}");

@@ -513,6 +513,23 @@ impl Dictionary {
         self.logical.get(db)?.get(table).map(String::as_str)
     }
 
+    /// The partitioned table that uses `db.name` as its own name, its
+    /// default table or a partition's table. Names compare without case, as
+    /// on a server with lower_case_table_names: an admin command refuses a
+    /// name that is one on some server.
+    pub fn claimant(&self, db: &str, name: &str) -> Option<&TableName> {
+        let tables = self.tables.get(db)?.values();
+        tables
+            .filter(|t| {
+                t.table.name.eq_ignore_ascii_case(name)
+                    || t.physical_tables()
+                        .iter()
+                        .any(|p| p.table.eq_ignore_ascii_case(name))
+            })
+            .map(|t| &t.table)
+            .next()
+    }
+
     /// Whether any table is partitioned.
     pub fn is_empty(&self) -> bool {
         self.tables.is_empty()
@@ -568,6 +585,16 @@ pub(crate) mod tests {
             users.target_for(&Value::Null).unwrap().table.as_ref(),
             "users_default"
         );
+    }
+
+    #[test]
+    fn the_logical_default_and_partition_tables_are_claimed_by_their_table() {
+        let dict = users();
+        for name in ["users", "USERS_default", "users_nick1", "users_nick2"] {
+            assert_eq!(dict.claimant("app", name).unwrap().name, "users", "{name}");
+        }
+        assert_eq!(dict.claimant("app", "users_nick3"), None);
+        assert_eq!(dict.claimant("other", "users"), None);
     }
 
     #[test]

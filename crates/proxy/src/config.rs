@@ -55,6 +55,11 @@ pub struct ProxyConfig {
     /// on each backend it wrote in turn, not atomically.
     #[serde(default)]
     pub transactions: Transactions,
+    /// A client that has not logged in this long after connecting is closed,
+    /// as MariaDB's connect_timeout closes it: a crowd of silent sockets must
+    /// not hold every connection slot.
+    #[serde(default = "default_login_timeout_ms")]
+    pub login_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -228,6 +233,10 @@ fn default_max_connections() -> usize {
 fn default_connect_timeout_ms() -> u64 {
     3000
 }
+pub fn default_login_timeout_ms() -> u64 {
+    10_000
+}
+
 fn default_queue_timeout_ms() -> u64 {
     10_000
 }
@@ -341,6 +350,9 @@ impl Config {
         }
         if self.proxy.max_connections == 0 {
             report("proxy.max_connections".into(), "must be at least 1".into());
+        }
+        if self.proxy.login_timeout_ms == 0 {
+            report("proxy.login_timeout_ms".into(), "must be at least 1".into());
         }
         if self.scans.fan_out == 0 {
             report("scans.fan_out".into(), "must be at least 1".into());

@@ -126,12 +126,22 @@ const ER_PARSE_ERROR: u16 = 1064;
 const CR_SERVER_LOST: u16 = 2013;
 const ER_STATEMENT_TIMEOUT: u16 = 1969;
 const ER_OUT_OF_SORTMEMORY: u16 = 1038;
+const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 
 impl ProxyError {
     pub fn to_client(&self) -> (Option<ErrorPacket>, Disposition) {
         use Disposition::*;
         let reply = |code, state, message: String| Some(ErrorPacket::new(code, state, message));
         match self {
+            // As MariaDB answers a command over its max_allowed_packet.
+            ProxyError::Client(WireError::PacketTooLarge { .. }) => (
+                reply(
+                    ER_NET_PACKET_TOO_LARGE,
+                    "08S01",
+                    "Got a packet bigger than 'max_allowed_packet' bytes".into(),
+                ),
+                ReplyAndClose,
+            ),
             ProxyError::Client(_) => (None, Close),
             ProxyError::AccessDenied { user, used_password } => (
                 reply(
@@ -244,6 +254,10 @@ mod tests {
         };
         vec![
             ProxyError::Client(WireError::Closed),
+            ProxyError::Client(WireError::PacketTooLarge {
+                size: 2 << 20,
+                limit: 1 << 20,
+            }),
             ProxyError::AccessDenied {
                 user: "app".into(),
                 used_password: true,

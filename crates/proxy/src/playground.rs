@@ -38,6 +38,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             connect_timeout_ms: 3000,
             queue_timeout_ms: 10_000,
             transactions: Default::default(),
+            login_timeout_ms: crate::config::default_login_timeout_ms(),
         },
         users: vec![UserConfig {
             name: "root".into(),

@@ -24,6 +24,10 @@ pub struct User {
 pub const DEFAULT_WAIT_TIMEOUT_S: u64 = 28800;
 
 /// Answered to clients until the main backend has told its own version.
+/// MariaDB's largest max_allowed_packet, hscale's until the main backend
+/// says its own.
+const MAX_ALLOWED_PACKET_LIMIT: usize = 1 << 30;
+
 const FALLBACK_VERSION: &str = "5.5.5-10.11.0-MariaDB-hscale";
 
 /// What other sessions may know of a session: enough to KILL it, and to
@@ -218,6 +222,11 @@ pub struct Shared {
     /// The main backend's global wait_timeout and interactive_timeout, in
     /// seconds: a new session's idle limit (interactive clients get the second).
     pub wait_timeouts: (u64, u64),
+    /// The main backend's max_allowed_packet: the largest command a logged-in
+    /// client may send, as that server would enforce it.
+    pub max_allowed_packet: usize,
+    /// How long a client may take to log in.
+    pub login_timeout: Duration,
     /// The main backend's collations: how ORDER BY merges compare strings.
     pub collations: Arc<hscale_merge::Collations>,
     /// How statements on several partitions are bounded.
@@ -322,6 +331,8 @@ impl Shared {
             scans: config.scans.clone(),
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
+            max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,
+            login_timeout: Duration::from_millis(config.proxy.login_timeout_ms),
             collations: Arc::default(),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
@@ -342,8 +353,7 @@ impl Shared {
                     & (StatusFlags::SERVER_STATUS_AUTOCOMMIT
                         | StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES);
                 let mut conn = lease.conn;
-                let sql =
-                    "SELECT @@global.wait_timeout, @@global.interactive_timeout, @@global.sql_mode";
+                let sql = "SELECT @@global.wait_timeout, @@global.interactive_timeout, @@global.sql_mode, @@global.max_allowed_packet";
                 if let Ok(Ok(rows)) = conn.query(sql).await {
                     let text = |i: usize| {
                         let value = rows.first()?.get(i)?.as_ref()?;
@@ -354,6 +364,9 @@ impl Shared {
                         self.wait_timeouts = (wait, interactive);
                     }
                     self.new_session_sql_mode = text(2).unwrap_or_default().to_string();
+                    if let Some(max) = number(3) {
+                        self.max_allowed_packet = (max as usize).min(MAX_ALLOWED_PACKET_LIMIT);
+                    }
                 }
                 match learn_collations(&mut conn).await {
                     Some(collations) => self.collations = Arc::new(collations),

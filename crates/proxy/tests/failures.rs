@@ -310,3 +310,185 @@ fn a_client_killing_itself_gets_what_mariadb_answers() {
         assert!(rows.is_empty(), "the killed transaction was rolled back");
     }
 }
+
+/// A backend connection lost after the statement went out: the server may
+/// have run it, in part or whole. hscale must not send it again on another
+/// connection (a write would run twice); the client gets the lost connection.
+#[test]
+fn a_statement_whose_connection_dies_mid_run_is_not_sent_again() {
+    let db = cluster().database("at_most_once");
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("CREATE TABLE m (v INT NOT NULL) ENGINE=MyISAM")
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    let mut client = proxy.connect(Some(&db));
+    // Warm: the session takes back the connection it used last.
+    assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+    let killer = std::thread::spawn({
+        let db = db.clone();
+        move || {
+            let mut dba = cluster().direct(1, None);
+            let find = format!(
+                "SELECT id FROM information_schema.processlist WHERE db = '{db}' AND info LIKE 'INSERT INTO m %'"
+            );
+            let started = Instant::now();
+            let thread = loop {
+                if let Some(id) = dba.query_first::<u64, _>(&find).unwrap() {
+                    break id;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the INSERT never ran"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            // Some rows are in (one every 0.3 s), the statement is still running.
+            std::thread::sleep(Duration::from_millis(1000));
+            dba.query_drop(format!("KILL {thread}")).unwrap();
+        }
+    });
+    let started = Instant::now();
+    let result =
+        client.query_drop("INSERT INTO m SELECT seq FROM seq_1_to_10 WHERE SLEEP(0.3) = 0");
+    killer.join().unwrap();
+    let err = mysql_error(result.unwrap_err());
+    assert_eq!(err.code, 2013, "{}", err.message);
+    assert!(err.message.contains("backend 1"), "{}", err.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the answer came after {:?}: the statement ran again",
+        started.elapsed()
+    );
+    let (rows, distinct): (u64, u64) = direct
+        .query_first("SELECT COUNT(*), COUNT(DISTINCT v) FROM m")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows, distinct, "a row was written twice");
+    assert!(
+        (1..10).contains(&rows),
+        "{rows} rows: the kill came mid-statement"
+    );
+    // The client goes on, on another connection.
+    assert_eq!(
+        client
+            .query_first::<u64, _>("SELECT COUNT(*) FROM m")
+            .unwrap(),
+        Some(rows)
+    );
+}
+
+/// Opens `n` TCP connections to hscale and reads each greeting (or the 1040
+/// that replaces it); they send nothing more.
+fn silent_clients(port: u16, n: usize) -> Vec<std::net::TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut header = [0u8; 4];
+            socket.read_exact(&mut header).unwrap();
+            let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+            socket.read_exact(&mut vec![0u8; len]).unwrap();
+            socket
+        })
+        .collect()
+}
+
+/// What a socket says next: true if hscale closed it (after an error packet
+/// or none).
+fn closed_by_peer(socket: &mut std::net::TcpStream) -> bool {
+    let mut rest = Vec::new();
+    match socket.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+#[test]
+fn clients_that_never_log_in_are_closed_after_login_timeout_ms() {
+    let mut config = cluster().config();
+    config.proxy.max_connections = 1000;
+    config.proxy.login_timeout_ms = 1000;
+    let proxy = Proxy::start(config);
+    let started = Instant::now();
+    let mut silent = silent_clients(proxy.port, 1100);
+    let err = mysql_error(hscale_testkit::try_connect(proxy.port, "root", "", None).unwrap_err());
+    assert_eq!(err.code, 1040, "every slot is held by a silent client");
+    for socket in &mut silent {
+        assert!(closed_by_peer(socket));
+    }
+    let closed_after = started.elapsed();
+    assert!(
+        closed_after < Duration::from_secs(5),
+        "the silent clients were closed after {closed_after:?}"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let mut client = proxy.connect(None);
+    assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+}
+
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_login_packet_announcing_16_mib_reserves_no_memory_for_it() {
+    let proxy = Proxy::for_cluster();
+    let before = resident_bytes();
+    let mut clients = silent_clients(proxy.port, 1000);
+    for socket in &mut clients {
+        // A frame of 16 MiB - 1 bytes announced, 100 of them sent.
+        let mut frame = vec![0xff, 0xff, 0xff, 1];
+        frame.extend_from_slice(&[b'x'; 100]);
+        socket.write_all(&frame).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = resident_bytes().saturating_sub(before);
+    assert!(grown < 200 << 20, "RSS grew by {} MiB", grown >> 20);
+    // Each was told why, as MariaDB tells a client over max_allowed_packet.
+    let mut answer = Vec::new();
+    clients[0].read_to_end(&mut answer).unwrap();
+    assert_eq!(
+        u16::from_le_bytes([answer[5], answer[6]]),
+        1153,
+        "{answer:?}"
+    );
+    let mut client = proxy.connect(None);
+    assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+}
+
+#[test]
+fn a_command_over_max_allowed_packet_gets_1153_and_the_connection_ends() {
+    let mut direct = cluster().direct(1, None);
+    let limit: usize = direct
+        .query_first("SELECT @@global.max_allowed_packet")
+        .unwrap()
+        .unwrap();
+    direct
+        .query_drop("SET GLOBAL max_allowed_packet = 1048576")
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    direct
+        .query_drop(format!("SET GLOBAL max_allowed_packet = {limit}"))
+        .unwrap();
+    let mut client = proxy.connect(None);
+    let fits = format!("SELECT LENGTH('{}')", "x".repeat(1000 << 10));
+    assert_eq!(
+        client.query_first::<u64, _>(&fits).unwrap(),
+        Some(1000 << 10)
+    );
+    let over = format!("SELECT LENGTH('{}')", "x".repeat(1100 << 10));
+    let err = mysql_error(client.query_drop(&over).unwrap_err());
+    assert_eq!(err.code, 1153, "{}", err.message);
+    assert!(
+        client.query_drop("SELECT 1").is_err(),
+        "the connection ended"
+    );
+    let mut other = proxy.connect(None);
+    assert_eq!(other.query_first::<i32, _>("SELECT 2").unwrap(), Some(2));
+}

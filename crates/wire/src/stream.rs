@@ -34,6 +34,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
         }
     }
 
+    /// The largest logical packet `read_packet` accepts from now on.
+    pub fn set_max_packet(&mut self, max_packet: usize) {
+        self.max_packet = max_packet;
+    }
+
     pub fn get_ref(&self) -> &S {
         &self.stream
     }
@@ -55,7 +60,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
                     if self.rbuf.len() >= HEADER_LEN + h.len {
                         break h;
                     }
-                    self.rbuf.reserve(HEADER_LEN + h.len - self.rbuf.len());
+                    // Room for the frame, but never more than doubling what
+                    // arrived: a peer announcing a large packet and sending a
+                    // few bytes must not make hscale reserve the announced size.
+                    let missing = HEADER_LEN + h.len - self.rbuf.len();
+                    self.rbuf
+                        .reserve(missing.min(self.rbuf.len().max(READ_CHUNK)));
                 }
                 if self.fill().await? == 0 {
                     if self.rbuf.is_empty() && assembled.is_none() {
@@ -199,5 +209,20 @@ mod tests {
             r.read_packet().await,
             Err(WireError::PacketTooLarge { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_packet_announced_large_reserves_no_more_than_what_arrived_allows() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut header = vec![0xff, 0xff, 0xff, 0];
+        header.extend_from_slice(&[0u8; 100]);
+        tokio::io::AsyncWriteExt::write_all(&mut a, &header)
+            .await
+            .unwrap();
+        let mut r = PacketStream::new(b, 1 << 30);
+        let read = tokio::time::timeout(std::time::Duration::from_millis(100), r.read_packet());
+        assert!(read.await.is_err(), "the packet is not whole: it waits");
+        assert!(r.rbuf.capacity() <= 2 * READ_CHUNK, "{}", r.rbuf.capacity());
+        drop(a);
     }
 }

@@ -2,7 +2,7 @@
 //! table becomes partitioned. Its rows stay where they are, in the table
 //! renamed to the default table name, until partitions are added.
 
-use hscale_planner::{ColumnKind, HashFunction, TableName};
+use hscale_planner::{ColumnKind, Dictionary, HashFunction, TableName};
 
 use super::{current, publish, slot, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::{own_connection, store};
@@ -18,13 +18,11 @@ pub async fn run(
     function: HashFunction,
 ) -> Result<AdminAnswer, ProxyError> {
     let mut lock = AdminLock::take(shared).await?;
-    if current(shared, &mut lock)
-        .await?
-        .table(&table.db, &table.name)
-        .is_some()
-    {
+    let dictionary = current(shared, &mut lock).await?;
+    if dictionary.table(&table.db, &table.name).is_some() {
         return Err(AdminError::AlreadyPartitioned { table }.into());
     }
+    let default_table = check_names(shared, &dictionary, &table, &default_table)?;
     let mut conn = own_connection(shared, slot(shared, backend)?).await?;
     let sql = format!(
         "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
@@ -100,6 +98,51 @@ pub async fn run(
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
     Ok(AdminAnswer::Ok { affected_rows: 0 })
+}
+
+/// Refuses, before anything changes, names whose renaming would break what
+/// stands: hscale's own schema, a table the dictionary already uses, a
+/// default table elsewhere than its table. Returns the default table's name.
+fn check_names(
+    shared: &Shared,
+    dictionary: &Dictionary,
+    table: &TableName,
+    default_table: &str,
+) -> Result<String, AdminError> {
+    if table.db.eq_ignore_ascii_case(&shared.dictionary.schema) {
+        return Err(AdminError::Invalid(format!(
+            "{table} is in hscale's own schema, which is never partitioned"
+        )));
+    }
+    let default_table = match default_table.split_once('.') {
+        Some((db, name)) if db == table.db => name,
+        Some(_) => {
+            return Err(AdminError::Invalid(format!(
+                "the default table '{default_table}' must be in {table}'s database `{}`",
+                table.db
+            )))
+        }
+        None => default_table,
+    };
+    for name in [table.name.as_str(), default_table] {
+        if name.is_empty() || name.chars().count() > 64 {
+            return Err(AdminError::Invalid(format!(
+                "'{name}' is no table name of 1 to 64 characters"
+            )));
+        }
+        if let Some(owner) = dictionary.claimant(&table.db, name) {
+            return Err(AdminError::Invalid(format!(
+                "`{}`.`{name}` is a table of partitioned table {owner}",
+                table.db
+            )));
+        }
+    }
+    if default_table.eq_ignore_ascii_case(&table.name) {
+        return Err(AdminError::Invalid(format!(
+            "the default table must have another name than {table}"
+        )));
+    }
+    Ok(default_table.to_string())
 }
 
 /// The table's AUTO_INCREMENT column, its position, and the next id its

@@ -26,7 +26,8 @@ use crate::config::BackendConfig;
 /// At most this many connections of hscale's own per backend.
 const OWN_CONNECTIONS: usize = 8;
 
-/// A connection idle longer than this is checked for a closed socket before use.
+/// A connection idle longer than this has its socket read before use; a
+/// shorter idle one is trusted to the reactor's word (`BackendStream::is_stale`).
 const STALE_CHECK_AFTER: Duration = Duration::from_millis(250);
 
 /// How far back from the most recently returned connection a session looks
@@ -96,10 +97,9 @@ pub struct Pool {
     queue_timeout: Duration,
 }
 
-/// A connection on loan, and whether it was opened just now (rather than reused).
+/// A connection on loan.
 pub struct Lease {
     pub conn: Box<BackendConn>,
-    pub fresh: bool,
 }
 
 impl Pool {
@@ -148,7 +148,7 @@ impl Pool {
         own: Option<ConnMark>,
     ) -> Result<Lease, BackendError> {
         match take_idle(bucket, own) {
-            Some(conn) => Ok(Lease { conn, fresh: false }),
+            Some(conn) => Ok(Lease { conn }),
             None => self.acquire_slow(bucket).await,
         }
     }
@@ -161,7 +161,7 @@ impl Pool {
             tokio::pin!(returned);
             returned.as_mut().enable();
             if let Some(conn) = take_idle(bucket, None) {
-                return Ok(Lease { conn, fresh: false });
+                return Ok(Lease { conn });
             }
             if let Ok(permit) = self.slots.clone().try_acquire_owned() {
                 return self.open(bucket.key, permit).await;
@@ -186,18 +186,6 @@ impl Pool {
         }
     }
 
-    /// A new connection, bypassing idle ones (after a reused one proved dead).
-    pub async fn acquire_new(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
-        match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => self.open(bucket.key, permit).await,
-            Err(_) => {
-                self.evict_idle_of_other_keys(bucket.key);
-                drop(std::mem::take(&mut *bucket.idle.lock()));
-                self.acquire(bucket, None).await
-            }
-        }
-    }
-
     /// Opens a connection without a database: the session selects it with
     /// COM_INIT_DB, so that an unknown database is the client's error (1049)
     /// rather than a failed backend login.
@@ -208,7 +196,7 @@ impl Pool {
     ) -> Result<Lease, BackendError> {
         let conn = BackendConn::connect(&self.config, key, self.connect_timeout, permit).await?;
         tracing::debug!(backend = self.config.id, "opened backend connection");
-        Ok(Lease { conn, fresh: true })
+        Ok(Lease { conn })
     }
 
     /// A new connection for hscale's own use, outside the clients' pool; it
@@ -244,9 +232,10 @@ impl Pool {
         self.returned.notify_one();
     }
 
-    /// The idle connection `mark` names, if no one ran a command on it since.
+    /// The idle connection `mark` names, if no one ran a command on it since
+    /// and it is still alive.
     pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
-        bucket.idle.take_marked(mark)
+        bucket.idle.take_marked(mark).filter(|conn| !is_dead(conn))
     }
 
     /// Closes one idle connection of another key to free its slot.
@@ -278,10 +267,25 @@ impl Pool {
 /// An idle connection of the bucket that is still alive.
 fn take_idle(bucket: &Bucket, mut own: Option<ConnMark>) -> Option<Box<BackendConn>> {
     while let Some(conn) = bucket.idle.take(own.take()) {
-        if conn.idle_since.elapsed() > STALE_CHECK_AFTER && conn.stream.get_ref().is_stale() {
-            continue;
+        if !is_dead(&conn) {
+            return Some(conn);
         }
-        return Some(conn);
     }
     None
+}
+
+/// Whether an idle connection was closed by its server (a restart, its
+/// wait_timeout, a KILL) or sent something unasked. This is the only moment
+/// a connection may be swapped for another unseen: a command is sent at most
+/// once, and a connection that fails after it was written fails the command.
+fn is_dead(conn: &BackendConn) -> bool {
+    let ask_kernel = conn.idle_since.elapsed() > STALE_CHECK_AFTER;
+    let dead = conn.stream.get_ref().is_stale(ask_kernel);
+    if dead {
+        tracing::info!(
+            backend = conn.backend,
+            "idle backend connection was closed; dropped"
+        );
+    }
+    dead
 }

@@ -29,12 +29,22 @@ impl BackendStream {
     }
 
     /// True when the peer has closed or sent something unasked: the connection
-    /// cannot serve a new command. Never blocks.
-    pub fn is_stale(&self) -> bool {
-        let mut probe = [0u8; 1];
-        let result = match self {
-            BackendStream::Tcp(s) => s.try_read(&mut probe),
-            BackendStream::Unix(s) => s.try_read(&mut probe),
+    /// cannot serve a new command. Never blocks. Without `ask_kernel` it costs
+    /// nothing unless the reactor saw the socket become readable since hscale
+    /// last drained it (a server closing an idle connection makes it so); with
+    /// it, the socket itself is read, for a connection idle long enough that
+    /// the reactor's word alone is not worth trusting.
+    pub fn is_stale(&self, ask_kernel: bool) -> bool {
+        let mut probe = [MaybeUninit::<u8>::uninit(); 1];
+        let result = match (self, ask_kernel) {
+            (BackendStream::Tcp(s), false) => {
+                s.try_io(Interest::READABLE, || SockRef::from(s).recv(&mut probe))
+            }
+            (BackendStream::Tcp(s), true) => SockRef::from(s).recv(&mut probe),
+            (BackendStream::Unix(s), false) => s.socket.try_io(Interest::READABLE, |socket| {
+                SockRef::from(socket).recv(&mut probe)
+            }),
+            (BackendStream::Unix(s), true) => SockRef::from(s.socket.get_ref()).recv(&mut probe),
         };
         !matches!(result, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
@@ -59,10 +69,6 @@ impl UnixSocket {
             socket: register(stream, Interest::READABLE)?,
             write_space: None,
         })
-    }
-
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        io::Read::read(&mut self.socket.get_ref(), buf)
     }
 }
 

@@ -244,7 +244,7 @@ pub async fn definition(
     Ok(Some(without_auto_increment(&text(&rows, 0, 1))))
 }
 
-fn without_auto_increment(definition: &str) -> String {
+pub fn without_auto_increment(definition: &str) -> String {
     const COUNTER: &str = " AUTO_INCREMENT=";
     match definition.find(COUNTER) {
         Some(start) => {

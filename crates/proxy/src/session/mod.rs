@@ -41,7 +41,10 @@ use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
 use statements::ClientStatements;
 
-const MAX_CLIENT_PACKET: usize = 1 << 30;
+/// The largest packet a client may send before it logged in: a login answer
+/// with its connection attributes is well under this, and a stranger must
+/// not make hscale hold more.
+const MAX_LOGIN_PACKET: usize = 8 << 10;
 
 mod command {
     pub const QUIT: u8 = 0x01;
@@ -131,15 +134,25 @@ impl Session {
         let _ = socket.set_nodelay(true);
         let peer = socket.peer_addr().ok();
         let connection_id = shared.next_connection_id();
-        let mut client = PacketStream::new(socket, MAX_CLIENT_PACKET);
-        let login = match handshake::login(&mut client, &shared, connection_id).await {
-            Ok(login) => login,
-            Err((e, seq)) => {
+        let mut client = PacketStream::new(socket, MAX_LOGIN_PACKET);
+        let login = handshake::login(&mut client, &shared, connection_id);
+        let login = match tokio::time::timeout(shared.login_timeout, login).await {
+            Ok(Ok(login)) => login,
+            Ok(Err((e, seq))) => {
                 tracing::info!(connection_id, ?peer, "login failed: {e}");
                 let _ = reply_error(&mut client, &e, seq).await;
                 return;
             }
+            Err(_) => {
+                tracing::info!(
+                    connection_id,
+                    ?peer,
+                    "closed: no login within login_timeout_ms"
+                );
+                return;
+            }
         };
+        client.set_max_packet(shared.max_allowed_packet);
         tracing::info!(connection_id, ?peer, user = %login.user, db = ?login.database, "client connected");
         let key = ConnKey::for_client(
             login.capabilities,
@@ -235,8 +248,21 @@ impl Session {
             }
             self.handle.set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
-                packet = self.client.read_packet() => packet?,
-                _ = self.handle.killed() => None,
+                packet = self.client.read_packet() => packet,
+                _ = self.handle.killed() => Ok(None),
+            };
+            let packet = match packet {
+                Ok(packet) => packet,
+                Err(e) => {
+                    // Over max_allowed_packet: the server's answer, then the end.
+                    if let WireError::PacketTooLarge { size, .. } = e {
+                        let e = ProxyError::Client(e);
+                        let _ = reply_error(&mut self.client, &e, 1).await;
+                        discard_the_rest(&mut self.client, size).await;
+                        return Err(e);
+                    }
+                    return Err(ProxyError::Client(e));
+                }
             };
             self.handle.set_busy();
             let Some(packet) = packet else {
@@ -521,6 +547,23 @@ impl Session {
         self.shared.sessions.remove(self.connection_id);
         self.release_all();
     }
+}
+
+/// Reads and drops what a client still sends of a packet hscale refused, for
+/// at most a second: closed with unread bytes, the socket would be reset, and
+/// the reset could reach the client before the error that explains it.
+async fn discard_the_rest(client: &mut PacketStream<TcpStream>, mut announced: usize) {
+    let discard = async {
+        while announced > 0 {
+            let n = client.buffered().len();
+            client.consume(n);
+            announced = announced.saturating_sub(n);
+            if !matches!(client.fill().await, Ok(1..)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), discard).await;
 }
 
 async fn reply_error(

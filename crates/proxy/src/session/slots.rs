@@ -225,52 +225,32 @@ impl Session {
         change: SessionChange,
     ) -> Result<Completion, ProxyError> {
         let mut lease = self.checkout(slot, needs).await?;
-        let mut retried = false;
-        let completion = loop {
-            let names = &self.shared.dictionary;
-            let columns = needs.logical_columns.then_some(&mut self.column_names);
-            let sent = send(
-                &mut self.client,
-                &mut lease.conn,
-                command,
-                expect,
-                names,
-                columns,
-            );
-            match sent.await {
-                Ok(completion) => break completion,
-                Err(RelayError::Backend { source, answered }) => {
-                    let backend = lease.conn.backend;
-                    // A reused connection that died while idle (a backend restart)
-                    // fails before answering: one retry on a new connection is safe
-                    // because nothing was executed on the dead one. Not when the
-                    // statement reads what ran on the dead one.
-                    if !answered
-                        && !lease.fresh
-                        && !retried
-                        && !self.slots[slot].binding.holds()
-                        && !needs.previous_connection
-                    {
-                        retried = true;
-                        tracing::info!(backend, "idle backend connection was closed; reconnecting");
-                        drop(lease);
-                        let bucket = self.slots[slot].bucket.clone();
-                        lease = self.shared.pools[slot].acquire_new(&bucket).await?;
-                        self.state
-                            .apply(&mut lease.conn, needs.last_insert_id, false)
-                            .await?;
-                        continue;
-                    }
-                    self.forget_connection_state(slot);
-                    let error = crate::backend::BackendError::Lost { backend, source };
-                    return Err(if answered {
-                        ProxyError::BackendMidAnswer { source: error }
-                    } else {
-                        ProxyError::Backend(error)
-                    });
-                }
-                Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
+        let names = &self.shared.dictionary;
+        let columns = needs.logical_columns.then_some(&mut self.column_names);
+        let sent = send(
+            &mut self.client,
+            &mut lease.conn,
+            command,
+            expect,
+            names,
+            columns,
+        );
+        let completion = match sent.await {
+            Ok(completion) => completion,
+            // Never sent again elsewhere: once the command's bytes went out the
+            // server may have run it, and a write must not run twice. A dead
+            // idle connection is found before anything is written (`Pool`).
+            Err(RelayError::Backend { source, answered }) => {
+                let backend = lease.conn.backend;
+                self.forget_connection_state(slot);
+                let error = crate::backend::BackendError::Lost { backend, source };
+                return Err(if answered {
+                    ProxyError::BackendMidAnswer { source: error }
+                } else {
+                    ProxyError::Backend(error)
+                });
             }
+            Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
         };
         match change {
             // Also after an error: the statements before it ran.
@@ -414,7 +394,7 @@ impl Session {
         }
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
-            Some(conn) => Lease { conn, fresh: false },
+            Some(conn) => Lease { conn },
             None => match self.previous {
                 Previous::On {
                     slot: s,
@@ -480,7 +460,7 @@ impl Session {
     fn take_previous(&mut self, slot: usize, mark: ConnMark) -> Option<Lease> {
         let mut conn = self.shared.pools[slot].take_marked(&self.slots[slot].bucket, mark)?;
         conn.settings = self.state.fingerprint();
-        Some(Lease { conn, fresh: false })
+        Some(Lease { conn })
     }
 
     pub(super) fn checkin(&mut self, slot: usize, conn: Box<BackendConn>) {
