@@ -11,6 +11,7 @@ playground: deps
 test: deps
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo check --manifest-path fuzz/Cargo.toml --locked --target-dir target
 	cargo test --workspace
 	tests/compat/run.sh
 
@@ -34,9 +35,9 @@ bench: deps
 	bench/seed.sh
 
 # Each fuzz target for FUZZ_SECONDS: SQL analysis, backend responses, client
-# packets (fuzz/). Needs a nightly toolchain and `cargo install cargo-fuzz`.
+# packets, the admin grammar (fuzz/); `make test` checks that they compile. Needs a nightly toolchain and `cargo install cargo-fuzz`.
 FUZZ_SECONDS ?= 60
 fuzz:
-	cd fuzz && for target in statement backend_response client_packets; do \
+	cd fuzz && for target in statement backend_response client_packets admin_command; do \
 	  cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done

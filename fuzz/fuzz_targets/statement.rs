@@ -12,9 +12,9 @@ fuzz_target!(|input: &[u8]| {
     let Some((&mode, sql)) = input.split_first() else {
         return;
     };
-    let quoting = match mode & 1 {
-        0 => Quoting::BackslashEscapes,
-        _ => Quoting::NoBackslashEscapes,
+    let quoting = Quoting {
+        no_backslash_escapes: mode & 1 != 0,
+        ansi_quotes: mode & 2 != 0,
     };
     let summary = summarize(sql, quoting, &Default::default());
     let _ = summary.binds_connection();
