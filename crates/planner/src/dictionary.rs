@@ -373,26 +373,64 @@ pub fn partition_table(table: &TableName, partition: &str) -> String {
     name
 }
 
-/// Names of partitioned tables, lower-cased, in any database, and
-/// `information_schema`: the lexer checks a statement's words against them
-/// before anything is parsed, and only statements that use one are planned
-/// further.
+/// The names the lexer looks for in every statement, before anything is
+/// parsed: those of partitioned tables, lower-cased, in any database, and
+/// `information_schema` (only statements that use one are planned further);
+/// and those only hscale and admins may name (`guards`).
 #[derive(Debug, Clone, Default)]
 pub struct TableNames {
+    partitioned: NameSet,
+    /// The dictionary's schema and every default and partition table: an
+    /// application reaches their rows through the partitioned table only.
+    guarded: NameSet,
+    /// `<schema>.`, lower-cased: what hscale's own user locks are named by.
+    lock_prefix: Vec<u8>,
+}
+
+impl TableNames {
+    pub fn is_empty(&self) -> bool {
+        self.partitioned.names.is_empty()
+    }
+
+    /// Whether `word` (an identifier as written, unquoted) may name a
+    /// partitioned table.
+    #[inline]
+    pub fn contains(&self, word: &[u8]) -> bool {
+        self.partitioned.contains(word)
+    }
+
+    /// Whether any name is guarded: the lexer looks for none otherwise.
+    pub fn guards_any(&self) -> bool {
+        !self.guarded.names.is_empty()
+    }
+
+    /// Whether `word` names hscale's schema, a default table or a partition's table.
+    #[inline]
+    pub fn guards(&self, word: &[u8]) -> bool {
+        self.guarded.contains(word)
+    }
+
+    /// Whether a string names one of hscale's own user locks.
+    pub fn guards_lock(&self, name: &[u8]) -> bool {
+        !self.lock_prefix.is_empty()
+            && name.len() >= self.lock_prefix.len()
+            && name[..self.lock_prefix.len()].eq_ignore_ascii_case(&self.lock_prefix)
+    }
+}
+
+/// Lower-cased names, with a filter by length that rejects most words
+/// before any hashing.
+#[derive(Debug, Clone, Default)]
+struct NameSet {
     names: FxHashSet<Vec<u8>>,
     /// Bit n: some name is n bytes long (names of 64 bytes and more: bit 63).
     lengths: u64,
     longest: usize,
 }
 
-impl TableNames {
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    /// Whether `word` (an identifier as written, unquoted) may name one.
+impl NameSet {
     #[inline]
-    pub fn contains(&self, word: &[u8]) -> bool {
+    fn contains(&self, word: &[u8]) -> bool {
         if word.len() > self.longest || self.lengths & length_bit(word.len()) == 0 {
             return false;
         }
@@ -448,11 +486,14 @@ impl Dictionary {
     pub fn new(version: u64, tables: Vec<PartitionedTable>) -> Dictionary {
         let mut names = TableNames::default();
         for t in &tables {
-            names.insert(&t.table.name);
+            names.partitioned.insert(&t.table.name);
+            for target in t.physical_tables() {
+                names.guarded.insert(&target.table);
+            }
         }
         // Its tables list physical tables: such queries are planned too.
         if !tables.is_empty() {
-            names.insert("information_schema");
+            names.partitioned.insert("information_schema");
         }
         let mut by_db: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>> =
             FxHashMap::default();
@@ -511,6 +552,14 @@ impl Dictionary {
     /// default table or partition.
     pub fn logical_name(&self, db: &[u8], table: &[u8]) -> Option<&str> {
         self.logical.get(db)?.get(table).map(String::as_str)
+    }
+
+    /// The snapshot with hscale's own schema guarded too: its name, and the
+    /// names of hscale's user locks (`<schema>.admin`, ...).
+    pub fn guarding_schema(mut self, schema: &str) -> Dictionary {
+        self.names.guarded.insert(schema);
+        self.names.lock_prefix = format!("{schema}.").to_ascii_lowercase().into_bytes();
+        self
     }
 
     /// The partitioned table that uses `db.name` as its own name, its

@@ -66,6 +66,10 @@ pub struct Summary {
     /// A word or quoted identifier of the statement is the name of a
     /// partitioned table (in some database): the statement must be planned.
     pub names_partitioned: bool,
+    /// The statement names hscale's schema, a default or partition table,
+    /// or one of hscale's user locks (`TableNames::guards`): only an admin
+    /// may run it.
+    pub names_guarded: bool,
 }
 
 impl Summary {
@@ -285,6 +289,7 @@ pub(crate) fn summarize_into(
     mut sink: impl FnMut(Token),
 ) -> Summary {
     let check_names = !partitioned.is_empty();
+    let check_guarded = partitioned.guards_any();
     let mut s = Summary {
         kind: Kind::Empty,
         user_variables: false,
@@ -297,6 +302,7 @@ pub(crate) fn summarize_into(
         multi_statement: false,
         every_statement_plain: true,
         names_partitioned: false,
+        names_guarded: false,
     };
     let mut words = 0usize;
     let mut statement_words = 0usize;
@@ -350,11 +356,17 @@ pub(crate) fn summarize_into(
                         && (before.ends_with(b"@@session.") || before.ends_with(b"@@local."));
                 }
                 s.names_partitioned |= check_names && partitioned.contains(word);
+                s.names_guarded |= check_guarded && partitioned.guards(word);
             }
-            TokenKind::Quoted(quote) if check_names && quoting.quotes_identifier(quote) => {
+            TokenKind::Quoted(quote) if quoting.quotes_identifier(quote) => {
                 let quoted = &sql[token.start + 1..token.end];
                 let name = quoted.strip_suffix(&[quote]).unwrap_or(quoted);
-                s.names_partitioned |= partitioned.contains(name);
+                s.names_partitioned |= check_names && partitioned.contains(name);
+                s.names_guarded |= check_guarded && partitioned.guards(name);
+            }
+            // A lock name, after GET_LOCK( and the like.
+            TokenKind::Quoted(_) if s.user_lock && check_guarded => {
+                s.names_guarded |= partitioned.guards_lock(&sql[token.start + 1..token.end]);
             }
             TokenKind::Quoted(_) | TokenKind::Symbol(_) | TokenKind::Number => {}
         }
@@ -679,6 +691,47 @@ mod tests {
         assert!(summary(b"PREPARE s FROM 'SELECT 1'").binds_connection());
         assert!(summary(b"CALL set_up_session()").binds_connection());
         assert!(!summary(b"SELECT 'get_lock('").binds_connection());
+    }
+
+    #[test]
+    fn hscales_schema_physical_tables_and_locks_are_guarded() {
+        let dictionary = crate::dictionary::tests::users().guarding_schema("hscale");
+        let guarded = |sql: &str| {
+            summarize(
+                sql.as_bytes(),
+                Quoting::BACKSLASH_ESCAPES,
+                dictionary.names(),
+            )
+            .names_guarded
+        };
+        for sql in [
+            "UPDATE hscale.partitions SET backend = 1",
+            "UPDATE `HSCALE`.`version` SET version = 0",
+            "INSERT INTO users_default VALUES (99, 'mario')",
+            "SELECT * FROM app.`users_nick1`",
+            "USE hscale",
+            "SELECT GET_LOCK('hscale.admin', 0)",
+            "SELECT RELEASE_LOCK('HScale.move_writers')",
+        ] {
+            assert!(guarded(sql), "{sql}");
+        }
+        for sql in [
+            "SELECT * FROM users WHERE nickname = 'users_default'",
+            "SELECT 'hscale.admin'",
+            "SELECT GET_LOCK('app.hscale', 0)",
+            "SELECT hscale_id FROM t",
+        ] {
+            assert!(!guarded(sql), "{sql}");
+        }
+        // Without the schema guarded (a dictionary not loaded by an
+        // instance), physical tables still are.
+        let names = crate::dictionary::tests::users();
+        let summary = summarize(
+            b"DELETE FROM users_nick2",
+            Quoting::BACKSLASH_ESCAPES,
+            names.names(),
+        );
+        assert!(summary.names_guarded);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub enum Transactions {
     Multi,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserConfig {
     /// The user name clients log in with.
@@ -81,6 +81,15 @@ pub struct UserConfig {
     /// May run HSCALE admin commands.
     #[serde(default)]
     pub admin: bool,
+    /// The account this user's statements run as on every backend, whose
+    /// grants the backends enforce; by default the user's own name.
+    #[serde(default)]
+    pub backend_user: Option<String>,
+    /// That account's password; by default the user's. With a `*HEX`
+    /// password and none here, hscale answers the backends with what the
+    /// user's own login proves (SHA1 of the password).
+    #[serde(default)]
+    pub backend_password: Option<String>,
 }
 
 impl UserConfig {

@@ -65,6 +65,10 @@ pub enum ProxyError {
     DictionaryCorrupt { table: TableName, what: String },
     #[error("Access denied for user '{user}': HSCALE commands need admin = true")]
     AdminDenied { user: String },
+    /// A user without `admin` named hscale's schema, a default or partition
+    /// table, or one of hscale's user locks.
+    #[error("hscale: access denied for user '{user}' to hscale's dictionary, the default and partition tables of partitioned tables, and hscale's own locks: use the partitioned table")]
+    Guarded { user: String },
     #[error("hscale: {0}")]
     Admin(#[from] AdminError),
     /// `[scans] timeout_ms` ended a statement on several partitions.
@@ -126,6 +130,7 @@ const ER_PARSE_ERROR: u16 = 1064;
 const CR_SERVER_LOST: u16 = 2013;
 const ER_STATEMENT_TIMEOUT: u16 = 1969;
 const ER_OUT_OF_SORTMEMORY: u16 = 1038;
+const ER_TABLEACCESS_DENIED_ERROR: u16 = 1142;
 const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 
 impl ProxyError {
@@ -182,6 +187,7 @@ impl ProxyError {
                 BackendError::Connect { .. }
                 | BackendError::ConnectTimeout { .. }
                 | BackendError::Login { .. }
+                | BackendError::NoSecret { .. }
                 | BackendError::AuthPlugin { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
             },
             ProxyError::BackendMidAnswer { .. } => (None, Close),
@@ -218,6 +224,7 @@ impl ProxyError {
             | ProxyError::UnknownBackend { .. }
             | ProxyError::DictionaryCorrupt { .. } => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),
             ProxyError::AdminDenied { .. } => (reply(ER_SPECIFIC_ACCESS_DENIED, "42000", self.to_string()), Reply),
+            ProxyError::Guarded { .. } => (reply(ER_TABLEACCESS_DENIED_ERROR, "42000", self.to_string()), Reply),
             ProxyError::Admin(e) => {
                 let (code, state) = match e {
                     AdminError::Syntax(_) => (ER_PARSE_ERROR, "42000"),
@@ -287,6 +294,10 @@ mod tests {
                 backend: 2,
                 error: ErrorPacket::new(1045, "28000", "denied"),
             }),
+            ProxyError::Backend(BackendError::NoSecret {
+                backend: 2,
+                user: "app".into(),
+            }),
             ProxyError::Backend(BackendError::AuthPlugin {
                 backend: 2,
                 plugin: "ed25519".into(),
@@ -328,6 +339,7 @@ mod tests {
                 what: "column_kind".into(),
             },
             ProxyError::AdminDenied { user: "app".into() },
+            ProxyError::Guarded { user: "app".into() },
             ProxyError::Admin(AdminError::NoDatabase),
             ProxyError::Admin(AdminError::NotPartitioned { table: table() }),
             ProxyError::Admin(AdminError::Busy),

@@ -44,6 +44,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             name: "root".into(),
             password: String::new(),
             admin: true,
+            ..Default::default()
         }],
         backends: servers
             .iter()

@@ -10,6 +10,7 @@ use hscale_wire::auth::PasswordHash;
 use hscale_wire::StatusFlags;
 use tokio::sync::Notify;
 
+use crate::backend::accounts::Accounts;
 use crate::backend::{ConnKey, Pool};
 use crate::config::{Config, Transactions};
 use crate::dictionary::DictionaryHandle;
@@ -198,6 +199,8 @@ impl Sessions {
 
 pub struct Shared {
     pub users: HashMap<String, User>,
+    /// The backend accounts: hscale's service account and the users'.
+    pub accounts: Arc<Accounts>,
     pub pools: Vec<Arc<Pool>>,
     /// Index into `pools` of the main backend.
     pub main: usize,
@@ -288,10 +291,19 @@ impl Shared {
     pub fn new(config: &Config) -> Shared {
         let connect_timeout = Duration::from_millis(config.proxy.connect_timeout_ms);
         let queue_timeout = Duration::from_millis(config.proxy.queue_timeout_ms);
+        let accounts = Arc::new(Accounts::new(&config.users));
         let pools: Vec<Arc<Pool>> = config
             .backends
             .iter()
-            .map(|b| Arc::new(Pool::new(b.clone(), connect_timeout, queue_timeout)))
+            .map(|b| {
+                let accounts = accounts.clone();
+                Arc::new(Pool::new(
+                    b.clone(),
+                    accounts,
+                    connect_timeout,
+                    queue_timeout,
+                ))
+            })
             .collect();
         let main = pools
             .iter()
@@ -313,6 +325,7 @@ impl Shared {
             .collect();
         Shared {
             users,
+            accounts,
             pools,
             main,
             server_version: FALLBACK_VERSION.into(),
@@ -345,8 +358,7 @@ impl Shared {
     /// now only leaves the fallbacks.
     pub async fn learn_main_backend(&mut self) {
         let pool = &self.pools[self.main];
-        let key = ConnKey::for_client(hscale_wire::CapabilityFlags::empty(), 45, false);
-        match pool.acquire(&pool.bucket(key), None).await {
+        match pool.acquire(&pool.bucket(ConnKey::service()), None).await {
             Ok(lease) => {
                 self.server_version = lease.conn.server_version.clone();
                 self.new_session_status = lease.conn.greeting_status

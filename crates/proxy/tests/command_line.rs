@@ -18,6 +18,8 @@ listen = "127.0.0.1:{listen_port}"
 [[users]]
 name = "app"
 password = "secret"
+backend_user = "root"
+backend_password = ""
 
 [[backends]]
 id = 1

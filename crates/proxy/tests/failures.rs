@@ -236,6 +236,9 @@ fn kill_connection_ends_that_client_and_checks_ids_and_owners() {
         name: "guest".into(),
         password: "guest".into(),
         admin: false,
+        // Runs as hscale's own backend account: no account of its own exists.
+        backend_user: Some("root".into()),
+        backend_password: Some(String::new()),
     });
     let proxy = Proxy::start(config);
     let mut victim = proxy.connect(None);

@@ -848,6 +848,9 @@ fn non_admin_users_may_not_run_admin_commands() {
         name: "app".into(),
         password: "secret".into(),
         admin: false,
+        // Runs as hscale's own backend account: no account of its own exists.
+        backend_user: Some("root".into()),
+        backend_password: Some(String::new()),
     });
     let proxy = Proxy::start(config);
     let mut c = hscale_testkit::connect(proxy.port, "app", "secret", Some(&db));

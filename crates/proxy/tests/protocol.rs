@@ -170,6 +170,8 @@ fn unknown_database_at_login_is_refused_like_mysql() {
 fn wrong_password_and_unknown_user_are_denied() {
     let mut config = cluster().config();
     config.users[0].password = "secret".into();
+    // The backends' root has no password.
+    config.users[0].backend_password = Some(String::new());
     let proxy = Proxy::start(config);
     for (user, password) in [("root", "wrong"), ("nobody", "secret"), ("root", "")] {
         let err = hscale_testkit::try_connect(proxy.port, user, password, None).unwrap_err();

@@ -223,3 +223,161 @@ fn a_failed_add_partition_leaves_no_table_and_a_retry_works() {
         .iter()
         .any(|p| p.ends_with(",kept") || p.ends_with(",other")));
 }
+
+/// A MariaDB account on every backend with every grant on `db` and no other.
+fn backend_account(name: &str, password: &str, db: &str) {
+    for backend in 1..=cluster().backends() {
+        let mut root = cluster().direct(backend, None);
+        root.query_drop(format!("DROP USER IF EXISTS '{name}'@'localhost'"))
+            .unwrap();
+        root.query_drop(format!(
+            "CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}'"
+        ))
+        .unwrap();
+        root.query_drop(format!("GRANT ALL ON `{db}`.* TO '{name}'@'localhost'"))
+            .unwrap();
+    }
+}
+
+fn user(name: &str, password: &str) -> hscale::config::UserConfig {
+    hscale::config::UserConfig {
+        name: name.into(),
+        password: password.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_owns() {
+    let (_root_proxy, mut root, db) = partitioned_users("trust_boundary");
+    backend_account("trust_app", "app-pw", &db);
+    let mut config = cluster().config();
+    config.users.push(user("trust_app", "app-pw"));
+    let proxy = Proxy::start(config);
+    let mut app = hscale_testkit::connect(proxy.port, "trust_app", "app-pw", Some(&db));
+    let account: String = app.query_first("SELECT CURRENT_USER()").unwrap().unwrap();
+    assert_eq!(account, "trust_app@localhost");
+    assert_eq!(all_ids(&mut app), [1, 2, 3, 4]);
+    app.query_drop("INSERT INTO users VALUES (5, 'eve', '2024-01-05')")
+        .unwrap();
+    let account_on_2: String = app
+        .query_first("SELECT CURRENT_USER() FROM users WHERE id = 5")
+        .unwrap()
+        .unwrap();
+    assert_eq!(account_on_2, "trust_app@localhost", "backend 2 too");
+
+    let partitions = dictionary_rows("partitions", &db);
+    // What hscale refuses itself, before any backend sees it.
+    for sql in [
+        "UPDATE hscale.partitions SET backend = 1",
+        "UPDATE `hscale`.version SET version = version + 1",
+        "SELECT GET_LOCK('hscale.admin', 0)",
+        "INSERT INTO users_default VALUES (99, 'mario', '2024-01-01')",
+        "SELECT * FROM users_odd",
+        "USE hscale",
+    ] {
+        let (code, message) = error_of(&mut app, sql);
+        assert_eq!(code, 1142, "{sql}: {message}");
+    }
+    // What the backends refuse the application's account.
+    let (code, message) = error_of(&mut app, "CREATE USER trust_evil IDENTIFIED BY 'x'");
+    assert_eq!(code, 1227, "{message}");
+    let (code, message) = error_of(&mut app, "SELECT * FROM mysql.user");
+    assert_eq!(code, 1142, "{message}");
+    // Another account's thread on backend 1.
+    let direct = cluster().direct(1, None);
+    let kill = format!("EXECUTE IMMEDIATE 'KILL QUERY {}'", direct.connection_id());
+    let (code, message) = error_of(&mut app, &kill);
+    assert_eq!(code, 1095, "{message}");
+    let others: u64 = app
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE user <> 'trust_app'",
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(others, 0, "another account's statements are visible");
+    let err =
+        hscale_testkit::try_connect(proxy.port, "trust_app", "app-pw", Some("hscale")).unwrap_err();
+    assert!(
+        matches!(err, mysql::Error::MySqlError(ref e) if e.code == 1142),
+        "{err:?}"
+    );
+
+    // Nothing changed, and the admin lock is free.
+    assert_eq!(dictionary_rows("partitions", &db), partitions);
+    let evil: u64 = cluster()
+        .direct(1, None)
+        .query_first("SELECT COUNT(*) FROM mysql.user WHERE user = 'trust_evil'")
+        .unwrap()
+        .unwrap();
+    assert_eq!(evil, 0);
+    root.query_drop("HSCALE ADD_PARTITION('users', 'even', 0, 2)")
+        .unwrap();
+    assert_eq!(all_ids(&mut app), [1, 2, 3, 4, 5]);
+    // An admin reaches hscale's tables.
+    let version: Option<u64> = root
+        .query_first("SELECT version FROM hscale.version")
+        .unwrap();
+    assert!(version.is_some());
+}
+
+/// 64 clients of 4 users, each user its own backend account (one known to
+/// hscale by its password's hash only), share 16 connections per backend:
+/// every statement runs, each as its own user's account.
+#[test]
+fn four_accounts_share_sixteen_backend_connections_without_errors() {
+    let db = cluster().database("trust_pool");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE hits (account VARCHAR(32) NOT NULL, n INT NOT NULL)")
+        .unwrap();
+    let mut config = cluster().config();
+    for backend in &mut config.backends {
+        backend.max_connections = 16;
+    }
+    for i in 0..4 {
+        let (name, password) = (format!("trust_pool{i}"), format!("pool-pw-{i}"));
+        backend_account(&name, &password, &db);
+        let configured = match i {
+            // Only the hash: hscale learns what answers the backend from the
+            // user's own login.
+            3 => cluster()
+                .direct(1, None)
+                .query_first::<String, _>(format!("SELECT PASSWORD('{password}')"))
+                .unwrap()
+                .unwrap(),
+            _ => password,
+        };
+        config.users.push(user(&name, &configured));
+    }
+    let proxy = Proxy::start(config);
+    let clients: Vec<_> = (0..64)
+        .map(|client| {
+            let port = proxy.port;
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let i = client % 4;
+                let name = format!("trust_pool{i}");
+                let mut c =
+                    hscale_testkit::connect(port, &name, &format!("pool-pw-{i}"), Some(&db));
+                for n in 0..20 {
+                    let account: String = c.query_first("SELECT CURRENT_USER()").unwrap().unwrap();
+                    assert_eq!(account, format!("{name}@localhost"));
+                    c.exec_drop("INSERT INTO hits VALUES (CURRENT_USER(), ?)", (n,))
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().expect("a client failed");
+    }
+    let counts: Vec<(String, u64)> = cluster()
+        .direct(1, Some(&db))
+        .query("SELECT account, COUNT(*) FROM hits GROUP BY account ORDER BY account")
+        .unwrap();
+    let expected: Vec<(String, u64)> = (0..4)
+        .map(|i| (format!("trust_pool{i}@localhost"), 16 * 20))
+        .collect();
+    assert_eq!(counts, expected);
+}

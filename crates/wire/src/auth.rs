@@ -52,17 +52,59 @@ impl PasswordHash {
     pub fn verify(&self, nonce: &[u8], answer: &[u8]) -> bool {
         match self {
             PasswordHash::Empty => answer.is_empty(),
-            PasswordHash::DoubleSha1(stored) => {
-                if answer.len() != 20 {
-                    return false;
-                }
-                let mut hasher = Sha1::new();
-                hasher.update(nonce);
-                hasher.update(stored);
-                let mask = hasher.finalize();
-                let stage1: Vec<u8> = answer.iter().zip(mask).map(|(a, m)| a ^ m).collect();
-                Sha1::digest(&stage1).as_slice() == stored
+            PasswordHash::DoubleSha1(_) => self.stage1(nonce, answer).is_some(),
+        }
+    }
+
+    /// SHA1(password), which a right answer reveals to whoever stores
+    /// SHA1(SHA1(password)): enough to answer a server that stores the same,
+    /// as a proxy must. `None` for a wrong answer or an empty password.
+    pub fn stage1(&self, nonce: &[u8], answer: &[u8]) -> Option<[u8; 20]> {
+        let PasswordHash::DoubleSha1(stored) = self else {
+            return None;
+        };
+        let mask = Sha1::new()
+            .chain_update(nonce)
+            .chain_update(stored)
+            .finalize();
+        let stage1: [u8; 20] =
+            std::array::from_fn(|i| answer.get(i).copied().unwrap_or(0) ^ mask[i]);
+        let right = answer.len() == 20 && Sha1::digest(stage1).as_slice() == stored;
+        right.then_some(stage1)
+    }
+}
+
+/// What answers a server's challenge for an account: its password, or only
+/// SHA1(password) (`PasswordHash::stage1`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Secret {
+    Plain(String),
+    Stage1([u8; 20]),
+}
+
+impl Secret {
+    /// The mysql_native_password answer to `nonce`.
+    pub fn scramble(&self, nonce: &[u8]) -> Vec<u8> {
+        match self {
+            Secret::Plain(password) => native_scramble(nonce, password),
+            Secret::Stage1(stage1) => {
+                let stored = Sha1::digest(stage1);
+                let mask = Sha1::new()
+                    .chain_update(nonce)
+                    .chain_update(stored)
+                    .finalize();
+                stage1.iter().zip(mask).map(|(s, m)| s ^ m).collect()
             }
+        }
+    }
+}
+
+/// Never printed: logs and panics show that there is one, not what it is.
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Secret::Plain(_) => f.write_str("Secret::Plain(..)"),
+            Secret::Stage1(_) => f.write_str("Secret::Stage1(..)"),
         }
     }
 }
@@ -86,6 +128,24 @@ mod tests {
         assert!(hash.verify(&nonce, &native_scramble(&nonce, "secret")));
         assert!(!hash.verify(&nonce, &native_scramble(&nonce, "Secret")));
         assert!(!hash.verify(&nonce, b""));
+    }
+
+    #[test]
+    fn a_right_answer_gives_what_answers_a_server_with_the_same_password() {
+        let hash = PasswordHash::from_hex("*14E65567ABDB5135D0CFD9A70B3032C179A49EE7").unwrap();
+        let client_nonce = new_nonce();
+        let answer = native_scramble(&client_nonce, "secret");
+        let stage1 = hash.stage1(&client_nonce, &answer).unwrap();
+        let server_nonce = new_nonce();
+        let to_server = Secret::Stage1(stage1).scramble(&server_nonce);
+        assert_eq!(to_server, native_scramble(&server_nonce, "secret"));
+        assert!(hash.verify(&server_nonce, &to_server));
+        let wrong = native_scramble(&client_nonce, "Secret");
+        assert_eq!(hash.stage1(&client_nonce, &wrong), None);
+        assert_eq!(
+            format!("{:?}", Secret::Plain("secret".into())),
+            "Secret::Plain(..)"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
-use hscale_wire::auth::{native_scramble, NATIVE_PASSWORD};
+use hscale_wire::auth::{Secret, NATIVE_PASSWORD};
 use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{
     parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
@@ -18,6 +18,7 @@ use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::accounts::{AccountId, SERVICE};
 use super::{BackendError, BackendStream, Statements};
 use crate::config::BackendConfig;
 use crate::dictionary::DictionaryHandle;
@@ -51,15 +52,29 @@ pub struct ConnKey {
     pub capabilities: CapabilityFlags,
     pub collation: u8,
     pub has_db: bool,
+    /// The account the connection is logged in as: a client's statements
+    /// run with its user's grants, never another's.
+    pub account: AccountId,
 }
 
 impl ConnKey {
-    pub fn for_client(client: CapabilityFlags, collation: u8, has_db: bool) -> ConnKey {
+    pub fn for_client(
+        client: CapabilityFlags,
+        collation: u8,
+        has_db: bool,
+        account: AccountId,
+    ) -> ConnKey {
         ConnKey {
             capabilities: client & FORMAT_CAPABILITIES,
             collation,
             has_db,
+            account,
         }
+    }
+
+    /// hscale's own connections: its service account, no client's format.
+    pub fn service() -> ConnKey {
+        ConnKey::for_client(CapabilityFlags::empty(), 45, false, SERVICE)
     }
 }
 
@@ -104,11 +119,12 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 impl BackendConn {
     pub async fn connect(
         config: &BackendConfig,
+        account: (&str, &Secret),
         key: ConnKey,
         timeout: Duration,
         permit: OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
-        let login = Self::login(config, key, permit);
+        let login = Self::login(config, account, key, permit);
         match tokio::time::timeout(timeout, login).await {
             Ok(result) => result,
             Err(_) => Err(BackendError::ConnectTimeout {
@@ -121,6 +137,7 @@ impl BackendConn {
 
     async fn login(
         config: &BackendConfig,
+        (user, secret): (&str, &Secret),
         key: ConnKey,
         permit: OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
@@ -146,12 +163,12 @@ impl BackendConn {
         let server = ServerGreeting::parse(&greeting.payload).map_err(lost)?;
         let mut capabilities = BASE_CAPABILITIES | key.capabilities;
         capabilities &= server.capabilities | CapabilityFlags::CLIENT_LONG_PASSWORD;
-        let answer = native_scramble(&server.nonce, &config.password);
+        let answer = secret.scramble(&server.nonce);
         let mut hello = Vec::with_capacity(128);
         BackendHello {
             capabilities,
             collation: key.collation,
-            user: &config.user,
+            user,
             auth_response: &answer,
             database: None,
             auth_plugin: NATIVE_PASSWORD,
@@ -181,7 +198,7 @@ impl BackendConn {
                     if plugin != NATIVE_PASSWORD {
                         return Err(BackendError::AuthPlugin { backend, plugin });
                     }
-                    let answer = native_scramble(&nonce, &config.password);
+                    let answer = secret.scramble(&nonce);
                     stream
                         .send_packet(reply.seq.wrapping_add(1), &answer)
                         .await

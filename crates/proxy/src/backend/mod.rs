@@ -1,5 +1,6 @@
 //! Connections to the MySQL/MariaDB servers behind hscale, and their pools.
 
+pub mod accounts;
 mod conn;
 mod pool;
 mod statements;
@@ -30,6 +31,8 @@ pub enum BackendError {
     },
     #[error("backend {backend} refused hscale's login: {}", error.message)]
     Login { backend: u32, error: ErrorPacket },
+    #[error("no password is known yet for user '{user}''s account on backend {backend}: give backend_password, or let the user log in first")]
+    NoSecret { backend: u32, user: String },
     #[error("backend {backend} asks for auth plugin '{plugin}', which hscale does not speak yet")]
     AuthPlugin { backend: u32, plugin: String },
     #[error("connection to backend {backend} lost: {source}")]

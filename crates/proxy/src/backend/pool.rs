@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 
+use super::accounts::Accounts;
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 
@@ -86,6 +87,8 @@ impl IdleList {
 
 pub struct Pool {
     pub config: BackendConfig,
+    /// Who each connection logs in as, by its key's account.
+    accounts: Arc<Accounts>,
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
@@ -103,10 +106,16 @@ pub struct Lease {
 }
 
 impl Pool {
-    pub fn new(config: BackendConfig, connect_timeout: Duration, queue_timeout: Duration) -> Pool {
+    pub fn new(
+        config: BackendConfig,
+        accounts: Arc<Accounts>,
+        connect_timeout: Duration,
+        queue_timeout: Duration,
+    ) -> Pool {
         let slots = Arc::new(Semaphore::new(config.max_connections));
         Pool {
             config,
+            accounts,
             buckets: RwLock::new(HashMap::new()),
             slots,
             own_slots: Arc::new(Semaphore::new(OWN_CONNECTIONS)),
@@ -194,7 +203,7 @@ impl Pool {
         key: ConnKey,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Lease, BackendError> {
-        let conn = BackendConn::connect(&self.config, key, self.connect_timeout, permit).await?;
+        let conn = self.connect(key, permit).await?;
         tracing::debug!(backend = self.config.id, "opened backend connection");
         Ok(Lease { conn })
     }
@@ -211,7 +220,24 @@ impl Pool {
                 max: OWN_CONNECTIONS,
             })?
             .expect("the pool never closes its semaphore");
-        BackendConn::connect(&self.config, key, self.connect_timeout, permit).await
+        self.connect(key, permit).await
+    }
+
+    /// Logs in as the key's account.
+    async fn connect(
+        &self,
+        key: ConnKey,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<Box<BackendConn>, BackendError> {
+        let (user, secret) = self
+            .accounts
+            .login(&self.config, key.account)
+            .map_err(|user| BackendError::NoSecret {
+                backend: self.config.id,
+                user,
+            })?;
+        let account = (user.as_str(), &secret);
+        BackendConn::connect(&self.config, account, key, self.connect_timeout, permit).await
     }
 
     /// Returns a healthy connection to the idle list of its current key.

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use hscale_planner::Dictionary;
 use hscale_wire::resultset::{rename_column_table, RenamedColumn};
-use hscale_wire::CapabilityFlags;
 
 use crate::backend::{BackendConn, ConnKey};
 use crate::error::ProxyError;
@@ -119,7 +118,7 @@ impl DictionaryHandle {
     pub fn new(schema: String, refresh: Duration, lease: Duration) -> DictionaryHandle {
         let instance = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
         DictionaryHandle {
-            current: ArcSwap::from_pointee(Dictionary::default()),
+            current: ArcSwap::from_pointee(Dictionary::default().guarding_schema(&schema)),
             last_read_ms: AtomicU64::new(0),
             fresh: AtomicBool::new(false),
             started: Instant::now(),
@@ -181,15 +180,15 @@ impl DictionaryHandle {
                 "dictionary loaded"
             );
         }
-        self.current.store(Arc::new(dictionary));
+        self.current
+            .store(Arc::new(dictionary.guarding_schema(&self.schema)));
     }
 }
 
 /// A connection of hscale's own to a backend, for the dictionary and admin
 /// commands; it is closed, never pooled, when dropped.
 pub async fn own_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
-    let key = ConnKey::for_client(CapabilityFlags::empty(), 45, false);
-    Ok(shared.pools[slot].open_own(key).await?)
+    Ok(shared.pools[slot].open_own(ConnKey::service()).await?)
 }
 
 /// Creates the schema if needed, finishes or undoes moves a dead instance

@@ -125,6 +125,10 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         seq = reply.seq.wrapping_add(1);
     }
     let known = shared.users.get(user);
+    if let Some(stage1) = known.and_then(|u| u.password.stage1(nonce, &answer)) {
+        // What the user's backend account may need to log in.
+        shared.accounts.learn(shared.accounts.of_user(user), stage1);
+    }
     if !known.is_some_and(|u| u.password.verify(nonce, &answer)) {
         tracing::info!(user, "login refused");
         let denied = ProxyError::AccessDenied {

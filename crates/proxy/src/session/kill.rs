@@ -6,7 +6,6 @@
 
 use hscale_planner::{Kill, KillScope};
 use hscale_wire::scan::Expect;
-use hscale_wire::CapabilityFlags;
 
 use super::Session;
 use crate::backend::ConnKey;
@@ -63,7 +62,7 @@ pub(super) async fn kill_backend_thread(
     let Some(pool) = shared.pools.iter().find(|p| p.id() == backend) else {
         return;
     };
-    let bucket = pool.bucket(ConnKey::for_client(CapabilityFlags::empty(), 45, false));
+    let bucket = pool.bucket(ConnKey::service());
     let Ok(mut lease) = pool.acquire(&bucket, None).await else {
         return;
     };

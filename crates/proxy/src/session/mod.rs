@@ -158,6 +158,7 @@ impl Session {
             login.capabilities,
             login.collation,
             login.database.is_some(),
+            shared.accounts.of_user(&login.user),
         );
         let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
         let slots = shared
@@ -219,6 +220,7 @@ impl Session {
     /// Checks the requested database exists (as MySQL does at login) and says OK.
     async fn start(&mut self, database: Option<String>, seq: u8) -> Result<(), ProxyError> {
         if let Some(db) = database {
+            self.may_use_database(&db)?;
             self.state.db = Some(db);
             let main = self.shared.main;
             let lease = self.checkout(main, Needs::default()).await?;
@@ -314,6 +316,7 @@ impl Session {
                     Ok(db) if self.charset.reads(db.as_bytes()) => db.to_string(),
                     _ => return Err(ProxyError::Unroutable(Refusal::unreadable())),
                 };
+                self.may_use_database(&db)?;
                 (
                     Some(Expect::Single),
                     Needs::default(),
@@ -377,7 +380,8 @@ impl Session {
     }
 
     fn set_buckets(&mut self, has_db: bool) {
-        let key = ConnKey::for_client(self.capabilities, self.collation, has_db);
+        let account = self.shared.accounts.of_user(&self.user);
+        let key = ConnKey::for_client(self.capabilities, self.collation, has_db, account);
         for (slot, pool) in self.slots.iter_mut().zip(&self.shared.pools) {
             slot.bucket = pool.bucket(key);
         }
@@ -458,6 +462,17 @@ impl Session {
         self.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
     }
 
+    /// hscale's schema is the admins' alone: in it, its tables would be
+    /// named without the schema's name, which statements are checked for.
+    fn may_use_database(&self, db: &str) -> Result<(), ProxyError> {
+        match self.admin || !db.eq_ignore_ascii_case(&self.shared.dictionary.schema) {
+            true => Ok(()),
+            false => Err(ProxyError::Guarded {
+                user: self.user.clone(),
+            }),
+        }
+    }
+
     async fn change_user(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let request = ChangeUser::parse(&payload)?;
         let attempt = handshake::Attempt {
@@ -488,6 +503,7 @@ impl Session {
         self.state.db = None;
         self.set_buckets(false);
         if let Some(db) = request.database {
+            self.may_use_database(&db)?;
             self.set_database(Some(db));
             let main = self.shared.main;
             let lease = self.checkout(main, Needs::default()).await?;

@@ -191,6 +191,12 @@ impl Session {
         let mut waited_since = None;
         loop {
             let planned = plan(self);
+            // HSCALE commands by others get their own refusal.
+            if planned.summary.names_guarded && !self.admin && planned.summary.kind != Kind::Admin {
+                return Err(ProxyError::Guarded {
+                    user: self.user.clone(),
+                });
+            }
             let Action::Wait(table) = &planned.action else {
                 return Ok(planned);
             };
