@@ -418,13 +418,16 @@ impl TableNames {
     }
 }
 
-/// Lower-cased names, with a filter by length that rejects most words
-/// before any hashing.
+/// Lower-cased names, with filters by length and first byte that reject
+/// most words (SELECT, FROM, column names) before any hashing.
 #[derive(Debug, Clone, Default)]
 struct NameSet {
     names: FxHashSet<Vec<u8>>,
     /// Bit n: some name is n bytes long (names of 64 bytes and more: bit 63).
     lengths: u64,
+    /// Bit b: some name starts with the byte b (lower-cased; bytes past
+    /// ASCII share bit 127).
+    firsts: u128,
     longest: usize,
 }
 
@@ -432,6 +435,9 @@ impl NameSet {
     #[inline]
     fn contains(&self, word: &[u8]) -> bool {
         if word.len() > self.longest || self.lengths & length_bit(word.len()) == 0 {
+            return false;
+        }
+        if self.firsts & first_bit(word) == 0 {
             return false;
         }
         // Most names are short: a small buffer is cheaper to set up.
@@ -455,8 +461,14 @@ impl NameSet {
         // 64 characters of up to 4 bytes: MySQL's longest identifier.
         self.longest = self.longest.max(lower.len()).min(256);
         self.lengths |= length_bit(lower.len());
+        self.firsts |= first_bit(&lower);
         self.names.insert(lower);
     }
+}
+
+fn first_bit(word: &[u8]) -> u128 {
+    let first = word.first().map_or(0, |b| b.to_ascii_lowercase());
+    1 << first.min(127)
 }
 
 fn length_bit(len: usize) -> u64 {
