@@ -30,6 +30,8 @@ BACKEND_PATH=${BACKEND_PATH:-tcp}
 start_playground() { # port log
   local tcp=()
   [ "$BACKEND_PATH" = tcp ] && tcp=(--tcp)
+  # PLAYGROUND_TLS: a folder with ca.pem, server.pem, server-key.pem.
+  [ -n "${PLAYGROUND_TLS:-}" ] && tcp+=(--tls "$PLAYGROUND_TLS")
   target/release/hscale playground --backends "${BACKENDS:-1}" --port "$1" "${tcp[@]}" >"$2" 2>&1 &
   PLAYGROUND_PID=$!
   for _ in $(seq 1 600); do grep -q "is ready" "$2" && break; sleep 0.1; done
@@ -49,13 +51,14 @@ start_playground() { # port log
 # playground's MariaDB) with the backend settings $5 if any, and sets
 # SERVE_PID once it answers and SERVE_HTTP to its metrics port: a proxy that
 # can be stopped and started again apart from the playground's, or run as
-# another build.
-start_serve() { # binary port log [address] [backend settings]
+# another build. $6: more [proxy] settings.
+start_serve() { # binary port log [address] [backend settings] [proxy settings]
   SERVE_HTTP=$(free_port)
   cat >"$3.toml" <<EOF
 [proxy]
 listen = "127.0.0.1:$2"
 http = "127.0.0.1:$SERVE_HTTP"
+${6:-}
 
 [[users]]
 name = "root"
@@ -73,7 +76,7 @@ EOF
   "$1" serve --config "$3.toml" >"$3" 2>&1 &
   SERVE_PID=$!
   for _ in $(seq 1 100); do
-    mariadb -h127.0.0.1 -P"$2" -uroot -e 'SELECT 1' >/dev/null 2>&1 && return 0
+    mariadb -h127.0.0.1 -P"$2" -uroot --skip-ssl -e 'SELECT 1' >/dev/null 2>&1 && return 0
     sleep 0.1
   done
   cat "$3"
@@ -123,3 +126,16 @@ slap_seconds() { # port concurrency
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# A CA and a certificate it signs for localhost and 127.0.0.1, in folder $1
+# (ca.pem, server.pem, server-key.pem), with the openssl command.
+make_certificates() { # dir
+  mkdir -p "$1"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=hscale bench CA" -keyout "$1/ca-key.pem" -out "$1/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
+    -keyout "$1/server-key.pem" -out "$1/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$1/san.ext"
+  openssl x509 -req -in "$1/server.csr" -CA "$1/ca.pem" -CAkey "$1/ca-key.pem" -CAcreateserial \
+    -days 2 -extfile "$1/san.ext" -out "$1/server.pem" 2>/dev/null
+}

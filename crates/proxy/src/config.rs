@@ -60,6 +60,17 @@ pub struct ProxyConfig {
     /// not hold every connection slot.
     #[serde(default = "default_login_timeout_ms")]
     pub login_timeout_ms: u64,
+    /// PEM certificate chain clients get when they switch to TLS; with
+    /// `tls_key`, the greeting offers TLS.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// Clients that do not switch to TLS are refused (3159), as MariaDB's
+    /// require_secure_transport refuses them.
+    #[serde(default)]
+    pub require_tls: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -121,6 +132,22 @@ pub struct BackendConfig {
     /// server's max_prepared_stmt_count (16382 by default).
     #[serde(default = "default_prepared_statements")]
     pub prepared_statements: usize,
+    /// TLS towards this backend: "off", "on" (encrypted, any certificate),
+    /// "verify" (the certificate signed by `tls_ca`, for the address's host).
+    #[serde(default)]
+    pub tls: BackendTls,
+    /// PEM file of the CA that signs the backend's certificate.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendTls {
+    #[default]
+    Off,
+    On,
+    Verify,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -360,6 +387,18 @@ impl Config {
         if self.proxy.max_connections == 0 {
             report("proxy.max_connections".into(), "must be at least 1".into());
         }
+        if self.proxy.tls_cert.is_some() != self.proxy.tls_key.is_some() {
+            report(
+                "proxy.tls_cert".into(),
+                "tls_cert and tls_key go together".into(),
+            );
+        }
+        if self.proxy.require_tls && self.proxy.tls_cert.is_none() {
+            report(
+                "proxy.require_tls".into(),
+                "needs tls_cert and tls_key".into(),
+            );
+        }
         if self.proxy.login_timeout_ms == 0 {
             report("proxy.login_timeout_ms".into(), "must be at least 1".into());
         }
@@ -422,6 +461,14 @@ impl Config {
                     format!("backends[{i}].max_connections"),
                     "must be at least 1".into(),
                 );
+            }
+            if let Err(e) = crate::tls::connector(backend.tls, backend.tls_ca.as_deref()) {
+                report(format!("backends[{i}].tls_ca"), e.to_string());
+            }
+        }
+        if let (Some(cert), Some(key)) = (&self.proxy.tls_cert, &self.proxy.tls_key) {
+            if let Err(e) = crate::tls::acceptor(cert, key) {
+                report("proxy.tls_cert".into(), e.to_string());
             }
         }
         if !self.backends.is_empty()

@@ -21,6 +21,8 @@ pub enum ProxyError {
     AuthPlugin { plugin: String },
     #[error("client wants TLS, which this listener does not offer")]
     TlsRequired,
+    #[error("client did not switch to TLS, which require_tls asks for")]
+    InsecureTransport,
     #[error("too many connections (max_connections = {max})")]
     TooManyConnections { max: usize },
     #[error("unknown command {code:#04x}")]
@@ -132,6 +134,7 @@ const ER_STATEMENT_TIMEOUT: u16 = 1969;
 const ER_OUT_OF_SORTMEMORY: u16 = 1038;
 const ER_TABLEACCESS_DENIED_ERROR: u16 = 1142;
 const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
+const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 
 impl ProxyError {
     pub fn to_client(&self) -> (Option<ErrorPacket>, Disposition) {
@@ -168,7 +171,15 @@ impl ProxyError {
                 ReplyAndClose,
             ),
             ProxyError::TlsRequired => (
-                reply(ER_NOT_SUPPORTED_AUTH_MODE, "08004", "hscale does not offer TLS on this listener yet".into()),
+                reply(ER_NOT_SUPPORTED_AUTH_MODE, "08004", "hscale does not offer TLS on this listener: it has no tls_cert".into()),
+                ReplyAndClose,
+            ),
+            ProxyError::InsecureTransport => (
+                reply(
+                    ER_SECURE_TRANSPORT_REQUIRED,
+                    "08004",
+                    "Connections using insecure transport are prohibited while hscale's require_tls is on".into(),
+                ),
                 ReplyAndClose,
             ),
             ProxyError::TooManyConnections { .. } => (reply(ER_CON_COUNT_ERROR, "08004", "Too many connections".into()), ReplyAndClose),
@@ -188,6 +199,7 @@ impl ProxyError {
                 | BackendError::ConnectTimeout { .. }
                 | BackendError::Login { .. }
                 | BackendError::NoSecret { .. }
+                | BackendError::Tls { .. }
                 | BackendError::AuthPlugin { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
             },
             ProxyError::BackendMidAnswer { .. } => (None, Close),
@@ -273,6 +285,7 @@ mod tests {
                 plugin: "dialog".into(),
             },
             ProxyError::TlsRequired,
+            ProxyError::InsecureTransport,
             ProxyError::TooManyConnections { max: 1 },
             ProxyError::UnknownCommand { code: 0x99 },
             ProxyError::UnknownStatement {
@@ -293,6 +306,10 @@ mod tests {
             ProxyError::Backend(BackendError::Login {
                 backend: 2,
                 error: ErrorPacket::new(1045, "28000", "denied"),
+            }),
+            ProxyError::Backend(BackendError::Tls {
+                backend: 2,
+                reason: "invalid peer certificate: UnknownIssuer".into(),
             }),
             ProxyError::Backend(BackendError::NoSecret {
                 backend: 2,

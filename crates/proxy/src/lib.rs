@@ -15,6 +15,7 @@ pub mod server;
 pub mod session;
 pub mod shared;
 pub mod spool;
+pub mod tls;
 
 pub use server::{run, Server};
 pub use shared::Shared;

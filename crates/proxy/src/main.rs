@@ -40,6 +40,10 @@ enum Cmd {
         /// reached, rather than over their unix sockets.
         #[arg(long)]
         tcp: bool,
+        /// A folder with ca.pem, server.pem and server-key.pem: clients may
+        /// switch to TLS, and the servers are reached over TLS, verified.
+        #[arg(long, value_name = "DIR")]
+        tls: Option<std::path::PathBuf>,
     },
 }
 
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
             backends,
             port,
             tcp,
+            tls,
         }) => {
             let path = match tcp {
                 true => playground::BackendPath::Tcp,
@@ -62,7 +67,7 @@ fn main() -> ExitCode {
             };
             let _guard = logging::init(&Default::default());
             run_async(0, async move {
-                playground::run(backends.max(1), port, path)
+                playground::run(backends.max(1), port, path, tls)
                     .await
                     .map_err(|e| e.to_string())
             })

@@ -240,7 +240,9 @@ impl LocalServer {
     }
 }
 
-/// Runs mariadbd on the data directory `dir/data`.
+/// Runs mariadbd on the data directory `dir/data`; with TLS where the folder
+/// above holds `tls/ca.pem`, `tls/server.pem` and `tls/server-key.pem` (the
+/// test servers' certificates, shared by the servers of one folder).
 fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
     let tmpdir = dir.join("tmp");
     std::fs::create_dir_all(&tmpdir)?;
@@ -261,6 +263,30 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
             "--local-infile=1",
         ])
         .args(SMALL_DATADIR);
+    if let Some(tls) = dir.parent().map(|up| up.join("tls")) {
+        let (ca, cert, key) = (
+            tls.join("ca.pem"),
+            tls.join("server.pem"),
+            tls.join("server-key.pem"),
+        );
+        if ca.exists() && cert.exists() && key.exists() {
+            cmd.arg(format!("--ssl-ca={}", ca.display()))
+                .arg(format!("--ssl-cert={}", cert.display()))
+                .arg(format!("--ssl-key={}", key.display()));
+        }
+    }
+    if let Some(tls) = dir.parent().map(|up| up.join("tls")) {
+        let (ca, cert, key) = (
+            tls.join("ca.pem"),
+            tls.join("server.pem"),
+            tls.join("server-key.pem"),
+        );
+        if ca.exists() && cert.exists() && key.exists() {
+            cmd.arg(format!("--ssl-ca={}", ca.display()))
+                .arg(format!("--ssl-cert={}", cert.display()))
+                .arg(format!("--ssl-key={}", key.display()));
+        }
+    }
     if running_as_root() {
         cmd.arg("--user=root");
     }

@@ -39,6 +39,9 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             queue_timeout_ms: 10_000,
             transactions: Default::default(),
             login_timeout_ms: crate::config::default_login_timeout_ms(),
+            tls_cert: None,
+            tls_key: None,
+            require_tls: false,
         },
         users: vec![UserConfig {
             name: "root".into(),
@@ -59,6 +62,8 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
                 password: String::new(),
                 max_connections: 64,
                 prepared_statements: crate::config::default_prepared_statements(),
+                tls: Default::default(),
+                tls_ca: None,
             })
             .collect(),
         dictionary: DictionaryConfig::default(),
@@ -133,7 +138,12 @@ fn create_demo(main: &LocalServer) -> Result<(), PlaygroundError> {
     Ok(())
 }
 
-pub async fn run(backends: usize, port: u16, path: BackendPath) -> Result<(), PlaygroundError> {
+pub async fn run(
+    backends: usize,
+    port: u16,
+    path: BackendPath,
+    tls: Option<std::path::PathBuf>,
+) -> Result<(), PlaygroundError> {
     let dir = tempfile::Builder::new()
         .prefix("hscale-playground-")
         .tempdir()
@@ -142,9 +152,26 @@ pub async fn run(backends: usize, port: u16, path: BackendPath) -> Result<(), Pl
         "starting {backends} MariaDB server(s) in {} ...\n",
         dir.path().display()
     ));
+    if let Some(tls) = &tls {
+        // The servers find their certificates here (mariadb::spawn).
+        let into = dir.path().join("tls");
+        std::fs::create_dir_all(&into).map_err(LaunchError::Io)?;
+        for file in ["ca.pem", "server.pem", "server-key.pem"] {
+            std::fs::copy(tls.join(file), into.join(file)).map_err(LaunchError::Io)?;
+        }
+    }
     let servers = start_servers(dir.path(), backends)?;
     create_demo(&servers[0])?;
-    let config = config_for(&servers, port, path);
+    let mut config = config_for(&servers, port, path);
+    if tls.is_some() {
+        let tls = dir.path().join("tls");
+        config.proxy.tls_cert = Some(tls.join("server.pem"));
+        config.proxy.tls_key = Some(tls.join("server-key.pem"));
+        for backend in &mut config.backends {
+            backend.tls = crate::config::BackendTls::Verify;
+            backend.tls_ca = Some(tls.join("ca.pem"));
+        }
+    }
     let listener = crate::server::bind(&config.proxy.listen, config.proxy.max_connections)
         .map_err(|source| PlaygroundError::Listen { port, source })?;
     // `--port 0` asks for any free port: tell the one it got.

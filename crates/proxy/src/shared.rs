@@ -230,6 +230,10 @@ pub struct Shared {
     pub max_allowed_packet: usize,
     /// How long a client may take to log in.
     pub login_timeout: Duration,
+    /// What clients that switch to TLS get; `None`: the greeting offers none.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Clients must switch to TLS.
+    pub require_tls: bool,
     /// The main backend's collations: how ORDER BY merges compare strings.
     pub collations: Arc<hscale_merge::Collations>,
     /// How statements on several partitions are bounded.
@@ -346,6 +350,8 @@ impl Shared {
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,
             login_timeout: Duration::from_millis(config.proxy.login_timeout_ms),
+            tls: client_tls(config),
+            require_tls: config.proxy.require_tls,
             collations: Arc::default(),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
@@ -435,6 +441,23 @@ impl Shared {
             self.counters.connections.load(Ordering::Relaxed),
             questions as f64 / uptime as f64
         )
+    }
+}
+
+/// The TLS acceptor for clients, if the configuration has a certificate.
+/// `validate` reported a certificate that cannot be read; a listener with
+/// `require_tls` then refuses every client rather than serve in clear.
+fn client_tls(config: &Config) -> Option<tokio_rustls::TlsAcceptor> {
+    let (cert, key) = (
+        config.proxy.tls_cert.as_ref()?,
+        config.proxy.tls_key.as_ref()?,
+    );
+    match crate::tls::acceptor(cert, key) {
+        Ok(acceptor) => Some(acceptor),
+        Err(e) => {
+            tracing::error!("TLS for clients is off: {e}");
+            None
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use mysql::{Conn, OptsBuilder};
 
 pub mod differential;
 pub mod raw;
+pub mod tls;
 
 /// The servers every test of this binary shares.
 pub struct Cluster {
@@ -22,6 +23,9 @@ pub struct Cluster {
     ports: Vec<u16>,
     sockets: Vec<String>,
     dir: PathBuf,
+    /// The certificates the servers present, and hscale may: signed by a CA
+    /// of this run's own.
+    pub tls: tls::TlsFiles,
 }
 
 const BACKENDS: usize = 2;
@@ -94,6 +98,7 @@ fn start_cluster(backends: usize) -> Cluster {
             .tempdir()
             .expect("temp dir")
             .keep();
+        let tls = tls::make_certificates(&dir.join("tls"));
         let servers = start_servers(&dir, backends).unwrap_or_else(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             panic!("cannot start MariaDB: {e}")
@@ -109,6 +114,7 @@ fn start_cluster(backends: usize) -> Cluster {
             sockets: servers.iter().map(|s| s.socket()).collect(),
             servers: servers.into_iter().map(Mutex::new).collect(),
             dir,
+            tls,
         }
     }
 }
@@ -167,6 +173,8 @@ impl Cluster {
                 password: String::new(),
                 max_connections: 64,
                 prepared_statements: hscale::config::default_prepared_statements(),
+                tls: Default::default(),
+                tls_ca: None,
             })
             .collect();
         config.proxy.listen = "127.0.0.1:0".into();

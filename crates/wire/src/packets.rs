@@ -259,11 +259,17 @@ pub struct BackendHello<'a> {
 }
 
 impl BackendHello<'_> {
-    pub fn write(&self, dst: &mut Vec<u8>) {
-        dst.extend_from_slice(&self.capabilities.bits().to_le_bytes());
+    /// The SSLRequest: the response's fixed head alone, after which both
+    /// sides switch to TLS (its capabilities include CLIENT_SSL).
+    pub fn write_ssl_request(capabilities: CapabilityFlags, collation: u8, dst: &mut Vec<u8>) {
+        dst.extend_from_slice(&capabilities.bits().to_le_bytes());
         dst.extend_from_slice(&(1u32 << 30).to_le_bytes());
-        dst.push(self.collation);
+        dst.push(collation);
         dst.extend_from_slice(&[0; 23]);
+    }
+
+    pub fn write(&self, dst: &mut Vec<u8>) {
+        Self::write_ssl_request(self.capabilities, self.collation, dst);
         dst.extend_from_slice(self.user.as_bytes());
         dst.push(0);
         dst.push(self.auth_response.len() as u8);

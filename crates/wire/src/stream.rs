@@ -39,6 +39,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
         self.max_packet = max_packet;
     }
 
+    /// The stream and what was read from it but not consumed: a TLS
+    /// handshake that follows an SSLRequest may have arrived with it.
+    pub fn into_parts(self) -> (S, BytesMut) {
+        debug_assert!(self.wbuf.is_empty(), "unsent bytes");
+        (self.stream, self.rbuf)
+    }
+
     pub fn get_ref(&self) -> &S {
         &self.stream
     }
@@ -139,6 +146,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
+            // A TLS stream may hold records its socket had no room for yet;
+            // a socket's flush is free.
+            self.stream.flush().await?;
         }
         Ok(())
     }
@@ -153,6 +163,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
     pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), WireError> {
         self.flush().await?;
         self.stream.write_all(bytes).await?;
+        self.stream.flush().await?;
         Ok(())
     }
 }

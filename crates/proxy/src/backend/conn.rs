@@ -106,6 +106,53 @@ pub struct BackendConn {
     _permit: OwnedSemaphorePermit,
 }
 
+/// What a new connection logs in with: where, as whom, over TLS or not.
+pub struct Login<'a> {
+    pub config: &'a BackendConfig,
+    pub account: (&'a str, &'a Secret),
+    pub tls: Option<&'a Tls>,
+}
+
+/// How a backend's connections switch to TLS after its greeting.
+pub struct Tls {
+    pub connector: tokio_rustls::TlsConnector,
+    /// What the certificate must name (with `tls = "verify"`).
+    pub name: rustls_pki_types::ServerName<'static>,
+}
+
+impl Tls {
+    /// Sends the SSLRequest and runs the TLS handshake; the login goes on
+    /// over the stream this returns.
+    async fn switch(
+        &self,
+        mut stream: PacketStream<BackendStream>,
+        seq: u8,
+        capabilities: CapabilityFlags,
+        collation: u8,
+        backend: u32,
+    ) -> Result<PacketStream<BackendStream>, BackendError> {
+        let mut request = Vec::with_capacity(32);
+        BackendHello::write_ssl_request(capabilities, collation, &mut request);
+        stream
+            .send_packet(seq, &request)
+            .await
+            .map_err(|source| BackendError::Lost { backend, source })?;
+        let (socket, _) = stream.into_parts();
+        let tls = self
+            .connector
+            .connect(self.name.clone(), socket)
+            .await
+            .map_err(|e| BackendError::Tls {
+                backend,
+                reason: e.to_string(),
+            })?;
+        Ok(PacketStream::new(
+            BackendStream::Tls(Box::new(tls)),
+            MAX_PACKET,
+        ))
+    }
+}
+
 /// A connection, and how many commands it had run at one moment: if both still
 /// match later, no one ran anything on it in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,14 +165,13 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl BackendConn {
     pub async fn connect(
-        config: &BackendConfig,
-        account: (&str, &Secret),
+        login: Login<'_>,
         key: ConnKey,
         timeout: Duration,
         permit: OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
-        let login = Self::login(config, account, key, permit);
-        match tokio::time::timeout(timeout, login).await {
+        let config = login.config;
+        match tokio::time::timeout(timeout, Self::login(login, key, permit)).await {
             Ok(result) => result,
             Err(_) => Err(BackendError::ConnectTimeout {
                 backend: config.id,
@@ -136,11 +182,15 @@ impl BackendConn {
     }
 
     async fn login(
-        config: &BackendConfig,
-        (user, secret): (&str, &Secret),
+        login: Login<'_>,
         key: ConnKey,
         permit: OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
+        let Login {
+            config,
+            account: (user, secret),
+            tls,
+        } = login;
         let backend = config.id;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         let socket = BackendStream::connect(&config.address)
@@ -163,6 +213,20 @@ impl BackendConn {
         let server = ServerGreeting::parse(&greeting.payload).map_err(lost)?;
         let mut capabilities = BASE_CAPABILITIES | key.capabilities;
         capabilities &= server.capabilities | CapabilityFlags::CLIENT_LONG_PASSWORD;
+        let mut seq = greeting.seq.wrapping_add(1);
+        if let Some(tls) = tls {
+            if !server.capabilities.contains(CapabilityFlags::CLIENT_SSL) {
+                return Err(BackendError::Tls {
+                    backend,
+                    reason: "the server does not offer TLS (no ssl_cert configured?)".into(),
+                });
+            }
+            capabilities |= CapabilityFlags::CLIENT_SSL;
+            stream = tls
+                .switch(stream, seq, capabilities, key.collation, backend)
+                .await?;
+            seq = seq.wrapping_add(1);
+        }
         let answer = secret.scramble(&server.nonce);
         let mut hello = Vec::with_capacity(128);
         BackendHello {
@@ -174,10 +238,7 @@ impl BackendConn {
             auth_plugin: NATIVE_PASSWORD,
         }
         .write(&mut hello);
-        stream
-            .send_packet(greeting.seq.wrapping_add(1), &hello)
-            .await
-            .map_err(lost)?;
+        stream.send_packet(seq, &hello).await.map_err(lost)?;
         loop {
             let reply = stream
                 .read_packet()

@@ -31,6 +31,8 @@ pub enum BackendError {
     },
     #[error("backend {backend} refused hscale's login: {}", error.message)]
     Login { backend: u32, error: ErrorPacket },
+    #[error("backend {backend}: TLS: {reason}")]
+    Tls { backend: u32, reason: String },
     #[error("no password is known yet for user '{user}''s account on backend {backend}: give backend_password, or let the user log in first")]
     NoSecret { backend: u32, user: String },
     #[error("backend {backend} asks for auth plugin '{plugin}', which hscale does not speak yet")]

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 
 use super::accounts::Accounts;
+use super::conn::{Login, Tls};
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 
@@ -89,6 +90,9 @@ pub struct Pool {
     pub config: BackendConfig,
     /// Who each connection logs in as, by its key's account.
     accounts: Arc<Accounts>,
+    /// How connections switch to TLS (`None`: they stay in clear), or why
+    /// the configured TLS could not be set up: then none is opened.
+    tls: Result<Option<Tls>, String>,
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
@@ -113,9 +117,19 @@ impl Pool {
         queue_timeout: Duration,
     ) -> Pool {
         let slots = Arc::new(Semaphore::new(config.max_connections));
+        let tls = crate::tls::connector(config.tls, config.tls_ca.as_deref())
+            .and_then(|connector| {
+                let Some(connector) = connector else {
+                    return Ok(None);
+                };
+                let name = crate::tls::server_name(&config.address)?;
+                Ok(Some(Tls { connector, name }))
+            })
+            .map_err(|e| e.to_string());
         Pool {
             config,
             accounts,
+            tls,
             buckets: RwLock::new(HashMap::new()),
             slots,
             own_slots: Arc::new(Semaphore::new(OWN_CONNECTIONS)),
@@ -237,7 +251,16 @@ impl Pool {
                 user,
             })?;
         let account = (user.as_str(), &secret);
-        BackendConn::connect(&self.config, account, key, self.connect_timeout, permit).await
+        let tls = self.tls.as_ref().map_err(|reason| BackendError::Tls {
+            backend: self.config.id,
+            reason: reason.clone(),
+        })?;
+        let login = Login {
+            config: &self.config,
+            account,
+            tls: tls.as_ref(),
+        };
+        BackendConn::connect(login, key, self.connect_timeout, permit).await
     }
 
     /// Returns a healthy connection to the idle list of its current key.

@@ -15,6 +15,8 @@ use tokio::net::TcpStream;
 pub enum BackendStream {
     Tcp(TcpStream),
     Unix(UnixSocket),
+    /// Switched to TLS after the server's greeting.
+    Tls(Box<tokio_rustls::client::TlsStream<BackendStream>>),
 }
 
 impl BackendStream {
@@ -45,6 +47,9 @@ impl BackendStream {
                 SockRef::from(socket).recv(&mut probe)
             }),
             (BackendStream::Unix(s), true) => SockRef::from(s.socket.get_ref()).recv(&mut probe),
+            // TLS reads its socket only when asked: anything the server sent
+            // since, a close_notify too, waits there.
+            (BackendStream::Tls(s), _) => return s.get_ref().0.is_stale(ask_kernel),
         };
         !matches!(result, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
@@ -155,6 +160,7 @@ impl AsyncRead for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             BackendStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            BackendStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -168,6 +174,7 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             BackendStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            BackendStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -175,6 +182,7 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_flush(cx),
             BackendStream::Unix(s) => Pin::new(s).poll_flush(cx),
+            BackendStream::Tls(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -182,6 +190,7 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             BackendStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            BackendStream::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -7,10 +7,13 @@ use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, WireError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::MAX_LOGIN_PACKET;
 use crate::error::ProxyError;
 use crate::shared::Shared;
+use crate::tls::ClientStream;
 
-/// What hscale offers clients. No SSL and no compression yet; no session
+/// What hscale offers clients; TLS too where it has a certificate. No
+/// compression yet; no session
 /// tracking, because backends answer in the client's format byte for byte.
 pub const SERVER_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PASSWORD
     .union(CapabilityFlags::CLIENT_FOUND_ROWS)
@@ -45,48 +48,80 @@ pub struct Login {
     pub next_seq: u8,
 }
 
-pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketStream<S>,
+/// The greeting, a switch to TLS if the client asks for it, and the
+/// login. The client's stream comes back, switched or not, unless a failed
+/// TLS handshake took it.
+pub async fn login(
+    mut client: PacketStream<ClientStream>,
     shared: &Shared,
     connection_id: u32,
-) -> Result<Login, (ProxyError, u8)> {
+) -> (
+    Option<PacketStream<ClientStream>>,
+    Result<Login, (ProxyError, u8)>,
+) {
     let nonce = new_nonce();
     let mut greeting = Vec::with_capacity(128);
+    let offered = match shared.tls {
+        Some(_) => SERVER_CAPABILITIES | CapabilityFlags::CLIENT_SSL,
+        None => SERVER_CAPABILITIES,
+    };
     Greeting {
         server_version: &shared.server_version,
         connection_id,
         nonce: &nonce,
-        capabilities: SERVER_CAPABILITIES,
+        capabilities: offered,
         collation: DEFAULT_COLLATION,
         status: shared.new_session_status,
         auth_plugin: NATIVE_PASSWORD,
     }
     .write(&mut greeting);
-    client
-        .send_packet(0, &greeting)
-        .await
-        .map_err(|e| (e.into(), 0))?;
-
-    let response = read(client).await.map_err(|e| (e, 0))?;
-    if ClientHello::is_ssl_request(&response.payload) {
-        return Err((ProxyError::TlsRequired, response.seq.wrapping_add(1)));
+    if let Err(e) = client.send_packet(0, &greeting).await {
+        return (Some(client), Err((e.into(), 0)));
     }
-    let hello = ClientHello::parse(&response.payload).map_err(|e| (e.into(), 0))?;
+    let mut response = match read(&mut client).await {
+        Ok(response) => response,
+        Err(e) => return (Some(client), Err((e, 0))),
+    };
+    if ClientHello::is_ssl_request(&response.payload) {
+        let Some(acceptor) = &shared.tls else {
+            let seq = response.seq.wrapping_add(1);
+            return (Some(client), Err((ProxyError::TlsRequired, seq)));
+        };
+        let (stream, early) = client.into_parts();
+        client = match stream.accept(early, acceptor).await {
+            Ok(stream) => PacketStream::new(stream, MAX_LOGIN_PACKET),
+            Err(e) => return (None, Err((ProxyError::Client(e.into()), 0))),
+        };
+        response = match read(&mut client).await {
+            Ok(response) => response,
+            Err(e) => return (Some(client), Err((e, 0))),
+        };
+    }
+    let seq = response.seq.wrapping_add(1);
+    if shared.require_tls && !client.get_ref().is_tls() {
+        return (Some(client), Err((ProxyError::InsecureTransport, seq)));
+    }
+    let hello = match ClientHello::parse(&response.payload) {
+        Ok(hello) => hello,
+        Err(e) => return (Some(client), Err((e.into(), 0))),
+    };
     let attempt = Attempt {
         user: &hello.user,
         plugin: hello.auth_plugin.as_deref(),
         answer: hello.auth_response.clone(),
-        seq: response.seq.wrapping_add(1),
+        seq,
     };
-    let seq = authenticate(client, shared, &nonce, attempt).await?;
-    Ok(Login {
-        capabilities: hello.capabilities & SERVER_CAPABILITIES,
-        collation: hello.collation,
-        database: hello.database,
-        user: hello.user,
-        nonce,
-        next_seq: seq,
-    })
+    let login = authenticate(&mut client, shared, &nonce, attempt)
+        .await
+        .map(|seq| Login {
+            capabilities: hello.capabilities & SERVER_CAPABILITIES,
+            collation: hello.collation,
+            database: hello.database,
+            user: hello.user,
+            nonce,
+            next_seq: seq,
+        });
+    (Some(client), login)
 }
 
 /// A client's claim to be `user`: the plugin it used and its answer.

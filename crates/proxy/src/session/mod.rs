@@ -37,6 +37,7 @@ use tokio::net::TcpStream;
 use crate::backend::ConnKey;
 use crate::error::{Disposition, ProxyError};
 use crate::shared::{SessionHandle, Shared};
+use crate::tls::ClientStream;
 use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
 use statements::ClientStatements;
@@ -44,7 +45,7 @@ use statements::ClientStatements;
 /// The largest packet a client may send before it logged in: a login answer
 /// with its connection attributes is well under this, and a stranger must
 /// not make hscale hold more.
-const MAX_LOGIN_PACKET: usize = 8 << 10;
+pub(crate) const MAX_LOGIN_PACKET: usize = 8 << 10;
 
 mod command {
     pub const QUIT: u8 = 0x01;
@@ -68,7 +69,7 @@ mod command {
 pub struct Session {
     shared: Arc<Shared>,
     handle: Arc<SessionHandle>,
-    client: PacketStream<TcpStream>,
+    client: PacketStream<ClientStream>,
     connection_id: u32,
     user: String,
     admin: bool,
@@ -134,15 +135,18 @@ impl Session {
         let _ = socket.set_nodelay(true);
         let peer = socket.peer_addr().ok();
         let connection_id = shared.next_connection_id();
-        let mut client = PacketStream::new(socket, MAX_LOGIN_PACKET);
-        let login = handshake::login(&mut client, &shared, connection_id);
-        let login = match tokio::time::timeout(shared.login_timeout, login).await {
-            Ok(Ok(login)) => login,
-            Ok(Err((e, seq))) => {
+        let client = PacketStream::new(ClientStream::Plain(socket), MAX_LOGIN_PACKET);
+        let login = handshake::login(client, &shared, connection_id);
+        let (mut client, login) = match tokio::time::timeout(shared.login_timeout, login).await {
+            Ok((Some(client), Ok(login))) => (client, login),
+            Ok((client, Err((e, seq)))) => {
                 tracing::info!(connection_id, ?peer, "login failed: {e}");
-                let _ = reply_error(&mut client, &e, seq).await;
+                if let Some(mut client) = client {
+                    let _ = reply_error(&mut client, &e, seq).await;
+                }
                 return;
             }
+            Ok((None, Ok(_))) => unreachable!("a login keeps its stream"),
             Err(_) => {
                 tracing::info!(
                     connection_id,
@@ -568,7 +572,7 @@ impl Session {
 /// Reads and drops what a client still sends of a packet hscale refused, for
 /// at most a second: closed with unread bytes, the socket would be reset, and
 /// the reset could reach the client before the error that explains it.
-async fn discard_the_rest(client: &mut PacketStream<TcpStream>, mut announced: usize) {
+async fn discard_the_rest(client: &mut PacketStream<ClientStream>, mut announced: usize) {
     let discard = async {
         while announced > 0 {
             let n = client.buffered().len();
@@ -583,7 +587,7 @@ async fn discard_the_rest(client: &mut PacketStream<TcpStream>, mut announced: u
 }
 
 async fn reply_error(
-    client: &mut PacketStream<TcpStream>,
+    client: &mut PacketStream<ClientStream>,
     error: &ProxyError,
     seq: u8,
 ) -> Result<(), WireError> {
