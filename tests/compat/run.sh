@@ -10,21 +10,14 @@ MYSQLCLIENT_VERSION=2.3.1
 WORK=$(mktemp -d /tmp/hscale-compat-XXXXXX)
 
 cargo build --release --quiet --bin hscale
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source bench/common.sh
+PORT=$(free_port)
 # A CA of this run's own and a certificate it signs for localhost and
 # 127.0.0.1: clients may switch to TLS, and hscale reaches its servers over TLS.
-TLS="$WORK/tls"
-mkdir -p "$TLS"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-  -subj "/CN=hscale compat CA" -keyout "$TLS/ca-key.pem" -out "$TLS/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
-  -keyout "$TLS/server-key.pem" -out "$TLS/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$TLS/san.ext"
-openssl x509 -req -in "$TLS/server.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca-key.pem" -CAcreateserial \
-  -days 2 -extfile "$TLS/san.ext" -out "$TLS/server.pem" 2>/dev/null
 # And a CA that signed nothing here, which must not be trusted.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-  -subj "/CN=another CA" -keyout "$TLS/other-key.pem" -out "$TLS/other-ca.pem" 2>/dev/null
+TLS="$WORK/tls"
+make_certificates "$TLS"
+make_certificates "$WORK/other"
 target/release/hscale playground --backends 2 --port "$PORT" --tls "$TLS" >"$WORK/hscale.log" 2>&1 &
 HSCALE_PID=$!
 cleanup() { kill -INT "$HSCALE_PID" 2>/dev/null || true; wait "$HSCALE_PID" 2>/dev/null || true; rm -rf "$WORK"; }
@@ -72,7 +65,7 @@ echo "== PyMySQL over TLS, hscale's certificate verified against the CA"
 (
   cd "$WORK"
   venv/bin/pip install -q PyMySQL
-  PORT="$PORT" CA="$TLS/ca.pem" OTHER_CA="$TLS/other-ca.pem" venv/bin/python - <<'PY'
+  PORT="$PORT" CA="$TLS/ca.pem" OTHER_CA="$WORK/other/ca.pem" venv/bin/python - <<'PY'
 import os, pymysql
 conn = pymysql.connect(host="127.0.0.1", port=int(os.environ["PORT"]), user="root", password="",
                        ssl_ca=os.environ["CA"], ssl_verify_cert=True, ssl_verify_identity=True)

@@ -275,18 +275,6 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
                 .arg(format!("--ssl-key={}", key.display()));
         }
     }
-    if let Some(tls) = dir.parent().map(|up| up.join("tls")) {
-        let (ca, cert, key) = (
-            tls.join("ca.pem"),
-            tls.join("server.pem"),
-            tls.join("server-key.pem"),
-        );
-        if ca.exists() && cert.exists() && key.exists() {
-            cmd.arg(format!("--ssl-ca={}", ca.display()))
-                .arg(format!("--ssl-cert={}", cert.display()))
-                .arg(format!("--ssl-key={}", key.display()));
-        }
-    }
     if running_as_root() {
         cmd.arg("--user=root");
     }
