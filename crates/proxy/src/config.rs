@@ -71,6 +71,31 @@ pub struct ProxyConfig {
     /// require_secure_transport refuses them.
     #[serde(default)]
     pub require_tls: bool,
+    /// The authentication method the greeting names; a client that answers
+    /// with mysql_native_password is served too.
+    #[serde(default)]
+    pub default_auth: DefaultAuth,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum DefaultAuth {
+    #[default]
+    #[serde(rename = "mysql_native_password")]
+    NativePassword,
+    /// MySQL 8's default: a scramble checked against a digest kept from the
+    /// user's last full login, else the password over TLS or encrypted with
+    /// hscale's RSA key.
+    #[serde(rename = "caching_sha2_password")]
+    CachingSha2Password,
+}
+
+impl DefaultAuth {
+    pub fn plugin(self) -> &'static str {
+        match self {
+            DefaultAuth::NativePassword => hscale_wire::auth::NATIVE_PASSWORD,
+            DefaultAuth::CachingSha2Password => hscale_wire::auth::CACHING_SHA2_PASSWORD,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -393,7 +418,8 @@ impl Config {
                 "tls_cert and tls_key go together".into(),
             );
         }
-        if self.proxy.require_tls && self.proxy.tls_cert.is_none() {
+        if self.proxy.require_tls && (self.proxy.tls_cert.is_none() || self.proxy.tls_key.is_none())
+        {
             report(
                 "proxy.require_tls".into(),
                 "needs tls_cert and tls_key".into(),
@@ -607,6 +633,35 @@ level = "info"
         );
         let problems = Config::parse(&bad).unwrap().validate();
         assert_eq!(problems[0].path, "users[0].password");
+    }
+
+    #[test]
+    fn tls_settings_that_cannot_work_are_reported() {
+        let text = GOOD
+            .replace(
+                "max_connections = 4096",
+                "max_connections = 4096\ntls_cert = \"/nonexistent/server.pem\"\nrequire_tls = true\ndefault_auth = \"caching_sha2_password\"",
+            )
+            .replace("max_connections = 64", "max_connections = 64\ntls = \"verify\"");
+        let config = Config::parse(&text).unwrap();
+        assert_eq!(config.proxy.default_auth, DefaultAuth::CachingSha2Password);
+        let problems = config.validate();
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["proxy.tls_cert", "proxy.require_tls", "backends[0].tls_ca"]
+        );
+        let text = GOOD.replace(
+            "max_connections = 4096",
+            "max_connections = 4096\ntls_cert = \"/nonexistent/server.pem\"\ntls_key = \"/nonexistent/key.pem\"",
+        );
+        let problems = Config::parse(&text).unwrap().validate();
+        assert_eq!(problems[0].path, "proxy.tls_cert");
+        assert!(
+            problems[0].message.contains("/nonexistent/server.pem"),
+            "{}",
+            problems[0].message
+        );
     }
 
     #[test]

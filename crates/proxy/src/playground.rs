@@ -42,6 +42,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             tls_cert: None,
             tls_key: None,
             require_tls: false,
+            default_auth: Default::default(),
         },
         users: vec![UserConfig {
             name: "root".into(),

@@ -4,6 +4,45 @@ use rand::Rng;
 use sha1::{Digest, Sha1};
 
 pub const NATIVE_PASSWORD: &str = "mysql_native_password";
+pub const CACHING_SHA2_PASSWORD: &str = "caching_sha2_password";
+
+/// caching_sha2_password's AuthMoreData after a client's scramble: it
+/// matched what the server keeps (fast authentication), or the server needs
+/// the password itself (over TLS, or encrypted with its RSA key).
+pub const SHA2_FAST_AUTH_SUCCESS: u8 = 0x03;
+pub const SHA2_PERFORM_FULL_AUTHENTICATION: u8 = 0x04;
+/// The client's request for the server's RSA public key.
+pub const SHA2_REQUEST_PUBLIC_KEY: u8 = 0x02;
+
+/// SHA256(SHA256(password)): what caching_sha2_password's fast
+/// authentication checks a scramble against.
+pub fn sha2_digest(password: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(sha2::Sha256::digest(password)).into()
+}
+
+/// A caching_sha2_password scramble is SHA256(pw) XOR SHA256(SHA256(SHA256(pw)),
+/// nonce): XOR with SHA256(digest, nonce) yields SHA256(pw), whose SHA256 must
+/// be the digest kept for the user.
+pub fn verify_sha2_scramble(digest: &[u8; 32], nonce: &[u8], scramble: &[u8]) -> bool {
+    if scramble.len() != 32 {
+        return false;
+    }
+    let mask = sha2::Sha256::new()
+        .chain_update(digest)
+        .chain_update(nonce)
+        .finalize();
+    let stage1: Vec<u8> = scramble.iter().zip(mask).map(|(s, m)| s ^ m).collect();
+    sha2::Sha256::digest(&stage1).as_slice() == digest
+}
+
+/// What a client encrypts with the server's RSA key, and the server decrypts:
+/// the password and its NUL, XORed with the nonce repeated.
+pub fn xor_with_nonce(data: &[u8], nonce: &[u8]) -> Vec<u8> {
+    data.iter()
+        .zip(nonce.iter().cycle())
+        .map(|(d, n)| d ^ n)
+        .collect()
+}
 pub const NONCE_LEN: usize = 20;
 
 /// A nonce of printable ASCII without NUL, as servers send it: some clients treat
@@ -27,11 +66,15 @@ pub enum PasswordHash {
 
 impl PasswordHash {
     pub fn from_plain(password: &str) -> PasswordHash {
-        if password.is_empty() {
-            return PasswordHash::Empty;
+        PasswordHash::of(password.as_bytes())
+    }
+
+    /// The hash of a password as a client sent it (bytes, in its character set).
+    pub fn of(password: &[u8]) -> PasswordHash {
+        match password.is_empty() {
+            true => PasswordHash::Empty,
+            false => PasswordHash::DoubleSha1(Sha1::digest(native_stage1(password)).into()),
         }
-        let stage1 = Sha1::digest(password.as_bytes());
-        PasswordHash::DoubleSha1(Sha1::digest(stage1).into())
     }
 
     /// Parses `*` followed by 40 hex digits.
@@ -72,6 +115,11 @@ impl PasswordHash {
         let right = answer.len() == 20 && Sha1::digest(stage1).as_slice() == stored;
         right.then_some(stage1)
     }
+}
+
+/// SHA1(password): what answers a mysql_native_password challenge.
+pub fn native_stage1(password: &[u8]) -> [u8; 20] {
+    Sha1::digest(password).into()
 }
 
 /// What answers a server's challenge for an account: its password, or only
@@ -146,6 +194,19 @@ mod tests {
             format!("{:?}", Secret::Plain("secret".into())),
             "Secret::Plain(..)"
         );
+    }
+
+    #[test]
+    fn a_sha2_scramble_of_the_password_matches_its_digest() {
+        let nonce = new_nonce();
+        let digest = sha2_digest(b"secret");
+        let scramble = mysql_common::scramble::scramble_sha256(&nonce, b"secret").unwrap();
+        assert!(verify_sha2_scramble(&digest, &nonce, &scramble));
+        let wrong = mysql_common::scramble::scramble_sha256(&nonce, b"Secret").unwrap();
+        assert!(!verify_sha2_scramble(&digest, &nonce, &wrong));
+        assert!(!verify_sha2_scramble(&digest, &nonce, b""));
+        let masked = xor_with_nonce(b"secret\0", &nonce);
+        assert_eq!(xor_with_nonce(&masked, &nonce), b"secret\0");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! The client's login: greeting, handshake response, mysql_native_password
 //! (switching clients that ask for another plugin), the final OK.
 
-use hscale_wire::auth::{new_nonce, NATIVE_PASSWORD, NONCE_LEN};
+use hscale_wire::auth::{
+    native_stage1, new_nonce, sha2_digest, verify_sha2_scramble, xor_with_nonce, PasswordHash,
+    CACHING_SHA2_PASSWORD, NATIVE_PASSWORD, NONCE_LEN, SHA2_FAST_AUTH_SUCCESS,
+    SHA2_PERFORM_FULL_AUTHENTICATION, SHA2_REQUEST_PUBLIC_KEY,
+};
 use hscale_wire::packets::{write_auth_switch, ClientHello, Greeting, OkInfo, OK_HEADER};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, WireError};
@@ -33,6 +37,9 @@ pub const SERVER_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PA
     .union(CapabilityFlags::CLIENT_CONNECT_ATTRS)
     .union(CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
     .union(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+
+/// The first byte of an AuthMoreData packet.
+const AUTH_MORE_DATA: u8 = 0x01;
 
 /// utf8mb4_general_ci, what MariaDB announces by default.
 const DEFAULT_COLLATION: u8 = 45;
@@ -72,7 +79,7 @@ pub async fn login(
         capabilities: offered,
         collation: DEFAULT_COLLATION,
         status: shared.new_session_status,
-        auth_plugin: NATIVE_PASSWORD,
+        auth_plugin: shared.default_auth.plugin(),
     }
     .write(&mut greeting);
     if let Err(e) = client.send_packet(0, &greeting).await {
@@ -110,6 +117,7 @@ pub async fn login(
         plugin: hello.auth_plugin.as_deref(),
         answer: hello.auth_response.clone(),
         seq,
+        secure: client.get_ref().is_tls(),
     };
     let login = authenticate(&mut client, shared, &nonce, attempt)
         .await
@@ -131,11 +139,13 @@ pub struct Attempt<'a> {
     pub answer: Vec<u8>,
     /// Sequence id of the next packet to the client.
     pub seq: u8,
+    /// The client talks over TLS: its password may come in clear.
+    pub secure: bool,
 }
 
 /// Checks a login (or COM_CHANGE_USER) answer against the configured users,
-/// first switching clients that used another plugin to mysql_native_password.
-/// Returns the sequence id for the packet that answers it.
+/// first switching clients that used a plugin hscale does not speak to the
+/// configured one. Returns the sequence id for the packet that answers it.
 pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketStream<S>,
     shared: &Shared,
@@ -147,10 +157,14 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         plugin,
         mut answer,
         mut seq,
+        secure,
     } = attempt;
-    if plugin.is_some_and(|p| p != NATIVE_PASSWORD) {
+    let configured = shared.default_auth.plugin();
+    // Without CLIENT_PLUGIN_AUTH a client answers as mysql_native_password.
+    let mut used = plugin.unwrap_or(NATIVE_PASSWORD);
+    if used != NATIVE_PASSWORD && used != configured {
         let mut switch = Vec::with_capacity(64);
-        write_auth_switch(NATIVE_PASSWORD, nonce, &mut switch);
+        write_auth_switch(configured, nonce, &mut switch);
         client
             .send_packet(seq, &switch)
             .await
@@ -158,13 +172,36 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         let reply = read(client).await.map_err(|e| (e, 0))?;
         answer = reply.payload.to_vec();
         seq = reply.seq.wrapping_add(1);
+        used = configured;
     }
     let known = shared.users.get(user);
-    if let Some(stage1) = known.and_then(|u| u.password.stage1(nonce, &answer)) {
-        // What the user's backend account may need to log in.
-        shared.accounts.learn(shared.accounts.of_user(user), stage1);
-    }
-    if !known.is_some_and(|u| u.password.verify(nonce, &answer)) {
+    let right = match (used, known) {
+        (_, None) => false,
+        (CACHING_SHA2_PASSWORD, Some(known)) => {
+            let mut exchange = Exchange { client, seq };
+            let right = sha2_login(
+                &mut exchange,
+                shared,
+                nonce,
+                user,
+                &known.password,
+                &answer,
+                secure,
+            )
+            .await
+            .map_err(|e| (e, exchange.seq))?;
+            seq = exchange.seq;
+            right
+        }
+        (_, Some(known)) => {
+            if let Some(stage1) = known.password.stage1(nonce, &answer) {
+                // What the user's backend account may need to log in.
+                shared.accounts.learn(shared.accounts.of_user(user), stage1);
+            }
+            known.password.verify(nonce, &answer)
+        }
+    };
+    if !right {
         tracing::info!(user, "login refused");
         let denied = ProxyError::AccessDenied {
             user: user.to_owned(),
@@ -173,6 +210,91 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         return Err((denied, seq));
     }
     Ok(seq)
+}
+
+/// The packets of a login after the handshake response, numbered in turn.
+struct Exchange<'c, S> {
+    client: &'c mut PacketStream<S>,
+    /// Sequence id of the next packet to the client.
+    seq: u8,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<'_, S> {
+    async fn send(&mut self, payload: &[u8]) -> Result<(), ProxyError> {
+        self.client.send_packet(self.seq, payload).await?;
+        self.seq = self.seq.wrapping_add(1);
+        Ok(())
+    }
+
+    async fn receive(&mut self) -> Result<Vec<u8>, ProxyError> {
+        let packet = read(self.client).await?;
+        self.seq = packet.seq.wrapping_add(1);
+        Ok(packet.payload.to_vec())
+    }
+}
+
+/// caching_sha2_password: a scramble is checked against the digest kept
+/// from the user's last full login (fast authentication); without one the
+/// client sends its password, in clear over TLS, else encrypted with
+/// hscale's RSA key, which it may ask for first. A right password's digest
+/// is kept, and what the user's backend account needs is learned from it.
+async fn sha2_login<S: AsyncRead + AsyncWrite + Unpin>(
+    exchange: &mut Exchange<'_, S>,
+    shared: &Shared,
+    nonce: &[u8],
+    user: &str,
+    stored: &PasswordHash,
+    scramble: &[u8],
+    secure: bool,
+) -> Result<bool, ProxyError> {
+    if scramble.is_empty() {
+        return Ok(*stored == PasswordHash::Empty);
+    }
+    if let Some(digest) = shared.sha2_digest(user) {
+        let right = verify_sha2_scramble(&digest, nonce, scramble);
+        if right {
+            exchange
+                .send(&[AUTH_MORE_DATA, SHA2_FAST_AUTH_SUCCESS])
+                .await?;
+        }
+        return Ok(right);
+    }
+    exchange
+        .send(&[AUTH_MORE_DATA, SHA2_PERFORM_FULL_AUTHENTICATION])
+        .await?;
+    let reply = exchange.receive().await?;
+    let password = match secure {
+        true => reply,
+        false => {
+            let key = shared.rsa_key().await.ok_or(ProxyError::NotSupported {
+                what: "caching_sha2_password without TLS (no RSA key could be made)",
+            })?;
+            let encrypted = match reply.as_slice() {
+                [SHA2_REQUEST_PUBLIC_KEY] => {
+                    let mut answer = vec![AUTH_MORE_DATA];
+                    answer.extend_from_slice(key.public_pem.as_bytes());
+                    exchange.send(&answer).await?;
+                    exchange.receive().await?
+                }
+                _ => reply,
+            };
+            match key
+                .private
+                .decrypt(rsa::Oaep::new::<sha1::Sha1>(), &encrypted)
+            {
+                Ok(masked) => xor_with_nonce(&masked, nonce),
+                Err(_) => return Ok(false),
+            }
+        }
+    };
+    let password = password.strip_suffix(&[0]).unwrap_or(&password);
+    let right = PasswordHash::of(password) == *stored;
+    if right {
+        shared.keep_sha2_digest(user, sha2_digest(password));
+        let account = shared.accounts.of_user(user);
+        shared.accounts.learn(account, native_stage1(password));
+    }
+    Ok(right)
 }
 
 async fn read<S: AsyncRead + AsyncWrite + Unpin>(

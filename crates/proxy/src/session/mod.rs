@@ -484,6 +484,7 @@ impl Session {
             plugin: request.auth_plugin.as_deref(),
             answer: request.auth_response.clone(),
             seq: 1,
+            secure: self.client.get_ref().is_tls(),
         };
         let shared = self.shared.clone();
         let seq =
