@@ -13,6 +13,7 @@ pub mod mariadb;
 pub mod playground;
 pub mod server;
 pub mod session;
+pub mod sha2_auth;
 pub mod shared;
 pub mod spool;
 pub mod tls;

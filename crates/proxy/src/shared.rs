@@ -236,12 +236,8 @@ pub struct Shared {
     pub require_tls: bool,
     /// What the greeting asks clients to log in with.
     pub default_auth: crate::config::DefaultAuth,
-    /// caching_sha2_password: SHA256(SHA256(password)) of each user since
-    /// a full login proved the password, for fast authentication.
-    pub sha2_digests: Mutex<HashMap<String, [u8; 32]>>,
-    /// caching_sha2_password without TLS: the key a client encrypts its
-    /// password with; made at the first full login that needs it.
-    pub rsa: tokio::sync::OnceCell<Arc<RsaKey>>,
+    /// What caching_sha2_password keeps: digests for fast logins, the RSA key.
+    pub sha2: crate::sha2_auth::Sha2Logins,
     /// The main backend's collations: how ORDER BY merges compare strings.
     pub collations: Arc<hscale_merge::Collations>,
     /// How statements on several partitions are bounded.
@@ -361,8 +357,7 @@ impl Shared {
             tls: client_tls(config),
             require_tls: config.proxy.require_tls,
             default_auth: config.proxy.default_auth,
-            sha2_digests: Mutex::default(),
-            rsa: tokio::sync::OnceCell::new(),
+            sha2: Default::default(),
             collations: Arc::default(),
             next_connection_id: AtomicU32::new(1),
             started: Instant::now(),
@@ -452,49 +447,6 @@ impl Shared {
             self.counters.connections.load(Ordering::Relaxed),
             questions as f64 / uptime as f64
         )
-    }
-}
-
-/// hscale's RSA key pair for caching_sha2_password, and its public key as
-/// clients ask for it (PEM).
-pub struct RsaKey {
-    pub private: rsa::RsaPrivateKey,
-    pub public_pem: String,
-}
-
-impl Shared {
-    /// The RSA key, made on first use (2048 bits, off the runtime's threads).
-    pub async fn rsa_key(&self) -> Option<Arc<RsaKey>> {
-        let make = || async {
-            tokio::task::spawn_blocking(|| {
-                use rsa::pkcs8::EncodePublicKey;
-                let private = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).ok()?;
-                let public_pem = private
-                    .to_public_key()
-                    .to_public_key_pem(rsa::pkcs8::LineEnding::LF)
-                    .ok()?;
-                Some(Arc::new(RsaKey {
-                    private,
-                    public_pem,
-                }))
-            })
-            .await
-            .ok()
-            .flatten()
-            .ok_or(())
-        };
-        self.rsa.get_or_try_init(make).await.ok().cloned()
-    }
-
-    /// The digest kept for `user`'s fast caching_sha2_password login.
-    pub fn sha2_digest(&self, user: &str) -> Option<[u8; 32]> {
-        let digests = self.sha2_digests.lock().unwrap_or_else(|e| e.into_inner());
-        digests.get(user).copied()
-    }
-
-    pub fn keep_sha2_digest(&self, user: &str, digest: [u8; 32]) {
-        let mut digests = self.sha2_digests.lock().unwrap_or_else(|e| e.into_inner());
-        digests.insert(user.to_owned(), digest);
     }
 }
 

@@ -20,6 +20,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use hscale_wire::packets::BackendHello;
+use hscale_wire::stream::PacketStream;
+use hscale_wire::CapabilityFlags;
+
+use crate::backend::{BackendError, BackendStream};
 use crate::config::BackendTls;
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +148,46 @@ impl ServerCertVerifier for AnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// How a backend's connections switch to TLS after its greeting.
+pub struct ToBackend {
+    pub connector: tokio_rustls::TlsConnector,
+    /// What the certificate must name (with `tls = "verify"`).
+    pub name: rustls_pki_types::ServerName<'static>,
+}
+
+impl ToBackend {
+    /// Sends the SSLRequest and runs the TLS handshake; the login goes on
+    /// over the stream this returns.
+    pub(crate) async fn switch(
+        &self,
+        mut stream: PacketStream<BackendStream>,
+        seq: u8,
+        capabilities: CapabilityFlags,
+        collation: u8,
+        backend: u32,
+    ) -> Result<PacketStream<BackendStream>, BackendError> {
+        let mut request = Vec::with_capacity(32);
+        BackendHello::write_ssl_request(capabilities, collation, &mut request);
+        stream
+            .send_packet(seq, &request)
+            .await
+            .map_err(|source| BackendError::Lost { backend, source })?;
+        let (socket, _) = stream.into_parts();
+        let tls = self
+            .connector
+            .connect(self.name.clone(), socket)
+            .await
+            .map_err(|e| BackendError::Tls {
+                backend,
+                reason: e.to_string(),
+            })?;
+        Ok(PacketStream::new(
+            BackendStream::Tls(Box::new(tls)),
+            crate::backend::MAX_PACKET,
+        ))
     }
 }
 

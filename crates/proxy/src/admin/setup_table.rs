@@ -5,6 +5,7 @@
 use hscale_planner::{ColumnKind, Dictionary, HashFunction, TableName};
 
 use super::{current, publish, slot, AdminAnswer, AdminError, AdminLock};
+use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -98,6 +99,38 @@ pub async fn run(
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
     Ok(AdminAnswer::Ok { affected_rows: 0 })
+}
+
+/// A SETUP_TABLE recorded in the dictionary whose RENAME never ran (the
+/// instance died in between): the rename is done now, so that the table
+/// answers as partitioned, as the command's OK would have said. Its rows
+/// were never anywhere else.
+pub async fn recover(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError> {
+    let dictionary = current(shared, lock).await?;
+    let mut connections: Vec<Option<Box<BackendConn>>> =
+        shared.pools.iter().map(|_| None).collect();
+    for t in dictionary.tables() {
+        let at = slot(shared, t.default_backend)?;
+        let conn = match &mut connections[at] {
+            Some(conn) => conn,
+            none => none.insert(own_connection(shared, at).await?),
+        };
+        let db = &t.table.db;
+        if store::table_exists(conn, db, &t.default_table).await?
+            || !store::table_exists(conn, db, &t.table.name).await?
+        {
+            continue;
+        }
+        tracing::warn!(table = %t.table, "finishing a SETUP_TABLE interrupted before its RENAME");
+        let rename = format!(
+            "RENAME TABLE {db}.{} TO {db}.{}",
+            store::ident(&t.table.name),
+            store::ident(&t.default_table),
+            db = store::ident(db)
+        );
+        store::exec(conn, &rename).await?;
+    }
+    Ok(())
 }
 
 /// Refuses, before anything changes, names whose renaming would break what

@@ -42,7 +42,8 @@ const BASE_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PASSWORD
     .union(CapabilityFlags::CLIENT_SECURE_CONNECTION)
     .union(CapabilityFlags::CLIENT_PLUGIN_AUTH);
 
-const MAX_PACKET: usize = 1 << 30;
+/// The largest packet hscale reads from a backend: MariaDB's largest.
+pub const MAX_PACKET: usize = 1 << 30;
 
 /// Which clients may share a backend connection: those whose answers the server
 /// formats alike (capabilities, character set) and that agree on having a
@@ -110,47 +111,7 @@ pub struct BackendConn {
 pub struct Login<'a> {
     pub config: &'a BackendConfig,
     pub account: (&'a str, &'a Secret),
-    pub tls: Option<&'a Tls>,
-}
-
-/// How a backend's connections switch to TLS after its greeting.
-pub struct Tls {
-    pub connector: tokio_rustls::TlsConnector,
-    /// What the certificate must name (with `tls = "verify"`).
-    pub name: rustls_pki_types::ServerName<'static>,
-}
-
-impl Tls {
-    /// Sends the SSLRequest and runs the TLS handshake; the login goes on
-    /// over the stream this returns.
-    async fn switch(
-        &self,
-        mut stream: PacketStream<BackendStream>,
-        seq: u8,
-        capabilities: CapabilityFlags,
-        collation: u8,
-        backend: u32,
-    ) -> Result<PacketStream<BackendStream>, BackendError> {
-        let mut request = Vec::with_capacity(32);
-        BackendHello::write_ssl_request(capabilities, collation, &mut request);
-        stream
-            .send_packet(seq, &request)
-            .await
-            .map_err(|source| BackendError::Lost { backend, source })?;
-        let (socket, _) = stream.into_parts();
-        let tls = self
-            .connector
-            .connect(self.name.clone(), socket)
-            .await
-            .map_err(|e| BackendError::Tls {
-                backend,
-                reason: e.to_string(),
-            })?;
-        Ok(PacketStream::new(
-            BackendStream::Tls(Box::new(tls)),
-            MAX_PACKET,
-        ))
-    }
+    pub tls: Option<&'a crate::tls::ToBackend>,
 }
 
 /// A connection, and how many commands it had run at one moment: if both still

@@ -6,7 +6,7 @@ mod pool;
 mod statements;
 mod stream;
 
-pub use conn::{BackendConn, ConnKey, ConnMark, Rows, UNKNOWN_ID};
+pub use conn::{BackendConn, ConnKey, ConnMark, Rows, MAX_PACKET, UNKNOWN_ID};
 pub use pool::{Bucket, Lease, Pool};
 pub use statements::Statements;
 pub use stream::BackendStream;

@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 
 use super::accounts::Accounts;
-use super::conn::{Login, Tls};
+use super::conn::Login;
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
+use crate::tls::ToBackend;
 
 /// At most this many connections of hscale's own per backend.
 const OWN_CONNECTIONS: usize = 8;
@@ -92,7 +93,7 @@ pub struct Pool {
     accounts: Arc<Accounts>,
     /// How connections switch to TLS (`None`: they stay in clear), or why
     /// the configured TLS could not be set up: then none is opened.
-    tls: Result<Option<Tls>, String>,
+    tls: Result<Option<ToBackend>, String>,
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
@@ -123,7 +124,7 @@ impl Pool {
                     return Ok(None);
                 };
                 let name = crate::tls::server_name(&config.address)?;
-                Ok(Some(Tls { connector, name }))
+                Ok(Some(ToBackend { connector, name }))
             })
             .map_err(|e| e.to_string());
         Pool {

@@ -198,6 +198,7 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
     moves::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;
+    crate::admin::recover(shared).await?;
     reload_with(shared, &mut conn).await
 }
 

@@ -1,4 +1,5 @@
-//! The client's login: greeting, handshake response, mysql_native_password
+//! The client's login: greeting, a switch to TLS if the client asks,
+//! handshake response, mysql_native_password or caching_sha2_password
 //! (switching clients that ask for another plugin), the final OK.
 
 use hscale_wire::auth::{
@@ -17,8 +18,8 @@ use crate::shared::Shared;
 use crate::tls::ClientStream;
 
 /// What hscale offers clients; TLS too where it has a certificate. No
-/// compression yet; no session
-/// tracking, because backends answer in the client's format byte for byte.
+/// compression yet; no session tracking, because backends answer in the
+/// client's format byte for byte.
 pub const SERVER_CAPABILITIES: CapabilityFlags = CapabilityFlags::CLIENT_LONG_PASSWORD
     .union(CapabilityFlags::CLIENT_FOUND_ROWS)
     .union(CapabilityFlags::CLIENT_LONG_FLAG)
@@ -250,7 +251,7 @@ async fn sha2_login<S: AsyncRead + AsyncWrite + Unpin>(
     if scramble.is_empty() {
         return Ok(*stored == PasswordHash::Empty);
     }
-    if let Some(digest) = shared.sha2_digest(user) {
+    if let Some(digest) = shared.sha2.digest(user) {
         let right = verify_sha2_scramble(&digest, nonce, scramble);
         if right {
             exchange
@@ -266,9 +267,13 @@ async fn sha2_login<S: AsyncRead + AsyncWrite + Unpin>(
     let password = match secure {
         true => reply,
         false => {
-            let key = shared.rsa_key().await.ok_or(ProxyError::NotSupported {
-                what: "caching_sha2_password without TLS (no RSA key could be made)",
-            })?;
+            let key = shared
+                .sha2
+                .rsa_key()
+                .await
+                .ok_or(ProxyError::NotSupported {
+                    what: "caching_sha2_password without TLS (no RSA key could be made)",
+                })?;
             let encrypted = match reply.as_slice() {
                 [SHA2_REQUEST_PUBLIC_KEY] => {
                     let mut answer = vec![AUTH_MORE_DATA];
@@ -278,19 +283,22 @@ async fn sha2_login<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 _ => reply,
             };
-            match key
-                .private
-                .decrypt(rsa::Oaep::new::<sha1::Sha1>(), &encrypted)
-            {
-                Ok(masked) => xor_with_nonce(&masked, nonce),
-                Err(_) => return Ok(false),
+            // A private-key operation takes a millisecond or two: not on
+            // the thread that serves other clients.
+            let decrypt = move || {
+                let padding = rsa::Oaep::new::<sha1::Sha1>();
+                key.private.decrypt(padding, &encrypted).ok()
+            };
+            match tokio::task::spawn_blocking(decrypt).await.ok().flatten() {
+                Some(masked) => xor_with_nonce(&masked, nonce),
+                None => return Ok(false),
             }
         }
     };
     let password = password.strip_suffix(&[0]).unwrap_or(&password);
     let right = PasswordHash::of(password) == *stored;
     if right {
-        shared.keep_sha2_digest(user, sha2_digest(password));
+        shared.sha2.keep_digest(user, sha2_digest(password));
         let account = shared.accounts.of_user(user);
         shared.accounts.learn(account, native_stage1(password));
     }
