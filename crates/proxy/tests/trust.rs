@@ -279,6 +279,28 @@ fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_own
         let (code, message) = error_of(&mut app, sql);
         assert_eq!(code, 1142, "{sql}: {message}");
     }
+    // Prepared, the same.
+    let err = app
+        .exec_drop("UPDATE hscale.version SET version = ?", (1,))
+        .unwrap_err();
+    assert!(
+        matches!(&err, mysql::Error::MySqlError(e) if e.code == 1142),
+        "{err:?}"
+    );
+    // A session that changes user runs as the new user's account.
+    let mut switched = proxy.connect(Some(&db));
+    let as_app = mysql::ChangeUserOpts::new()
+        .with_user(Some("trust_app".into()))
+        .with_pass(Some("app-pw".into()))
+        .with_db_name(Some(db.clone()));
+    switched.change_user(as_app).unwrap();
+    let account: String = switched
+        .query_first("SELECT CURRENT_USER()")
+        .unwrap()
+        .unwrap();
+    assert_eq!(account, "trust_app@localhost");
+    let (code, _) = error_of(&mut switched, "SELECT * FROM hscale.partitions");
+    assert_eq!(code, 1142);
     // What the backends refuse the application's account.
     let (code, message) = error_of(&mut app, "CREATE USER trust_evil IDENTIFIED BY 'x'");
     assert_eq!(code, 1227, "{message}");
