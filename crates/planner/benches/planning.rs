@@ -35,6 +35,7 @@ fn dictionary() -> Dictionary {
                 default_table: "small_default".into(),
                 default_backend: 1,
                 auto_column: None,
+                folding: Default::default(),
             },
             vec![
                 entry("books", 1),

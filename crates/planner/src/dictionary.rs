@@ -3,6 +3,7 @@
 //! The proxy loads it from schema `hscale` on the main backend and swaps it in
 //! whole; nothing here changes after `Dictionary::new`.
 
+use crate::collation::Folding;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -101,6 +102,8 @@ pub struct PartitionedTable {
     pub default_backend: u32,
     /// Its AUTO_INCREMENT column, whose ids hscale hands out.
     pub auto_column: Option<AutoColumn>,
+    /// How the partition column's strings fold: as its collation compares.
+    pub folding: Folding,
     pub entries: Vec<PartitionEntry>,
     /// A schema statement (ALTER, RENAME, ...) is running on its physical
     /// tables: statements on it wait.
@@ -141,6 +144,8 @@ pub struct TableDefinition {
     pub default_table: String,
     pub default_backend: u32,
     pub auto_column: Option<AutoColumn>,
+    /// How the partition column's strings fold: as its collation compares.
+    pub folding: Folding,
 }
 
 impl PartitionedTable {
@@ -159,6 +164,7 @@ impl PartitionedTable {
             default_table,
             default_backend,
             auto_column,
+            folding,
         } = definition;
         let default = Target {
             backend: default_backend,
@@ -182,6 +188,7 @@ impl PartitionedTable {
             default_table,
             default_backend,
             auto_column,
+            folding,
             entries,
             changing: false,
             by_value,
@@ -200,6 +207,7 @@ impl PartitionedTable {
             default_table: self.default_table.clone(),
             default_backend: self.default_backend,
             auto_column: self.auto_column.clone(),
+            folding: self.folding.clone(),
         }
     }
 
@@ -249,7 +257,7 @@ impl PartitionedTable {
     pub fn target_for(&self, value: &Value) -> Result<Target, HashError> {
         let partition_value = match value {
             Value::Null => return Ok(self.default_target()),
-            v => self.function.apply(self.kind, v)?,
+            v => self.function.apply(self.kind, &self.folding, v)?,
         };
         Ok(match self.index_for(&partition_value) {
             Some(i) => self.targets[i].clone(),
@@ -623,6 +631,7 @@ pub(crate) mod tests {
                 default_table: "users_default".into(),
                 default_backend: 1,
                 auto_column: None,
+                folding: Default::default(),
             },
             vec![
                 entry("nick1", "mar", 2),

@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use std::fmt;
 
 use unicode_normalization::char::is_combining_mark;
+
+use crate::collation::Folding;
 use unicode_normalization::UnicodeNormalization;
 
 /// What kind of values the partition column holds; decides how a literal is
@@ -208,8 +210,13 @@ impl HashFunction {
     }
 
     /// The partition value of a column value.
-    pub fn apply<'a>(&self, kind: ColumnKind, value: &'a Value) -> Result<Cow<'a, str>, HashError> {
-        let canonical = canonical(kind, value)?;
+    pub fn apply<'a>(
+        &self,
+        kind: ColumnKind,
+        folding: &Folding,
+        value: &'a Value,
+    ) -> Result<Cow<'a, str>, HashError> {
+        let canonical = canonical(kind, folding, value)?;
         Ok(match self {
             HashFunction::None => return Ok(canonical),
             HashFunction::Mod(n) => (as_integer(&canonical) % i128::from(*n)).to_string(),
@@ -242,7 +249,12 @@ impl HashFunction {
         if kind != ColumnKind::Integer {
             return None;
         }
-        let end = |v: &Value| canonical(kind, v).ok()?.parse::<i128>().ok();
+        let end = |v: &Value| {
+            canonical(kind, &Folding::Legacy, v)
+                .ok()?
+                .parse::<i128>()
+                .ok()
+        };
         let (low, high) = (end(low)?, end(high)?);
         // Runs of values that reach every partition value the range does,
         // and the step between values within a run that reach another.
@@ -276,7 +288,12 @@ impl HashFunction {
 
     /// A partition value an admin gave, brought to the form `apply` produces
     /// (`'1'` and `1` are the same for MOD; 'MAR' is 'mar' for PREFIX).
-    pub fn partition_value(&self, kind: ColumnKind, value: &Value) -> Result<String, HashError> {
+    pub fn partition_value(
+        &self,
+        kind: ColumnKind,
+        folding: &Folding,
+        value: &Value,
+    ) -> Result<String, HashError> {
         let unreachable = |value: String| HashError::Unreachable {
             value,
             function: self.to_string(),
@@ -286,7 +303,7 @@ impl HashFunction {
             Value::Number(s) | Value::String(s) => s.trim().to_string(),
         };
         match self {
-            HashFunction::None => canonical(kind, value).map(Cow::into_owned),
+            HashFunction::None => canonical(kind, folding, value).map(Cow::into_owned),
             HashFunction::Mod(n) | HashFunction::Hash(n) => match text.parse::<i128>() {
                 // MOD of a negative value is negative, as in MariaDB.
                 Ok(v) if matches!(self, HashFunction::Mod(_)) && v.abs() < i128::from(*n) => {
@@ -300,7 +317,10 @@ impl HashFunction {
                 .map(|v| v.to_string())
                 .map_err(|_| unreachable(text)),
             HashFunction::Prefix(n) => {
-                let folded = fold(&text);
+                let folded = match kind {
+                    ColumnKind::Text | ColumnKind::Enum => folding.fold(&text),
+                    _ => fold(&text),
+                };
                 match folded.chars().count() <= *n && !folded.is_empty() {
                     true => Ok(folded.into_owned()),
                     false => Err(unreachable(text)),
@@ -311,9 +331,13 @@ impl HashFunction {
     }
 }
 
-/// The value as the column holds it: integers in decimal, text folded like a
-/// `_ci` collation, dates as `YYYY-MM-DD HH:MM:SS`.
-fn canonical<'a>(kind: ColumnKind, value: &'a Value) -> Result<Cow<'a, str>, HashError> {
+/// The value as the column holds it: integers in decimal, text folded as
+/// its collation compares it, dates as `YYYY-MM-DD HH:MM:SS`.
+fn canonical<'a>(
+    kind: ColumnKind,
+    folding: &Folding,
+    value: &'a Value,
+) -> Result<Cow<'a, str>, HashError> {
     let wrong = |v: &str| HashError::WrongValue {
         value: v.to_string(),
         kind: kind.name(),
@@ -342,7 +366,7 @@ fn canonical<'a>(kind: ColumnKind, value: &'a Value) -> Result<Cow<'a, str>, Has
             .map(Cow::Owned)
             .ok_or_else(|| wrong(n)),
         (ColumnKind::Text, Value::Number(n)) => Ok(Cow::Borrowed(n)),
-        (ColumnKind::Text | ColumnKind::Enum, Value::String(s)) => Ok(fold(s)),
+        (ColumnKind::Text | ColumnKind::Enum, Value::String(s)) => Ok(folding.fold(s)),
         (ColumnKind::Enum, Value::Number(n)) => Err(wrong(n)),
         (ColumnKind::Temporal, Value::String(s)) => canonical_datetime(s)
             .map(Cow::Owned)
@@ -388,7 +412,8 @@ fn as_integer(canonical: &str) -> i128 {
     canonical.parse().unwrap_or(0)
 }
 
-/// Text as a `_ci` collation compares it: trailing spaces do not count (PAD
+/// Text as hscale folded it before it read collations (`Folding::Legacy`),
+/// as a `_ci` collation compares it: trailing spaces do not count (PAD
 /// SPACE), case does not count, accents do not count (utf8mb4_general_ci
 /// compares 'é' equal to 'e'). Folding more than the column's collation is
 /// safe (equal values still meet in one partition); folding less is not.
@@ -519,7 +544,7 @@ mod tests {
     fn apply(function: &str, kind: ColumnKind, value: Value) -> Result<String, HashError> {
         HashFunction::parse(function)
             .unwrap()
-            .apply(kind, &value)
+            .apply(kind, &Folding::Legacy, &value)
             .map(Cow::into_owned)
     }
 
@@ -599,7 +624,7 @@ mod tests {
         for text in written {
             let parsed = parse_integer(text.trim()).map(|v| v.to_string());
             let value = num(text);
-            let canonical = canonical(ColumnKind::Integer, &value).ok();
+            let canonical = canonical(ColumnKind::Integer, &Folding::Legacy, &value).ok();
             assert_eq!(canonical.map(Cow::into_owned), parsed, "{text:?}");
         }
     }
@@ -645,8 +670,11 @@ mod tests {
     #[test]
     fn admin_partition_values_take_the_form_apply_produces() {
         use ColumnKind::*;
-        let value =
-            |f: &str, kind, v: Value| HashFunction::parse(f).unwrap().partition_value(kind, &v);
+        let value = |f: &str, kind, v: Value| {
+            HashFunction::parse(f)
+                .unwrap()
+                .partition_value(kind, &Folding::Legacy, &v)
+        };
         assert_eq!(value("MOD(3)", Integer, text("1")).unwrap(), "1");
         assert_eq!(value("MOD(3)", Integer, num("1")).unwrap(), "1");
         assert!(value("MOD(3)", Integer, num("3")).is_err());
@@ -704,7 +732,11 @@ mod tests {
         use ColumnKind::Integer;
         let reached = |f: &HashFunction, values: &mut dyn Iterator<Item = i128>| {
             let values: BTreeSet<String> = values
-                .map(|v| f.apply(Integer, &num(&v.to_string())).unwrap().into_owned())
+                .map(|v| {
+                    f.apply(Integer, &Folding::Legacy, &num(&v.to_string()))
+                        .unwrap()
+                        .into_owned()
+                })
                 .collect();
             values
         };

@@ -4,6 +4,7 @@
 pub mod admin;
 mod auto;
 mod cache;
+pub mod collation;
 pub mod connection_id;
 pub mod dictionary;
 pub mod hashing;
@@ -24,6 +25,7 @@ mod template;
 
 pub use auto::{Generate, Upsert};
 pub use cache::{columns_fingerprint, PlanCache};
+pub use collation::{Folding, WeightTable};
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
     AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition,

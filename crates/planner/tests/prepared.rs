@@ -29,6 +29,7 @@ fn dictionary(version: u64) -> Dictionary {
             default_table: "orders_default".into(),
             default_backend: 1,
             auto_column: None,
+            folding: Default::default(),
         },
         vec![entry("p1", "1", 2), entry("p2", "2", 1)],
     );

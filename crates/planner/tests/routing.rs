@@ -35,6 +35,7 @@ fn dictionary() -> Dictionary {
                     default_table: "users_default".into(),
                     default_backend: 1,
                     auto_column: None,
+                    folding: Default::default(),
                 },
                 vec![
                     entry("nick1", "mar", 2),
@@ -52,6 +53,7 @@ fn dictionary() -> Dictionary {
                     default_table: "orders_default".into(),
                     default_backend: 1,
                     auto_column: None,
+                    folding: Default::default(),
                 },
                 vec![entry("p1", "1", 2)],
             ),
@@ -78,6 +80,7 @@ fn events(
             default_table: "events_default".into(),
             default_backend,
             auto_column: None,
+            folding: Default::default(),
         },
         entries,
     )
@@ -946,6 +949,7 @@ fn with_auto_increment() -> Dictionary {
                 name: "id".into(),
                 position: 1,
             }),
+            folding: Default::default(),
         },
         vec![PartitionEntry {
             name: "p1".into(),
@@ -1644,6 +1648,7 @@ fn duplicate_key_updates_keep_ids_within_the_sequence() {
                     name: "id".into(),
                     position: 1,
                 }),
+                folding: Default::default(),
             },
             Vec::new(),
         )],

@@ -202,7 +202,7 @@ fn a_setup_table_stopped_before_its_rename_is_finished_at_the_next_start() {
     // What SETUP_TABLE had written when it stopped: the entry, not the rename.
     let mut main = cluster().direct(1, None);
     main.exec_drop(
-        "INSERT INTO hscale.tables VALUES (?, 'users', 'id', 1, 'integer', 'MOD(2)', 'users_default', 1, NULL, NULL)",
+        "INSERT INTO hscale.tables VALUES (?, 'users', 'id', 1, 'integer', 'MOD(2)', 'users_default', 1, NULL, NULL, NULL)",
         (&db,),
     )
     .unwrap();

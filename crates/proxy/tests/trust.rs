@@ -403,38 +403,3 @@ fn four_accounts_share_sixteen_backend_connections_without_errors() {
         .collect();
     assert_eq!(counts, expected);
 }
-
-/// An instance killed between SETUP_TABLE's dictionary change and its
-/// RENAME leaves a partitioned table whose default table does not exist:
-/// the next start finishes the rename, and the table answers with its rows.
-#[test]
-fn a_setup_table_interrupted_before_its_rename_is_finished_at_the_next_start() {
-    let db = cluster().database("trust_setup_killed");
-    let mut direct = cluster().direct(1, Some(&db));
-    direct.query_drop(USERS).unwrap();
-    direct
-        .query_drop("INSERT INTO users VALUES (1, 'ann', '2024-01-01'), (2, 'bob', '2024-01-02')")
-        .unwrap();
-    let proxy = Proxy::for_cluster();
-    let mut c = proxy.connect(Some(&db));
-    c.query_drop("HSCALE SETUP_TABLE('users', 'id', 'users_default', 1, 'MOD(2)')")
-        .unwrap();
-    drop(c);
-    drop(proxy);
-    // The state the kill leaves: recorded, not renamed.
-    direct
-        .query_drop("RENAME TABLE users_default TO users")
-        .unwrap();
-    let proxy = Proxy::for_cluster();
-    assert_eq!(tables_on(1, &db), ["users_default"]);
-    let mut c = proxy.connect(Some(&db));
-    assert_eq!(all_ids(&mut c), [1, 2]);
-    c.query_drop("HSCALE ADD_PARTITION('users', 'odd', 1, 2)")
-        .unwrap();
-    assert_eq!(all_ids(&mut c), [1, 2]);
-    let odd: Vec<u32> = cluster()
-        .direct(2, Some(&db))
-        .query("SELECT id FROM users_odd")
-        .unwrap();
-    assert_eq!(odd, [1]);
-}

@@ -29,7 +29,7 @@ pub async fn run(
     }
     let partition_value = t
         .function
-        .partition_value(t.kind, &value)
+        .partition_value(t.kind, &t.folding, &value)
         .map_err(AdminError::from)?;
     if partition_value.chars().count() > MAX_VALUE_CHARS {
         return Err(AdminError::Invalid(format!(

@@ -75,28 +75,18 @@ const LOCK_SECONDS: u32 = 30;
 
 impl AdminLock {
     pub async fn take(shared: &Shared) -> Result<AdminLock, ProxyError> {
-        Self::take_within(shared, LOCK_SECONDS)
-            .await?
-            .ok_or(AdminError::Busy.into())
-    }
-
-    /// The lock if it is free within `seconds`.
-    async fn take_within(shared: &Shared, seconds: u32) -> Result<Option<AdminLock>, ProxyError> {
         let mut conn = own_connection(shared, shared.main).await?;
         let name = store::text_literal(&format!("{}.admin", shared.dictionary.schema));
-        let rows = store::exec(&mut conn, &format!("SELECT GET_LOCK({name}, {seconds})")).await?;
-        Ok((store::text(&rows, 0, 0) == "1").then_some(AdminLock { conn }))
+        let rows = store::exec(
+            &mut conn,
+            &format!("SELECT GET_LOCK({name}, {LOCK_SECONDS})"),
+        )
+        .await?;
+        match store::text(&rows, 0, 0).as_str() {
+            "1" => Ok(AdminLock { conn }),
+            _ => Err(AdminError::Busy.into()),
+        }
     }
-}
-
-/// At start: finishes what an instance that died in an admin command left
-/// half done. Only while no admin command runs (the lock is free): one
-/// running now may be in the middle of the same steps.
-pub async fn recover(shared: &Shared) -> Result<(), ProxyError> {
-    let Some(mut lock) = AdminLock::take_within(shared, 0).await? else {
-        return Ok(());
-    };
-    setup_table::recover(shared, &mut lock).await
 }
 
 pub async fn execute(
@@ -167,7 +157,7 @@ async fn publish(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError
 
 /// The dictionary as the store has it now (under the lock, newer than any snapshot).
 async fn current(shared: &Shared, lock: &mut AdminLock) -> Result<Dictionary, ProxyError> {
-    store::load(&mut lock.conn, &shared.dictionary.schema).await
+    store::load(&mut lock.conn, &shared.dictionary).await
 }
 
 fn partitioned<'d>(

@@ -196,7 +196,7 @@ async fn finish(
             ));
         }
         SchemaEffect::Renamed(new) => {
-            let dictionary = store::load(conn, schema).await?;
+            let dictionary = store::load(conn, &shared.dictionary).await?;
             let default = match dictionary.table(&table.db, &table.name) {
                 Some(t) => t.renamed_default(&new.name),
                 None => {
@@ -233,7 +233,7 @@ async fn column_positions(
     conn: &mut BackendConn,
     table: &TableName,
 ) -> Result<Option<(String, String)>, ProxyError> {
-    let dictionary = store::load(conn, &shared.dictionary.schema).await?;
+    let dictionary = store::load(conn, &shared.dictionary).await?;
     let Some(t) = dictionary.table(&table.db, &table.name) else {
         return Ok(None);
     };

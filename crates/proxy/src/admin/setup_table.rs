@@ -2,10 +2,10 @@
 //! table becomes partitioned. Its rows stay where they are, in the table
 //! renamed to the default table name, until partitions are added.
 
+use hscale_planner::collation::{kind_of, CollationKind, LEARNED};
 use hscale_planner::{ColumnKind, Dictionary, HashFunction, TableName};
 
 use super::{current, publish, slot, AdminAnswer, AdminError, AdminLock};
-use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -26,7 +26,7 @@ pub async fn run(
     let default_table = check_names(shared, &dictionary, &table, &default_table)?;
     let mut conn = own_connection(shared, slot(shared, backend)?).await?;
     let sql = format!(
-        "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
+        "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
         store::text_literal(&table.db),
         store::text_literal(&table.name),
         store::text_literal(&column)
@@ -48,6 +48,21 @@ pub async fn run(
         AdminError::Invalid(format!("a {data_type} column cannot be a partition column"))
     })?;
     function.check_column(kind).map_err(AdminError::from)?;
+    let collation = match (kind, store::text(&rows, 0, 3)) {
+        // A binary string type has no collation: its bytes compare.
+        (ColumnKind::Text | ColumnKind::Enum, name) if name.is_empty() => Some("binary".into()),
+        (ColumnKind::Text | ColumnKind::Enum, name) => Some(name),
+        _ => None,
+    };
+    if let Some(name) = &collation {
+        check_collation(&column, name)?;
+        // Learned now: a collation the servers cannot weigh fails here.
+        shared
+            .dictionary
+            .collations
+            .folding(&mut conn, Some(name))
+            .await?;
+    }
     if store::table_exists(&mut conn, &table.db, &default_table).await? {
         return Err(AdminError::TableExists {
             db: table.db,
@@ -63,13 +78,14 @@ pub async fn run(
         None => ("NULL".into(), "NULL".into()),
     };
     let mut changes = vec![format!(
-        "INSERT INTO {s}.tables (db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position) VALUES ({}, {}, {}, {position}, '{}', {}, {}, {backend}, {auto_name}, {auto_position})",
+        "INSERT INTO {s}.tables (db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation) VALUES ({}, {}, {}, {position}, '{}', {}, {}, {backend}, {auto_name}, {auto_position}, {})",
         store::text_literal(&table.db),
         store::text_literal(&table.name),
         store::text_literal(&column),
         kind.name(),
         store::text_literal(&function.to_string()),
         store::text_literal(&default_table),
+        collation.as_deref().map_or("NULL".into(), store::text_literal),
     )];
     if let Some((_, _, next_id)) = auto {
         changes.push(format!(
@@ -101,36 +117,16 @@ pub async fn run(
     Ok(AdminAnswer::Ok { affected_rows: 0 })
 }
 
-/// A SETUP_TABLE recorded in the dictionary whose RENAME never ran (the
-/// instance died in between): the rename is done now, so that the table
-/// answers as partitioned, as the command's OK would have said. Its rows
-/// were never anywhere else.
-pub async fn recover(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError> {
-    let dictionary = current(shared, lock).await?;
-    let mut connections: Vec<Option<Box<BackendConn>>> =
-        shared.pools.iter().map(|_| None).collect();
-    for t in dictionary.tables() {
-        let at = slot(shared, t.default_backend)?;
-        let conn = match &mut connections[at] {
-            Some(conn) => conn,
-            none => none.insert(own_connection(shared, at).await?),
-        };
-        let db = &t.table.db;
-        if store::table_exists(conn, db, &t.default_table).await?
-            || !store::table_exists(conn, db, &t.table.name).await?
-        {
-            continue;
-        }
-        tracing::warn!(table = %t.table, "finishing a SETUP_TABLE interrupted before its RENAME");
-        let rename = format!(
-            "RENAME TABLE {db}.{} TO {db}.{}",
-            store::ident(&t.table.name),
-            store::ident(&t.default_table),
-            db = store::ident(db)
-        );
-        store::exec(conn, &rename).await?;
+/// A partition column whose collation hscale cannot fold as the server
+/// compares would let two equal values land in two partitions.
+fn check_collation(column: &str, collation: &str) -> Result<(), AdminError> {
+    match kind_of(collation) {
+        CollationKind::Unsupported => Err(AdminError::Invalid(format!(
+            "column `{column}` compares by {collation}, which hscale does not route by: it routes strings by {} and every *_bin collation (ALTER the column to one of them, or partition by another column)",
+            LEARNED.join(", ")
+        ))),
+        CollationKind::Binary { .. } | CollationKind::Learned => Ok(()),
     }
-    Ok(())
 }
 
 /// Refuses, before anything changes, names whose renaming would break what

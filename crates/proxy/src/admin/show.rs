@@ -82,7 +82,10 @@ pub fn lookup(
 ) -> Result<AdminAnswer, ProxyError> {
     let dictionary = shared.dictionary.snapshot();
     let t = super::partitioned(&dictionary, table)?;
-    let partition_value = t.function.apply(t.kind, value).map_err(AdminError::from)?;
+    let partition_value = t
+        .function
+        .apply(t.kind, &t.folding, value)
+        .map_err(AdminError::from)?;
     let target = t.target_for(value).map_err(AdminError::from)?;
     Ok(AdminAnswer::Rows {
         columns: vec![

@@ -4,6 +4,7 @@
 //! this one routes by. An instance that could not read the dictionary for
 //! `lease_ms` stops serving partitioned tables.
 
+pub mod collations;
 pub mod moves;
 pub mod sequences;
 pub mod store;
@@ -112,6 +113,8 @@ pub struct DictionaryHandle {
     pub lease: Duration,
     /// This instance's name in the heartbeat table.
     pub instance: String,
+    /// The collations partition columns compare by, as learned.
+    pub collations: collations::Collations,
 }
 
 impl DictionaryHandle {
@@ -126,6 +129,7 @@ impl DictionaryHandle {
             refresh,
             lease,
             instance,
+            collations: Default::default(),
         }
     }
 
@@ -198,7 +202,6 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
     moves::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;
-    crate::admin::recover(shared).await?;
     reload_with(shared, &mut conn).await
 }
 
@@ -208,7 +211,7 @@ pub async fn reload_with(shared: &Shared, conn: &mut BackendConn) -> Result<(), 
     let handle = &shared.dictionary;
     let version = store::read_version(conn, &handle.schema).await?;
     if version != handle.snapshot().version {
-        handle.install(store::load(conn, &handle.schema).await?);
+        handle.install(store::load(conn, handle).await?);
     }
     let loaded = handle.snapshot().version;
     store::heartbeat(conn, &handle.schema, &handle.instance, loaded).await?;

@@ -61,7 +61,7 @@ async fn matching_values(
             let value = Value::String(String::from_utf8_lossy(raw));
             table
                 .function
-                .apply(table.kind, &value)
+                .apply(table.kind, &table.folding, &value)
                 .is_ok_and(|p| partition_values.iter().any(|v| *v == *p))
         })
         .collect())
@@ -271,7 +271,7 @@ async fn unrenamed<'d>(
 /// Finishes or undoes every move the dictionary shows in progress, under the
 /// admin lock, so that a live instance's move is left alone.
 pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
-    let dictionary = super::store::load(conn, &shared.dictionary.schema).await?;
+    let dictionary = super::store::load(conn, &shared.dictionary).await?;
     if !dictionary.tables().iter().any(|t| t.locked())
         && unrenamed(shared, &dictionary).await?.is_empty()
     {
@@ -279,7 +279,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
     }
     let _lock = crate::admin::AdminLock::take(shared).await?;
     wait_for_dead_writers(shared).await?;
-    let dictionary = super::store::load(conn, &shared.dictionary.schema).await?;
+    let dictionary = super::store::load(conn, &shared.dictionary).await?;
     // SETUP_TABLE records the table, then renames it to its default table.
     for table in unrenamed(shared, &dictionary).await? {
         let (default, _) = places(shared, table, "", table.default_backend)?;

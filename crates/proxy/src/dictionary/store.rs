@@ -60,6 +60,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // A step's physical table as it was just before the step was sent:
         // recovery tells by it whether the step took effect.
         format!("ALTER TABLE {s}.schema_changes ADD COLUMN IF NOT EXISTS before_definition LONGTEXT NULL"),
+        // The partition column's collation, which its strings fold by; NULL
+        // for tables set up before hscale read it (folded as then).
+        format!("ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS column_collation VARCHAR(64) NULL"),
         // The next id of each partitioned table's AUTO_INCREMENT column;
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
@@ -81,12 +84,16 @@ pub async fn read_version(conn: &mut BackendConn, schema: &str) -> Result<u64, P
 
 /// The whole dictionary, read in one transaction so that tables and
 /// partitions agree with the version.
-pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, ProxyError> {
+pub async fn load(
+    conn: &mut BackendConn,
+    handle: &super::DictionaryHandle,
+) -> Result<Dictionary, ProxyError> {
+    let schema = &handle.schema;
     let s = ident(schema);
     exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
     let read = async {
         let version = read_version(conn, schema).await?;
-        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position FROM {s}.tables")).await?;
+        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation FROM {s}.tables")).await?;
         let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
         let changing = exec(
             conn,
@@ -123,6 +130,12 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
         };
         let kind = ColumnKind::parse_name(&t(4)).ok_or_else(|| corrupt("column_kind"))?;
         let function = HashFunction::parse(&t(5)).map_err(|_| corrupt("hash_function"))?;
+        let collation = tables[i].get(10).and_then(|v| v.as_ref());
+        let collation = collation.map(|c| String::from_utf8_lossy(c).into_owned());
+        let folding = handle
+            .collations
+            .folding(conn, collation.as_deref())
+            .await?;
         let definition = TableDefinition {
             table: table.clone(),
             column: t(2),
@@ -138,6 +151,7 @@ pub async fn load(conn: &mut BackendConn, schema: &str) -> Result<Dictionary, Pr
                     name: String::from_utf8_lossy(name).into_owned(),
                     position: t(9).parse().unwrap_or(0),
                 }),
+            folding,
         };
         let mut table = PartitionedTable::new(definition, entries);
         table.changing = (0..changing.len()).any(|c| {
