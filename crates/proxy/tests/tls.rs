@@ -81,27 +81,11 @@ fn require_tls_refuses_a_client_that_stays_in_clear() {
     );
 }
 
-/// An account the backends let in over TLS only, with every grant on `db`.
-fn ssl_only_account(name: &str, db: &str) {
-    for backend in 1..=cluster().backends() {
-        let mut root = cluster().direct(backend, None);
-        for host in ["localhost", "127.0.0.1"] {
-            root.query_drop(format!("DROP USER IF EXISTS '{name}'@'{host}'"))
-                .unwrap();
-            root.query_drop(format!(
-                "CREATE USER '{name}'@'{host}' IDENTIFIED BY 'pw' REQUIRE SSL"
-            ))
-            .unwrap();
-            root.query_drop(format!("GRANT ALL ON `{db}`.* TO '{name}'@'{host}'"))
-                .unwrap();
-        }
-    }
-}
-
 #[test]
 fn backends_are_reached_over_verified_tls_by_an_account_that_requires_it() {
     let db = cluster().database("tls_backend");
-    ssl_only_account("tls_app", &db);
+    // An account the backends let in over TLS only.
+    cluster().account("tls_app", "pw", &db, Some("SSL"));
     let mut config = tls_config();
     config.users.push(hscale::config::UserConfig {
         name: "tls_app".into(),

@@ -224,21 +224,6 @@ fn a_failed_add_partition_leaves_no_table_and_a_retry_works() {
         .any(|p| p.ends_with(",kept") || p.ends_with(",other")));
 }
 
-/// A MariaDB account on every backend with every grant on `db` and no other.
-fn backend_account(name: &str, password: &str, db: &str) {
-    for backend in 1..=cluster().backends() {
-        let mut root = cluster().direct(backend, None);
-        root.query_drop(format!("DROP USER IF EXISTS '{name}'@'localhost'"))
-            .unwrap();
-        root.query_drop(format!(
-            "CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}'"
-        ))
-        .unwrap();
-        root.query_drop(format!("GRANT ALL ON `{db}`.* TO '{name}'@'localhost'"))
-            .unwrap();
-    }
-}
-
 fn user(name: &str, password: &str) -> hscale::config::UserConfig {
     hscale::config::UserConfig {
         name: name.into(),
@@ -250,7 +235,7 @@ fn user(name: &str, password: &str) -> hscale::config::UserConfig {
 #[test]
 fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_owns() {
     let (_root_proxy, mut root, db) = partitioned_users("trust_boundary");
-    backend_account("trust_app", "app-pw", &db);
+    cluster().account("trust_app", "app-pw", &db, None);
     let mut config = cluster().config();
     config.users.push(user("trust_app", "app-pw"));
     let proxy = Proxy::start(config);
@@ -359,7 +344,7 @@ fn four_accounts_share_sixteen_backend_connections_without_errors() {
     }
     for i in 0..4 {
         let (name, password) = (format!("trust_pool{i}"), format!("pool-pw-{i}"));
-        backend_account(&name, &password, &db);
+        cluster().account(&name, &password, &db, None);
         let configured = match i {
             // Only the hash: hscale learns what answers the backend from the
             // user's own login.

@@ -140,6 +140,27 @@ impl Cluster {
         name.to_string()
     }
 
+    /// A MariaDB account on every backend, for hscale's connections over the
+    /// unix socket and over TCP, with every grant on `db` and no other;
+    /// `require` adds a REQUIRE clause (`"SSL"`).
+    pub fn account(&self, name: &str, password: &str, db: &str, require: Option<&str>) {
+        let require = require.map_or(String::new(), |r| format!(" REQUIRE {r}"));
+        for backend in 1..=self.ports.len() {
+            let mut root = self.direct(backend, None);
+            for host in ["localhost", "127.0.0.1"] {
+                let account = format!("'{name}'@'{host}'");
+                root.query_drop(format!("DROP USER IF EXISTS {account}"))
+                    .unwrap();
+                root.query_drop(format!(
+                    "CREATE USER {account} IDENTIFIED BY '{password}'{require}"
+                ))
+                .unwrap();
+                root.query_drop(format!("GRANT ALL ON `{db}`.* TO {account}"))
+                    .unwrap();
+            }
+        }
+    }
+
     /// A client connected straight to a backend, bypassing hscale.
     pub fn direct(&self, backend: usize, db: Option<&str>) -> Conn {
         connect(self.port(backend), "root", "", db)
