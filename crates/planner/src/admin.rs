@@ -41,6 +41,11 @@ pub enum AdminCommand {
         value: Value<'static>,
     },
     ShowTables,
+    /// Online moves: their phases and progress.
+    ShowMoves,
+    CancelMove {
+        job: u64,
+    },
     Status,
     Refresh,
     /// The statement to explain, as written.
@@ -209,11 +214,21 @@ fn command(name: &str, args: &[Argument]) -> Result<AdminCommand, AdminSyntax> {
         },
         ("LOOKUP", _) => return Err(arity("LOOKUP", "(table, value)")),
         ("SHOW_TABLES", 0) => AdminCommand::ShowTables,
+        ("SHOW_MOVES", 0) => AdminCommand::ShowMoves,
         ("STATUS", 0) => AdminCommand::Status,
         ("REFRESH", 0) => AdminCommand::Refresh,
-        ("SHOW_TABLES" | "STATUS" | "REFRESH", _) => {
-            return Err(arity("SHOW_TABLES, STATUS and REFRESH", "no arguments"))
+        ("SHOW_TABLES" | "SHOW_MOVES" | "STATUS" | "REFRESH", _) => {
+            return Err(arity(
+                "SHOW_TABLES, SHOW_MOVES, STATUS and REFRESH",
+                "no arguments",
+            ))
         }
+        ("CANCEL_MOVE", 1) => AdminCommand::CancelMove {
+            job: args[0].text().trim().parse().map_err(|_| {
+                AdminSyntax::Syntax(format!("'{}' is not a move's job id", args[0].text()))
+            })?,
+        },
+        ("CANCEL_MOVE", _) => return Err(arity("CANCEL_MOVE", "(job)")),
         (other, _) => return Err(AdminSyntax::Unknown(other.to_string())),
     })
 }
@@ -265,6 +280,15 @@ mod tests {
             AdminCommand::ShowTables
         );
         assert_eq!(parse_admin("HSCALE STATUS;").unwrap(), AdminCommand::Status);
+        assert_eq!(
+            parse_admin("hscale show_moves").unwrap(),
+            AdminCommand::ShowMoves
+        );
+        assert_eq!(
+            parse_admin("HSCALE CANCEL_MOVE(17)").unwrap(),
+            AdminCommand::CancelMove { job: 17 }
+        );
+        assert!(parse_admin("HSCALE CANCEL_MOVE('x')").is_err());
         assert_eq!(
             parse_admin("HSCALE LOOKUP('users', 'martin')").unwrap(),
             AdminCommand::Lookup {

@@ -29,6 +29,9 @@ pub enum PartitionState {
     /// DROP_PARTITION has copied every row back: the default table holds them,
     /// the partition table is being dropped.
     Dropping,
+    /// A move is switching the partition to its new place: statements on
+    /// it wait (only on it); its table still holds its rows.
+    Fenced,
 }
 
 impl PartitionState {
@@ -39,6 +42,7 @@ impl PartitionState {
             PartitionState::Cleaning => "cleaning",
             PartitionState::Draining => "draining",
             PartitionState::Dropping => "dropping",
+            PartitionState::Fenced => "fenced",
         }
     }
 
@@ -49,6 +53,7 @@ impl PartitionState {
             PartitionState::Cleaning,
             PartitionState::Draining,
             PartitionState::Dropping,
+            PartitionState::Fenced,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -58,7 +63,10 @@ impl PartitionState {
     pub fn holds_rows(self) -> bool {
         matches!(
             self,
-            PartitionState::Active | PartitionState::Cleaning | PartitionState::Draining
+            PartitionState::Active
+                | PartitionState::Cleaning
+                | PartitionState::Draining
+                | PartitionState::Fenced
         )
     }
 }
@@ -124,6 +132,8 @@ pub struct Target {
     pub table: Arc<str>,
     /// The partition's name; `None` for the default partition.
     pub partition: Option<Arc<str>>,
+    /// A move is switching it: statements on it wait.
+    pub fenced: bool,
 }
 
 /// An AUTO_INCREMENT column: its name and 1-based position.
@@ -170,6 +180,7 @@ impl PartitionedTable {
             backend: default_backend,
             table: Arc::from(default_table.as_str()),
             partition: None,
+            fenced: false,
         };
         let targets = entries
             .iter()
@@ -177,6 +188,7 @@ impl PartitionedTable {
                 backend: entry.backend,
                 table: Arc::from(partition_table(&table, &entry.name)),
                 partition: Some(Arc::from(entry.name.as_str())),
+                fenced: entry.state == PartitionState::Fenced,
             })
             .collect();
         PartitionedTable {
@@ -216,14 +228,28 @@ impl PartitionedTable {
         partition_table(&self.table, partition)
     }
 
-    /// A move or a schema change is in progress: statements on the table
-    /// wait for it.
+    /// A schema change or an offline move is in progress: statements on
+    /// the table wait for it.
     pub fn locked(&self) -> bool {
         self.changing
             || self
                 .entries
                 .iter()
-                .any(|e| e.state != PartitionState::Active)
+                .any(|e| !matches!(e.state, PartitionState::Active | PartitionState::Fenced))
+    }
+
+    /// A move is switching one of its partitions: statements that run on
+    /// that partition wait (`Target::fenced`); those that hold the whole
+    /// table (LOCK TABLES, LOAD DATA, maintenance) wait too.
+    pub fn fenced(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.state == PartitionState::Fenced)
+    }
+
+    /// `locked` or `fenced`: a statement on the whole table waits.
+    pub fn held(&self) -> bool {
+        self.locked() || self.fenced()
     }
 
     /// The default table's name once the table is renamed to `new`: one

@@ -28,8 +28,8 @@ pub use cache::{columns_fingerprint, PlanCache};
 pub use collation::{Folding, WeightTable};
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
-    AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable, TableDefinition,
-    TableName, Target,
+    partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
+    TableDefinition, TableName, Target,
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};

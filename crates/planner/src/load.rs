@@ -161,7 +161,7 @@ pub(crate) fn load_data(sql: &str, ctx: &Context) -> Option<Action> {
     let Some(file) = file else {
         return refuse("LOAD DATA with a file name hscale cannot read");
     };
-    if table.locked() {
+    if table.held() {
         return Some(Action::Wait(table.table.clone()));
     }
     let name_span = tokens[at].start..tokens[at + taken - 1].end;

@@ -61,7 +61,7 @@ pub(crate) fn lock_tables(sql: &str, ctx: &Context) -> Action {
             add(ctx.main_backend, text.to_string());
             continue;
         };
-        if partitioned.locked() {
+        if partitioned.held() {
             return Action::Wait(partitioned.table.clone());
         }
         // The alias and the lock type, as written.

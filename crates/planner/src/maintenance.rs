@@ -68,7 +68,7 @@ pub(crate) fn maintenance(sql: &str, ctx: &Context) -> Option<Action> {
         });
         match partitioned {
             None => add(ctx.main_backend, written.to_string(), None),
-            Some(partitioned) if partitioned.locked() => {
+            Some(partitioned) if partitioned.held() => {
                 return Some(Action::Wait(partitioned.table.clone()))
             }
             Some(partitioned) => {

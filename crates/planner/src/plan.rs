@@ -439,6 +439,7 @@ fn plan_summarized(
         _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
+    let action = wait_for_fence(action);
     let interprets = !matches!(action, Action::Main)
         || !matches!(change, SessionChange::Nothing)
         || summary.kind == Kind::Set;
@@ -450,6 +451,17 @@ fn plan_summarized(
         action,
         change,
         binds,
+    }
+}
+
+/// A statement that runs on a partition a move is switching waits for the
+/// switch, then is planned again for the partition's new place; others run.
+fn wait_for_fence(action: Action) -> Action {
+    match action {
+        Action::Route(route) if route.steps.iter().any(|s| s.target.fenced) => {
+            Action::Wait((*route.table).clone())
+        }
+        action => action,
     }
 }
 

@@ -349,6 +349,9 @@ impl Template {
             }
         }
         match self.execution(table, main_backend, param) {
+            Ok(execution) if execution.runs.iter().any(|run| run.target.fenced) => {
+                Routing::Wait(table.table.clone())
+            }
             Ok(execution) => Routing::Run(execution),
             Err(reason) => Routing::Refuse(Refusal {
                 table: Some(table.table.clone()),

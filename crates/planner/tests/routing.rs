@@ -123,6 +123,7 @@ fn load_data_local_runs_on_each_partition_table_with_the_clients_format() {
         backend: 2,
         table: "users_nick1".into(),
         partition: Some("nick1".into()),
+        fenced: false,
     };
     // hscale skips the ignored line: the backends get the others.
     assert_eq!(
@@ -1684,4 +1685,36 @@ fn duplicate_key_updates_keep_ids_within_the_sequence() {
             other => panic!("{sql}: expected a refusal, got {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_fenced_partition_holds_its_own_statements_and_no_others() {
+    let dictionary = dictionary();
+    let users = dictionary.table("app", "users").unwrap();
+    let mut entries = users.entries.clone();
+    for entry in entries.iter_mut().filter(|e| e.name == "nick1") {
+        entry.state = PartitionState::Fenced;
+    }
+    let fenced = Dictionary::new(2, vec![PartitionedTable::new(users.definition(), entries)]);
+    let ctx = context(&fenced, "app");
+    let action = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    assert!(matches!(
+        action("SELECT * FROM users WHERE nickname = 'martin'"),
+        Action::Wait(_)
+    ));
+    assert!(matches!(
+        action("UPDATE users SET id = 1 WHERE nickname = 'marek'"),
+        Action::Wait(_)
+    ));
+    // A full scan runs on the fenced partition too.
+    assert!(matches!(action("SELECT * FROM users"), Action::Wait(_)));
+    // Other partitions and the default are not held.
+    assert!(matches!(
+        action("SELECT * FROM users WHERE nickname = 'peter'"),
+        Action::Route(_)
+    ));
+    assert!(matches!(
+        action("INSERT INTO users VALUES (1, 'zoe')"),
+        Action::Route(_)
+    ));
 }

@@ -83,6 +83,9 @@ pub enum ProxyError {
     /// temporary files failed.
     #[error("hscale: LOAD DATA: {0}")]
     LoadSpill(#[from] crate::spool::SpoolError),
+    /// A partition move cannot start or go on.
+    #[error("hscale: move: {0}")]
+    Move(#[from] hscale_moves::MoveError),
 }
 
 fn unroutable_message(refusal: &Refusal) -> String {
@@ -256,6 +259,10 @@ impl ProxyError {
             ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) => {
                 (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply)
             }
+            ProxyError::Move(hscale_moves::MoveError::Unsupported(_)) => {
+                (reply(ER_NOT_SUPPORTED_YET, "42000", self.to_string()), Reply)
+            }
+            ProxyError::Move(_) => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod exec;
 pub mod http;
 pub mod logging;
 pub mod mariadb;
+pub mod moves;
 pub mod playground;
 pub mod server;
 pub mod session;

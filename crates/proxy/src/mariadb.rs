@@ -259,9 +259,21 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
             "--max-connections=1000",
             "--max-allowed-packet=1G",
             "--innodb-flush-log-at-trx-commit=2",
-            "--skip-log-bin",
             "--local-infile=1",
         ])
+        // What online moves read (docs/moves.md): a binary log of full row
+        // images; each server its own id, as replicas of one source need.
+        .arg(format!("--log-bin={}", dir.join("binlog").display()))
+        .args([
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--max-binlog-size=64M",
+            "--binlog-expire-logs-seconds=3600",
+            // As MariaDB's own test runner: stored functions that write
+            // need no DETERMINISTIC with a binary log on.
+            "--log-bin-trust-function-creators=1",
+        ])
+        .arg(format!("--server-id={port}"))
         .args(SMALL_DATADIR);
     if let Some(tls) = dir.parent().map(|up| up.join("tls")) {
         let (ca, cert, key) = (

@@ -104,7 +104,7 @@ fn demo_partitions(backends: usize) -> Vec<String> {
     ]
 }
 
-async fn partition_demo(shared: &Shared, backends: usize) -> Result<(), PlaygroundError> {
+async fn partition_demo(shared: &Arc<Shared>, backends: usize) -> Result<(), PlaygroundError> {
     let failed = |e: crate::error::ProxyError| PlaygroundError::Demo(e.to_string());
     crate::dictionary::open(shared).await.map_err(failed)?;
     let caller = crate::admin::Caller {
@@ -179,6 +179,7 @@ pub async fn run(
     let port = listener.local_addr().map_or(port, |address| address.port());
     let mut shared = Shared::new(&config);
     shared.learn_main_backend().await;
+    let shared = Arc::new(shared);
     partition_demo(&shared, backends).await?;
     let mut ready = String::new();
     for (i, s) in servers.iter().enumerate() {
@@ -196,7 +197,7 @@ pub async fn run(
          Press Ctrl-C to stop and remove everything.\n"
     ));
     say(&ready);
-    crate::server::run(listener, Arc::new(shared), shutdown_signal()).await;
+    crate::server::run(listener, shared, shutdown_signal()).await;
     drop(servers);
     drop(dir);
     say_err("playground stopped; its data is removed\n");

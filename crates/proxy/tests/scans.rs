@@ -100,12 +100,7 @@ fn setup_with(db: &str, seed: u64, scans: ScansConfig) -> (Proxy, String, Conn) 
 }
 
 fn seed() -> u64 {
-    let seed = std::env::var("HSCALE_SCAN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("seed {seed} (HSCALE_SCAN_SEED replays it)");
-    seed
+    hscale_testkit::seed("HSCALE_SCAN_SEED")
 }
 
 fn rows(conn: &mut Conn, sql: &str) -> Vec<Vec<mysql::Value>> {

@@ -90,7 +90,7 @@ impl AdminLock {
 }
 
 pub async fn execute(
-    shared: &Shared,
+    shared: &std::sync::Arc<Shared>,
     caller: &Caller<'_>,
     sql: &str,
 ) -> Result<AdminAnswer, ProxyError> {
@@ -115,8 +115,14 @@ pub async fn execute(
         AdminCommand::DropPartition { table, partition } => {
             drop_partition::run(shared, resolve(&table, caller)?, partition).await
         }
-        AdminCommand::MovePartition { .. } => Err(ProxyError::NotSupported {
-            what: "HSCALE MOVE_PARTITION (drop and add the partition)",
+        AdminCommand::MovePartition {
+            table,
+            partition,
+            backend,
+        } => crate::moves::start(shared, resolve(&table, caller)?, partition, backend).await,
+        AdminCommand::ShowMoves => crate::moves::show(shared).await,
+        AdminCommand::CancelMove { .. } => Err(ProxyError::NotSupported {
+            what: "HSCALE CANCEL_MOVE",
         }),
         AdminCommand::ShowPartitions { table } => {
             show::partitions(shared, &resolve(&table, caller)?)

@@ -291,6 +291,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
                 partition: rows[r][5]
                     .as_ref()
                     .map(|p| String::from_utf8_lossy(p).into()),
+                fenced: false,
             },
             sql: t(6),
         };

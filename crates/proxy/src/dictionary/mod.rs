@@ -268,7 +268,22 @@ pub async fn wait_for_instances(
     version: u64,
 ) -> Result<(), ProxyError> {
     let handle = &shared.dictionary;
-    let deadline = Instant::now() + handle.lease + handle.refresh;
+    all_instances_loaded(shared, conn, version, handle.lease + handle.refresh)
+        .await
+        .map(drop)
+}
+
+/// Waits until every live instance has loaded `version`, for at most
+/// `budget`: false if one has not (a move then lifts its fence rather than
+/// go on without it).
+pub async fn all_instances_loaded(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    version: u64,
+    budget: Duration,
+) -> Result<bool, ProxyError> {
+    let handle = &shared.dictionary;
+    let deadline = Instant::now() + budget;
     loop {
         let behind = store::instances_behind(
             conn,
@@ -279,17 +294,17 @@ pub async fn wait_for_instances(
         )
         .await?;
         if behind.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         if Instant::now() >= deadline {
             tracing::warn!(
                 ?behind,
                 version,
-                "instances did not load the dictionary within their lease"
+                "instances did not load the dictionary in time"
             );
-            return Ok(());
+            return Ok(false);
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

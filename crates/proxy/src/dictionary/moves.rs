@@ -297,7 +297,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
         for entry in table
             .entries
             .iter()
-            .filter(|e| e.state != PartitionState::Active)
+            .filter(|e| !matches!(e.state, PartitionState::Active | PartitionState::Fenced))
         {
             let (default, partition) = places(shared, table, &entry.name, entry.backend)?;
             let values = [entry.value.clone()];
@@ -308,7 +308,8 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
             };
             tracing::warn!(table = %table.table, partition = %entry.name, value = %entry.value, state = entry.state.name(), "recovering an interrupted partition move");
             match entry.state {
-                PartitionState::Active => {}
+                // A fence belongs to an online move, whose job resumes it.
+                PartitionState::Active | PartitionState::Fenced => {}
                 PartitionState::Copying => {
                     delete_rows(shared, table, &values, &partition).await?;
                     one.set(shared, conn, None).await?;

@@ -67,6 +67,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
+        // Online moves (MOVE_PARTITION): one row per job, owned by the
+        // instance that runs it; its progress as of its last chunk.
+        format!("CREATE TABLE IF NOT EXISTS {s}.moves (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NOT NULL, source_backend INT UNSIGNED NOT NULL, destination_backend INT UNSIGNED NOT NULL, phase VARCHAR(16) NOT NULL, owner VARCHAR(64) NOT NULL, heartbeat DATETIME(6) NOT NULL, rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0, rows_estimated BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_verified BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_repaired BIGINT UNSIGNED NOT NULL DEFAULT 0, lag_bytes BIGINT UNSIGNED NOT NULL DEFAULT 0, fence_attempts INT UNSIGNED NOT NULL DEFAULT 0, last_fence_ms INT UNSIGNED NULL, retired_table VARCHAR(64) NULL, last_error TEXT NULL, started DATETIME(6) NOT NULL, finished DATETIME(6) NULL) {options}"),
     ] {
         exec(conn, &sql).await?;
     }
