@@ -241,3 +241,39 @@ fn a_partition_moves_while_clients_write_and_no_committed_change_is_lost() {
     let (phase, _) = move_phase(&mut admin, job);
     assert_eq!(phase, "done");
 }
+
+#[test]
+fn a_move_that_cannot_run_is_refused_with_its_reason_and_changes_nothing() {
+    let db = cluster().database("moves_refused");
+    let proxy = Proxy::for_cluster();
+    let mut admin = proxy.connect(Some(&db));
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("CREATE TABLE nokey (id INT NOT NULL, v INT, UNIQUE KEY (v))")
+        .unwrap();
+    direct
+        .query_drop("INSERT INTO nokey VALUES (1, 1), (3, NULL)")
+        .unwrap();
+    admin
+        .query_drop("HSCALE SETUP_TABLE('nokey', 'id', 'nokey_default', 1, 'MOD(2)')")
+        .unwrap();
+    admin
+        .query_drop("HSCALE ADD_PARTITION('nokey', 'odd', 1, 1)")
+        .unwrap();
+    let refused = |admin: &mut Conn, sql: &str| match admin.query_drop(sql) {
+        Err(mysql::Error::MySqlError(e)) => (e.code, e.message),
+        other => panic!("{sql}: expected a refusal, got {other:?}"),
+    };
+    // A unique key of a nullable column names no row.
+    let (code, message) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'odd', 2)");
+    assert_eq!(code, 1235, "{message}");
+    assert!(message.contains("neither a primary key"), "{message}");
+    let (code, message) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'odd', 1)");
+    assert_eq!(code, 1210, "{message}");
+    assert!(message.contains("on backend 1 already"), "{message}");
+    let (code, _) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'none', 2)");
+    assert_eq!(code, 1210);
+    assert!(!tables_on(2, &db).contains(&"nokey_odd".to_string()));
+    let rows: Vec<Row> = admin.query("SELECT * FROM nokey").unwrap();
+    assert_eq!(rows.len(), 2);
+}
