@@ -7,15 +7,18 @@
 use mysql_common::binlog::value::BinlogValue;
 
 use crate::binlog::{Image, RowChange};
-use crate::table::MovedTable;
+use crate::table::{MovedTable, TextValue};
 use crate::MoveError;
 
 /// A statement grows to about this many bytes before the next starts.
 const STATEMENT_BYTES: usize = 1 << 20;
 
 /// Which rows of the source's table a move takes (a split takes some).
-pub trait RowFilter {
+pub trait RowFilter: Send + Sync {
+    /// A row of a binlog image.
     fn takes(&self, row: &[BinlogValue]) -> bool;
+    /// A row as the copy reads it.
+    fn takes_text(&self, row: &[TextValue]) -> bool;
 }
 
 /// A move of a whole table takes every row.
@@ -23,6 +26,10 @@ pub struct EveryRow;
 
 impl RowFilter for EveryRow {
     fn takes(&self, _: &[BinlogValue]) -> bool {
+        true
+    }
+
+    fn takes_text(&self, _: &[TextValue]) -> bool {
         true
     }
 }
@@ -178,6 +185,12 @@ mod tests {
     impl RowFilter for Even {
         fn takes(&self, row: &[BinlogValue]) -> bool {
             matches!(row[0], BinlogValue::Value(Value::Int(i)) if i % 2 == 0)
+        }
+
+        fn takes_text(&self, row: &[TextValue]) -> bool {
+            row[0]
+                .as_deref()
+                .is_some_and(|v| v.ends_with(b"0") || v.ends_with(b"2"))
         }
     }
 

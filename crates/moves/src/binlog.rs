@@ -142,11 +142,10 @@ impl Decoder {
         }
         // A statement logged as text changes no rows under ROW format,
         // except DDL: a mention of the table is enough to stop a move.
-        let lower = sql.to_lowercase();
-        if lower.contains(&self.watched.table.to_lowercase()) {
-            return Ok(Decoded::Ddl(sql.into_owned()));
+        match mentions(&sql, &query.schema(), &self.watched) {
+            true => Ok(Decoded::Ddl(sql.into_owned())),
+            false => Ok(Decoded::Other),
         }
-        Ok(Decoded::Other)
     }
 
     fn rows(&self, event: &Event) -> Result<Decoded, MoveError> {
@@ -189,5 +188,73 @@ impl Decoder {
             });
         }
         Ok(Decoded::Rows(changes))
+    }
+}
+
+/// Whether `sql`, run in database `schema`, names the watched table: its
+/// name as a whole identifier, qualified by its database or unqualified in
+/// it. Other databases' tables of that name, and names that merely contain
+/// it (a move's own `_hscale_rest_…`), are not it.
+fn mentions(sql: &str, schema: &str, watched: &Watched) -> bool {
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+    let lower = sql.to_lowercase();
+    let (table, db) = (watched.table.to_lowercase(), watched.db.to_lowercase());
+    let bytes = lower.as_bytes();
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(&table) {
+        let start = from + found;
+        let end = start + table.len();
+        from = start + 1;
+        if start > 0 && word(bytes[start - 1]) || end < bytes.len() && word(bytes[end]) {
+            continue;
+        }
+        let before = lower[..start].trim_end_matches('`');
+        let qualifier = before.strip_suffix('.').map(|q| {
+            let q = q.trim_end_matches('`');
+            let begin = q.bytes().rposition(|c| !word(c)).map_or(0, |i| i + 1);
+            &q[begin..]
+        });
+        let in_db = match qualifier {
+            Some(q) => q == db,
+            None => schema.eq_ignore_ascii_case(&watched.db),
+        };
+        if in_db {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_stops_a_move_only_when_it_names_the_watched_table() {
+        let watched = Watched {
+            db: "shop".into(),
+            table: "items_default".into(),
+            columns: 2,
+        };
+        let named = |sql: &str, schema: &str| mentions(sql, schema, &watched);
+        assert!(named("ALTER TABLE items_default ADD COLUMN x INT", "shop"));
+        assert!(named(
+            "ALTER TABLE `shop`.`items_default` ADD x INT",
+            "other"
+        ));
+        assert!(named("RENAME TABLE shop.Items_Default TO shop.x", ""));
+        assert!(named("DROP TABLE a, `items_default`", "shop"));
+        // Another database's table of that name.
+        assert!(!named("ALTER TABLE items_default ADD x INT", "other"));
+        assert!(!named(
+            "ALTER TABLE `other`.`items_default` ADD x INT",
+            "shop"
+        ));
+        // Names that contain it.
+        assert!(!named(
+            "CREATE TABLE `_hscale_rest_2_items_default` (id INT)",
+            "shop"
+        ));
+        assert!(!named("CREATE TABLE items_default2 (id INT)", "shop"));
     }
 }

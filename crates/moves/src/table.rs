@@ -20,6 +20,39 @@ pub struct MovedTable {
     pub key: Vec<usize>,
 }
 
+/// A chunk's count and checksum on one side. The checksum is an XOR of
+/// each row's CRC, so the sums of the parts a split writes add up to the
+/// source's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checksum {
+    pub rows: u64,
+    pub crc: u64,
+}
+
+impl Checksum {
+    /// From the row `checksum_query` answers.
+    pub fn parse(row: &[TextValue]) -> Option<Checksum> {
+        let number = |i: usize| -> Option<u64> {
+            std::str::from_utf8(row.get(i)?.as_deref()?)
+                .ok()?
+                .parse()
+                .ok()
+        };
+        Some(Checksum {
+            rows: number(0)?,
+            crc: number(1)?,
+        })
+    }
+
+    /// Both parts together.
+    pub fn and(self, other: Checksum) -> Checksum {
+        Checksum {
+            rows: self.rows + other.rows,
+            crc: self.crc ^ other.crc,
+        }
+    }
+}
+
 /// A key comparison: rows after a key, or up to and including one.
 #[derive(Clone, Copy)]
 enum Side {
@@ -37,7 +70,7 @@ impl MovedTable {
         key: Vec<usize>,
     ) -> Result<MovedTable, MoveError> {
         if key.is_empty() {
-            return Err(MoveError::Unsupported(format!(
+            return Err(MoveError::NoKey(format!(
                 "{source} has neither a primary key nor a unique key of NOT NULL columns"
             )));
         }
@@ -57,6 +90,14 @@ impl MovedTable {
             columns,
             key,
         })
+    }
+
+    /// The same table read, written to `destination` (`db`.`table`).
+    pub fn to(&self, destination: String) -> MovedTable {
+        MovedTable {
+            destination,
+            ..self.clone()
+        }
     }
 
     /// What the copy selects of a column: a FLOAT as the DOUBLE it is
@@ -135,12 +176,14 @@ impl MovedTable {
 
     /// Writes copied rows; a row the applier wrote first is replaced by the
     /// copy, which the applier then brings forward again.
-    pub fn copy_statement(&self, rows: &[Vec<TextValue>]) -> Option<String> {
-        if rows.is_empty() {
-            return None;
-        }
+    pub fn copy_statement<'r>(
+        &self,
+        rows: impl IntoIterator<Item = &'r Vec<TextValue>>,
+    ) -> Option<String> {
+        let mut rows = rows.into_iter().peekable();
+        rows.peek()?;
         let mut sql = format!("REPLACE INTO {} VALUES ", self.destination);
-        for (r, row) in rows.iter().enumerate() {
+        for (r, row) in rows.enumerate() {
             if r > 0 {
                 sql.push_str(", ");
             }

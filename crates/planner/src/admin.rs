@@ -33,6 +33,15 @@ pub enum AdminCommand {
         partition: String,
         backend: u32,
     },
+    /// A value of a partition that has several, to a partition of its own
+    /// (or another one) on `backend`.
+    SplitPartition {
+        table: String,
+        partition: String,
+        into: String,
+        value: Value<'static>,
+        backend: u32,
+    },
     ShowPartitions {
         table: String,
     },
@@ -56,7 +65,7 @@ pub enum AdminCommand {
 pub enum AdminSyntax {
     #[error("HSCALE command syntax: {0}")]
     Syntax(String),
-    #[error("unknown HSCALE command '{0}'; the commands are SETUP_TABLE, ADD_PARTITION, DROP_PARTITION, MOVE_PARTITION, SHOW_PARTITIONS, LOOKUP, SHOW_TABLES, STATUS, REFRESH, EXPLAIN")]
+    #[error("unknown HSCALE command '{0}'; the commands are SETUP_TABLE, ADD_PARTITION, DROP_PARTITION, MOVE_PARTITION, SPLIT_PARTITION, SHOW_MOVES, CANCEL_MOVE, SHOW_PARTITIONS, LOOKUP, SHOW_TABLES, STATUS, REFRESH, EXPLAIN")]
     Unknown(String),
     #[error("{command} takes {expected}")]
     Arguments {
@@ -206,6 +215,19 @@ fn command(name: &str, args: &[Argument]) -> Result<AdminCommand, AdminSyntax> {
         ("MOVE_PARTITION", _) => {
             return Err(arity("MOVE_PARTITION", "(table, partition, backend)"))
         }
+        ("SPLIT_PARTITION", 5) => AdminCommand::SplitPartition {
+            table: text(0),
+            partition: text(1),
+            into: text(2),
+            value: args[3].value(),
+            backend: backend(&args[4])?,
+        },
+        ("SPLIT_PARTITION", _) => {
+            return Err(arity(
+                "SPLIT_PARTITION",
+                "(table, partition, new partition, value, backend)",
+            ))
+        }
         ("SHOW_PARTITIONS", 1) => AdminCommand::ShowPartitions { table: text(0) },
         ("SHOW_PARTITIONS", _) => return Err(arity("SHOW_PARTITIONS", "(table)")),
         ("LOOKUP", 2) => AdminCommand::Lookup {
@@ -266,6 +288,17 @@ mod tests {
                 backend: 2,
             }
         );
+        assert_eq!(
+            parse_admin("HSCALE SPLIT_PARTITION('t', 'p', 'q', 3, 2)").unwrap(),
+            AdminCommand::SplitPartition {
+                table: "t".into(),
+                partition: "p".into(),
+                into: "q".into(),
+                value: Value::Number("3".into()),
+                backend: 2,
+            }
+        );
+        assert!(parse_admin("HSCALE SPLIT_PARTITION('t', 'p', 3, 2)").is_err());
         assert_eq!(
             parse_admin("HSCALE ADD_PARTITION('t', 'p', -1, '2')").unwrap(),
             AdminCommand::AddPartition {

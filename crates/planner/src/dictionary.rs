@@ -242,9 +242,21 @@ impl PartitionedTable {
     /// that partition wait (`Target::fenced`); those that hold the whole
     /// table (LOCK TABLES, LOAD DATA, maintenance) wait too.
     pub fn fenced(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| e.state == PartitionState::Fenced)
+        self.default.fenced
+            || self
+                .entries
+                .iter()
+                .any(|e| e.state == PartitionState::Fenced)
+    }
+
+    /// A move is switching the default table: statements that run on it
+    /// wait, as on a fenced partition.
+    pub fn fence_default(&mut self) {
+        self.default.fenced = true;
+    }
+
+    pub fn default_fenced(&self) -> bool {
+        self.default.fenced
     }
 
     /// `locked` or `fenced`: a statement on the whole table waits.

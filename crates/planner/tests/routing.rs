@@ -1718,3 +1718,25 @@ fn a_fenced_partition_holds_its_own_statements_and_no_others() {
         Action::Route(_)
     ));
 }
+
+#[test]
+fn a_fenced_default_holds_the_values_it_serves_and_no_partition() {
+    let dictionary = dictionary();
+    let users = dictionary.table("app", "users").unwrap();
+    let mut table = PartitionedTable::new(users.definition(), users.entries.clone());
+    table.fence_default();
+    assert!(table.fenced() && !table.locked());
+    let fenced = Dictionary::new(2, vec![table]);
+    let ctx = context(&fenced, "app");
+    let action = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    // 'zoe' has no partition: the default serves it.
+    assert!(matches!(
+        action("INSERT INTO users VALUES (1, 'zoe')"),
+        Action::Wait(_)
+    ));
+    assert!(matches!(action("SELECT * FROM users"), Action::Wait(_)));
+    assert!(matches!(
+        action("SELECT * FROM users WHERE nickname = 'peter'"),
+        Action::Route(_)
+    ));
+}

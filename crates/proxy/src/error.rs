@@ -259,7 +259,9 @@ impl ProxyError {
             ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) => {
                 (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply)
             }
-            ProxyError::Move(hscale_moves::MoveError::Unsupported(_)) => {
+            ProxyError::Move(
+                hscale_moves::MoveError::Unsupported(_) | hscale_moves::MoveError::NoKey(_),
+            ) => {
                 (reply(ER_NOT_SUPPORTED_YET, "42000", self.to_string()), Reply)
             }
             ProxyError::Move(_) => (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply),

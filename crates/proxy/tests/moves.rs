@@ -108,80 +108,126 @@ fn tables_on(backend: usize, db: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// `items` and its oracle table in the database `db` of backend 1;
+/// `items` set up by `function` of `id` with its default table on backend
+/// 1, and `partitions` added before any row.
+fn items(proxy: &Proxy, db: &str, function: &str, partitions: &[&str]) -> Conn {
+    let mut direct = cluster().direct(1, Some(db));
+    direct.query_drop(ITEMS).unwrap();
+    direct
+        .query_drop(ITEMS.replace("items", "oracle_items"))
+        .unwrap();
+    let mut admin = proxy.connect(Some(db));
+    admin
+        .query_drop(format!(
+            "HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, '{function}')"
+        ))
+        .unwrap();
+    for partition in partitions {
+        admin
+            .query_drop(format!("HSCALE ADD_PARTITION('items', {partition})"))
+            .unwrap();
+    }
+    admin
+}
+
+/// `count` random rows from id 0 on, written through hscale and to the
+/// oracle.
+fn load(admin: &mut Conn, oracle: &mut Conn, rng: &mut impl Rng, count: i64) {
+    for start in (0..count).step_by(500) {
+        let rows: Vec<String> = (start..count.min(start + 500))
+            .map(|id| random_row(rng, id))
+            .collect();
+        both(
+            admin,
+            oracle,
+            &format!("INSERT INTO items VALUES {}", rows.join(", ")),
+        );
+    }
+}
+
+/// Two transactions open before a job, to be committed while it copies
+/// (the writes the issue found lost): one inserts id 1,000,001, the other
+/// sets id 1's val to 42. Returns them and the inserted row.
+fn open_transactions(proxy: &Proxy, db: &str, rng: &mut impl Rng) -> (Conn, Conn, String) {
+    let mut a = proxy.connect(Some(db));
+    let mut b = proxy.connect(Some(db));
+    let row = random_row(rng, 1_000_001);
+    a.query_drop("BEGIN").unwrap();
+    a.query_drop(format!("INSERT INTO items VALUES {row}"))
+        .unwrap();
+    b.query_drop("BEGIN").unwrap();
+    b.query_drop("UPDATE items SET val = 42 WHERE id = 1")
+        .unwrap();
+    (a, b, row)
+}
+
+/// A client writing rows whose ids `pick` draws (REPLACE, DELETE, UPDATE,
+/// INSERT IGNORE of a far id), through hscale and to the oracle, until
+/// `stop`; answers how many writes it made.
+fn writer(
+    proxy: &Proxy,
+    db: &str,
+    seed: u64,
+    pick: fn(&mut rand::rngs::StdRng) -> i64,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    let stop = Arc::clone(stop);
+    let mut through = proxy.connect(Some(db));
+    let mut oracle = cluster().direct(1, Some(db));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    std::thread::spawn(move || {
+        let mut writes = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let id = pick(&mut rng);
+            let sql = match rng.random_range(0..4) {
+                0 => format!("REPLACE INTO items VALUES {}", random_row(&mut rng, id)),
+                1 => format!("DELETE FROM items WHERE id = {id}"),
+                2 => format!("UPDATE items SET val = val + 1, note = 'upd' WHERE id = {id}"),
+                _ => {
+                    let row = random_row(&mut rng, id + 2_000_000);
+                    format!("INSERT IGNORE INTO items VALUES {row}")
+                }
+            };
+            both(&mut through, &mut oracle, &sql);
+            writes += 1;
+        }
+        writes
+    })
+}
+
+/// The error code and message of a statement that must be refused.
+fn refusal(conn: &mut Conn, sql: &str) -> (u16, String) {
+    match conn.query_drop(sql) {
+        Err(mysql::Error::MySqlError(e)) => (e.code, e.message),
+        other => panic!("{sql}: expected a refusal, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_partition_moves_while_clients_write_and_no_committed_change_is_lost() {
     let seed = seed();
     let db = cluster().database("moves_live");
     let proxy = Proxy::for_cluster();
-    let mut admin = proxy.connect(Some(&db));
-    let mut direct = cluster().direct(1, Some(&db));
-    direct.query_drop(ITEMS).unwrap();
-    direct
-        .query_drop(ITEMS.replace("items", "oracle_items"))
-        .unwrap();
-    admin
-        .query_drop("HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, 'MOD(2)')")
-        .unwrap();
-    admin
-        .query_drop("HSCALE ADD_PARTITION('items', 'odd', 1, 1)")
-        .unwrap();
+    let mut admin = items(&proxy, &db, "MOD(2)", &["'odd', 1, 1"]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut oracle = cluster().direct(1, Some(&db));
-    for batch in 0..10 {
-        let rows: Vec<String> = (0..500)
-            .map(|i| random_row(&mut rng, batch * 500 + i))
-            .collect();
-        both(
-            &mut admin,
-            &mut oracle,
-            &format!("INSERT INTO items VALUES {}", rows.join(", ")),
-        );
-    }
-    // Transactions open before the move, committed while it copies: the
-    // writes the issue found lost.
-    let mut a = proxy.connect(Some(&db));
-    let mut b = proxy.connect(Some(&db));
-    a.query_drop("BEGIN").unwrap();
-    a.query_drop(format!(
-        "INSERT INTO items VALUES {}",
-        random_row(&mut rng, 1_000_001)
-    ))
-    .unwrap();
-    b.query_drop("BEGIN").unwrap();
-    b.query_drop("UPDATE items SET val = 42 WHERE id = 1")
-        .unwrap();
-
+    load(&mut admin, &mut oracle, &mut rng, 5000);
+    let (mut a, mut b, _) = open_transactions(&proxy, &db, &mut rng);
     let job: u64 = admin
         .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
         .unwrap()
         .expect("a job id");
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (stop, db) = (Arc::clone(&stop), db.clone());
-        let mut through = proxy.connect(Some(&db));
-        let mut oracle = cluster().direct(1, Some(&db));
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 1);
-        std::thread::spawn(move || {
-            let mut writes = 0;
-            while !stop.load(Ordering::Relaxed) {
-                // Odd ids of the moved partition, but not the two the
-                // open transactions write.
-                let id = rng.random_range(1..3000i64) * 2 + 1;
-                let sql = match rng.random_range(0..4) {
-                    0 => format!("REPLACE INTO items VALUES {}", random_row(&mut rng, id)),
-                    1 => format!("DELETE FROM items WHERE id = {id}"),
-                    2 => format!("UPDATE items SET val = val + 1, note = 'upd' WHERE id = {id}"),
-                    _ => {
-                        let row = random_row(&mut rng, id + 2_000_000);
-                        format!("INSERT IGNORE INTO items VALUES {row}")
-                    }
-                };
-                both(&mut through, &mut oracle, &sql);
-                writes += 1;
-            }
-            writes
-        })
-    };
+    // Odd ids of the moved partition, but not the two the open
+    // transactions write.
+    let writer = writer(
+        &proxy,
+        &db,
+        seed ^ 1,
+        |rng| rng.random_range(1..3000i64) * 2 + 1,
+        &stop,
+    );
     std::thread::sleep(Duration::from_millis(300));
     a.query_drop("COMMIT").unwrap();
     b.query_drop("COMMIT").unwrap();
@@ -229,7 +275,18 @@ fn a_partition_moves_while_clients_write_and_no_committed_change_is_lost() {
     assert!(tables_on(2, &db).contains(&"items_odd".to_string()));
     let on_one = tables_on(1, &db);
     assert!(!on_one.contains(&"items_odd".to_string()), "{on_one:?}");
-    assert!(on_one.iter().any(|t| t.starts_with("_hscale_retired_")));
+    // Retired where no client lists it: the dictionary's schema.
+    let retired = tables_on(1, "hscale");
+    assert!(
+        retired
+            .iter()
+            .any(|t| t == &format!("_hscale_retired_{job}_items_odd")),
+        "{retired:?}"
+    );
+    assert!(
+        !on_one.iter().any(|t| t.starts_with("_hscale_")),
+        "{on_one:?}"
+    );
     let mut two = cluster().direct(2, Some(&db));
     let odd: Vec<i64> = two.query("SELECT id FROM items_odd").unwrap();
     assert!(odd.iter().all(|id| id % 2 != 0));
@@ -257,23 +314,324 @@ fn a_move_that_cannot_run_is_refused_with_its_reason_and_changes_nothing() {
     admin
         .query_drop("HSCALE SETUP_TABLE('nokey', 'id', 'nokey_default', 1, 'MOD(2)')")
         .unwrap();
-    admin
-        .query_drop("HSCALE ADD_PARTITION('nokey', 'odd', 1, 1)")
-        .unwrap();
-    let refused = |admin: &mut Conn, sql: &str| match admin.query_drop(sql) {
-        Err(mysql::Error::MySqlError(e)) => (e.code, e.message),
-        other => panic!("{sql}: expected a refusal, got {other:?}"),
-    };
-    // A unique key of a nullable column names no row.
-    let (code, message) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'odd', 2)");
-    assert_eq!(code, 1235, "{message}");
-    assert!(message.contains("neither a primary key"), "{message}");
-    let (code, message) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'odd', 1)");
+    // A unique key of a nullable column names no row: a split moves the
+    // rows during its fence instead of copying them while they change...
+    let added = admin
+        .query_iter("HSCALE ADD_PARTITION('nokey', 'odd', 1, 1)")
+        .unwrap()
+        .affected_rows();
+    assert_eq!(added, 2, "ids 1 and 3 are odd");
+    // ... and a move of a partition is refused.
+    for sql in [
+        "HSCALE MOVE_PARTITION('nokey', 'odd', 2)",
+        "HSCALE MOVE_PARTITION('nokey', '(default)', 2)",
+    ] {
+        let (code, message) = refusal(&mut admin, sql);
+        assert_eq!(code, 1235, "{sql}: {message}");
+        assert!(message.contains("neither a primary key"), "{message}");
+    }
+    let (code, message) = refusal(&mut admin, "HSCALE MOVE_PARTITION('nokey', '(default)', 1)");
     assert_eq!(code, 1210, "{message}");
     assert!(message.contains("on backend 1 already"), "{message}");
-    let (code, _) = refused(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'none', 2)");
+    let (code, _) = refusal(&mut admin, "HSCALE MOVE_PARTITION('nokey', 'none', 2)");
     assert_eq!(code, 1210);
-    assert!(!tables_on(2, &db).contains(&"nokey_odd".to_string()));
+    assert!(!tables_on(2, &db).iter().any(|t| t.starts_with("nokey")));
+    assert_eq!(tables_on(1, &db), ["nokey_default", "nokey_odd"]);
+    let odd: Vec<i64> = direct
+        .query("SELECT id FROM nokey_odd ORDER BY id")
+        .unwrap();
+    assert_eq!(odd, [1, 3]);
+    let even: u64 = direct
+        .query_first("SELECT COUNT(*) FROM nokey_default")
+        .unwrap()
+        .unwrap();
+    assert_eq!(even, 0);
     let rows: Vec<Row> = admin.query("SELECT * FROM nokey").unwrap();
     assert_eq!(rows.len(), 2);
+}
+
+/// The issue's lost writes, for a split: ADD_PARTITION of a value the
+/// default table holds rows of, while transactions that were open before
+/// it commit during its copy and a writer changes rows that move and rows
+/// that stay.
+#[test]
+fn a_split_of_a_table_with_rows_loses_no_committed_write() {
+    let seed = seed();
+    let db = cluster().database("moves_split");
+    let proxy = Proxy::for_cluster();
+    let mut admin = items(&proxy, &db, "MOD(2)", &[]);
+    let mut direct = cluster().direct(1, Some(&db));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    load(&mut admin, &mut oracle, &mut rng, 5000);
+    let (mut a, mut b, a_row) = open_transactions(&proxy, &db, &mut rng);
+    let split = {
+        let mut admin = proxy.connect(Some(&db));
+        std::thread::spawn(move || {
+            admin
+                .query_iter("HSCALE ADD_PARTITION('items', 'odd', 1, 2)")
+                .map(|answer| answer.affected_rows())
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // Rows that move (odd) and rows that stay (even), but not the two the
+    // open transactions write.
+    let writer = writer(
+        &proxy,
+        &db,
+        seed ^ 2,
+        |rng| rng.random_range(2..5000i64),
+        &stop,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    a.query_drop("COMMIT").unwrap();
+    b.query_drop("COMMIT").unwrap();
+    let moved = split.join().unwrap().expect("the split ends well");
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(
+        writes > 10,
+        "the writer ran during the split ({writes} writes)"
+    );
+    assert!(moved >= 2000, "about half the rows moved: {moved}");
+
+    oracle
+        .query_drop(format!("INSERT INTO oracle_items VALUES {a_row}"))
+        .unwrap();
+    oracle
+        .query_drop("UPDATE oracle_items SET val = 42 WHERE id = 1")
+        .unwrap();
+    let through = values(all_rows(&mut admin, "items"));
+    let expected = values(all_rows(&mut oracle, "oracle_items"));
+    assert_eq!(through.len(), expected.len(), "row count (seed {seed})");
+    for (got, want) in through.iter().zip(&expected) {
+        assert_eq!(got, want, "seed {seed}");
+    }
+    // On the backends: each row in the one table its value routes to, the
+    // old default table retired, the split's rest gone into its place.
+    let mut two = cluster().direct(2, Some(&db));
+    let odd: Vec<i64> = two.query("SELECT id FROM items_odd").unwrap();
+    assert!(odd.iter().all(|id| id % 2 != 0));
+    let even: Vec<i64> = direct.query("SELECT id FROM items_default").unwrap();
+    assert!(even.iter().all(|id| id % 2 == 0));
+    assert_eq!(odd.len() + even.len(), expected.len());
+    let own = tables_on(1, "hscale");
+    assert!(
+        own.iter()
+            .any(|t| t.ends_with("_items_default") && t.starts_with("_hscale_retired_")),
+        "{own:?}"
+    );
+    assert!(
+        !own.iter().any(|t| t.starts_with("_hscale_rest_")),
+        "{own:?}"
+    );
+}
+
+/// SPLIT_PARTITION takes one value of a partition that has several to a
+/// partition of its own on another backend, while a writer changes rows of
+/// both values; a partition's only value is refused (a move does that).
+#[test]
+fn a_value_splits_off_a_partition_while_it_is_written() {
+    let seed = seed();
+    let db = cluster().database("moves_split_partition");
+    let proxy = Proxy::for_cluster();
+    let mut admin = items(&proxy, &db, "MOD(4)", &["'pair', 1, 1", "'pair', 3, 1"]);
+    let mut direct = cluster().direct(1, Some(&db));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    load(&mut admin, &mut oracle, &mut rng, 3000);
+    let (code, message) = refusal(
+        &mut admin,
+        "HSCALE SPLIT_PARTITION('items', 'default', 'x', 0, 2)",
+    );
+    assert_eq!(code, 1210, "{message}");
+    let job: u64 = admin
+        .query_first("HSCALE SPLIT_PARTITION('items', 'pair', 'three', 3, 2)")
+        .unwrap()
+        .expect("a job id");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = writer(
+        &proxy,
+        &db,
+        seed ^ 3,
+        |rng| rng.random_range(0..3000i64),
+        &stop,
+    );
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let through = values(all_rows(&mut admin, "items"));
+    let expected = values(all_rows(&mut oracle, "oracle_items"));
+    assert_eq!(through, expected, "seed {seed}");
+    let pair: Vec<i64> = direct.query("SELECT id FROM items_pair").unwrap();
+    assert!(pair.iter().all(|id| id % 4 == 1), "only 1 stays");
+    let mut two = cluster().direct(2, Some(&db));
+    let three: Vec<i64> = two.query("SELECT id FROM items_three").unwrap();
+    assert!(!three.is_empty() && three.iter().all(|id| id % 4 == 3));
+    let lookup: Vec<Row> = admin.query("HSCALE LOOKUP('items', 7)").unwrap();
+    assert_eq!(lookup[0].get::<String, _>("partition").unwrap(), "three");
+    let (code, message) = refusal(
+        &mut admin,
+        "HSCALE SPLIT_PARTITION('items', 'pair', 'one', 1, 2)",
+    );
+    assert_eq!(code, 1210);
+    assert!(message.contains("MOVE_PARTITION"), "{message}");
+}
+
+/// `items` in a new database with `rows` random rows written on backend 1
+/// (quicker than through hscale), then set up MOD(2) with the odd ids in a
+/// partition on backend 1, through `proxy`.
+fn odd_items(proxy: &Proxy, name: &str, seed: u64, rows: i64) -> (String, Conn) {
+    let db = cluster().database(name);
+    let mut direct = cluster().direct(1, Some(&db));
+    direct.query_drop(ITEMS).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for start in (0..rows).step_by(1000) {
+        let batch: Vec<String> = (start..rows.min(start + 1000))
+            .map(|id| random_row(&mut rng, id))
+            .collect();
+        direct
+            .query_drop(format!("INSERT INTO items VALUES {}", batch.join(", ")))
+            .unwrap();
+    }
+    direct
+        .query_drop("CREATE TABLE oracle_items AS SELECT * FROM items WHERE id % 2 = 1")
+        .unwrap();
+    let mut admin = proxy.connect(Some(&db));
+    admin
+        .query_drop("HSCALE SETUP_TABLE('items', 'id', 'items_default', 1, 'MOD(2)')")
+        .unwrap();
+    admin
+        .query_drop("HSCALE ADD_PARTITION('items', 'odd', 1, 1)")
+        .unwrap();
+    (db, direct)
+}
+
+/// A move survives the instance that ran it: the instance stops in the
+/// middle of the copy (its tasks end where they are, its connections
+/// close), and another takes the job over once its heartbeat is older than
+/// the lease, raises its epoch and resumes from the checkpoint. Every row
+/// is at the destination once, and nowhere else.
+#[test]
+fn a_move_survives_the_instance_that_ran_it() {
+    let seed = seed();
+    let first = Proxy::for_cluster();
+    let (db, mut direct) = odd_items(&first, "moves_takeover", seed, 40_000);
+    let mut admin = first.connect(Some(&db));
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    let mut main = cluster().direct(1, None);
+    let progress = |main: &mut Conn| -> (u64, u64, String) {
+        main.exec_first(
+            "SELECT rows_copied, epoch, phase FROM hscale.moves WHERE id = ?",
+            (job,),
+        )
+        .unwrap()
+        .unwrap()
+    };
+    let started = Instant::now();
+    while progress(&mut main).0 < 3000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the copy does not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(admin);
+    drop(first);
+    let (copied, _, phase) = progress(&mut main);
+    assert_eq!(phase, "copying", "stopped during the copy ({copied} rows)");
+
+    let second = Proxy::for_cluster();
+    let mut admin = second.connect(Some(&db));
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    let (_, epoch, _) = progress(&mut main);
+    assert!(
+        epoch >= 2,
+        "another instance took the job over (epoch {epoch})"
+    );
+    let through = values(
+        admin
+            .query("SELECT * FROM items WHERE id % 2 = 1 ORDER BY id")
+            .unwrap(),
+    );
+    let expected = values(all_rows(&mut direct, "oracle_items"));
+    assert_eq!(through.len(), expected.len(), "seed {seed}");
+    assert!(through == expected, "seed {seed}");
+    let mut two = cluster().direct(2, Some(&db));
+    let at_two: u64 = two
+        .query_first("SELECT COUNT(*) FROM items_odd")
+        .unwrap()
+        .unwrap();
+    assert_eq!(at_two as usize, expected.len());
+    assert!(!tables_on(1, &db).contains(&"items_odd".to_string()));
+    let progress_rows: u64 = two
+        .exec_first(
+            "SELECT COUNT(*) FROM hscale.move_progress WHERE job = ?",
+            (job,),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(progress_rows, 0, "the checkpoint is forgotten");
+}
+
+/// CANCEL_MOVE stops a move before its switch: the job ends `cancelled`,
+/// the tables it wrote are gone, the partition is served from where it was
+/// and takes writes; a job that is over cannot be cancelled.
+#[test]
+fn a_cancelled_move_leaves_the_partition_where_it_was() {
+    let seed = seed();
+    let proxy = Proxy::for_cluster();
+    let (db, mut direct) = odd_items(&proxy, "moves_cancel", seed, 30_000);
+    let mut admin = proxy.connect(Some(&db));
+    let before = values(all_rows(&mut admin, "items"));
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    let started = Instant::now();
+    loop {
+        let rows: Vec<Row> = admin.query("HSCALE SHOW_MOVES").unwrap();
+        let copied: u64 = rows
+            .iter()
+            .find(|r| r.get::<u64, _>("job") == Some(job))
+            .and_then(|r| r.get("rows_copied"))
+            .unwrap();
+        if copied >= 1000 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    admin
+        .query_drop(format!("HSCALE CANCEL_MOVE({job})"))
+        .unwrap();
+    let started = Instant::now();
+    let (phase, error) = loop {
+        let (phase, error) = move_phase(&mut admin, job);
+        if phase != "copying" && phase != "catching_up" && phase != "fencing" {
+            break (phase, error);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "still {phase}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(phase, "cancelled", "{error:?}");
+    assert!(!tables_on(2, &db).contains(&"items_odd".to_string()));
+    assert!(tables_on(1, &db).contains(&"items_odd".to_string()));
+    assert_eq!(values(all_rows(&mut admin, "items")), before);
+    admin
+        .query_drop("UPDATE items SET val = 7 WHERE id = 1")
+        .unwrap();
+    let val: i32 = direct
+        .query_first("SELECT val FROM items_odd WHERE id = 1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(val, 7, "the partition is written where it was");
+    let refused = admin.query_drop(format!("HSCALE CANCEL_MOVE({job})"));
+    assert!(
+        matches!(refused, Err(mysql::Error::MySqlError(ref e)) if e.code == 1210),
+        "{refused:?}"
+    );
 }

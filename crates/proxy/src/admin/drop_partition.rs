@@ -17,6 +17,7 @@ pub async fn run(
     let mut lock = AdminLock::take(shared).await?;
     let dictionary = current(shared, &mut lock).await?;
     let t = partitioned(&dictionary, &table)?;
+    crate::moves::refuse_while_moving(shared, &mut lock.conn, &table).await?;
     let entries: Vec<_> = t.partition(&partition).collect();
     let Some(backend) = entries.first().map(|e| e.backend) else {
         return Err(AdminError::Invalid(format!("{table} has no partition '{partition}'")).into());

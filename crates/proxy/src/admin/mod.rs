@@ -120,10 +120,18 @@ pub async fn execute(
             partition,
             backend,
         } => crate::moves::start(shared, resolve(&table, caller)?, partition, backend).await,
+        AdminCommand::SplitPartition {
+            table,
+            partition,
+            into,
+            value,
+            backend,
+        } => {
+            let table = resolve(&table, caller)?;
+            add_partition::split(shared, table, partition, into, value, backend).await
+        }
         AdminCommand::ShowMoves => crate::moves::show(shared).await,
-        AdminCommand::CancelMove { .. } => Err(ProxyError::NotSupported {
-            what: "HSCALE CANCEL_MOVE",
-        }),
+        AdminCommand::CancelMove { job } => crate::moves::cancel(shared, job).await,
         AdminCommand::ShowPartitions { table } => {
             show::partitions(shared, &resolve(&table, caller)?)
         }
@@ -166,7 +174,7 @@ async fn current(shared: &Shared, lock: &mut AdminLock) -> Result<Dictionary, Pr
     store::load(&mut lock.conn, &shared.dictionary).await
 }
 
-fn partitioned<'d>(
+pub(crate) fn partitioned<'d>(
     dictionary: &'d Dictionary,
     table: &TableName,
 ) -> Result<&'d PartitionedTable, AdminError> {

@@ -45,6 +45,7 @@ impl SchemaLock {
                 .into())
             }
         };
+        crate::moves::refuse_while_moving(shared, &mut admin.conn, &change.table).await?;
         if let SchemaEffect::Renamed(new) = &change.effect {
             let main = shared.main;
             let mut conn = own_connection(shared, main).await?;

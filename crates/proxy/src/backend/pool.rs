@@ -26,8 +26,11 @@ use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 use crate::tls::ToBackend;
 
-/// At most this many connections of hscale's own per backend.
-const OWN_CONNECTIONS: usize = 8;
+/// At most this many connections of hscale's own per backend: the
+/// dictionary's, admin commands', and a move's (up to six on its source:
+/// the job, the snapshot reads, the binlog dump, a split's rest, the fence
+/// and a dictionary reload).
+const OWN_CONNECTIONS: usize = 16;
 
 /// A connection idle longer than this has its socket read before use; a
 /// shorter idle one is trusted to the reactor's word (`BackendStream::is_stale`).

@@ -63,13 +63,19 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // The partition column's collation, which its strings fold by; NULL
         // for tables set up before hscale read it (folded as then).
         format!("ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS column_collation VARCHAR(64) NULL"),
+        // 'fenced' while a move switches the default table (statements on
+        // it wait), else 'active'.
+        format!("ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS default_state VARCHAR(16) NOT NULL DEFAULT 'active'"),
         // The next id of each partitioned table's AUTO_INCREMENT column;
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
-        // Online moves (MOVE_PARTITION): one row per job, owned by the
-        // instance that runs it; its progress as of its last chunk.
-        format!("CREATE TABLE IF NOT EXISTS {s}.moves (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NOT NULL, source_backend INT UNSIGNED NOT NULL, destination_backend INT UNSIGNED NOT NULL, phase VARCHAR(16) NOT NULL, owner VARCHAR(64) NOT NULL, heartbeat DATETIME(6) NOT NULL, rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0, rows_estimated BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_verified BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_repaired BIGINT UNSIGNED NOT NULL DEFAULT 0, lag_bytes BIGINT UNSIGNED NOT NULL DEFAULT 0, fence_attempts INT UNSIGNED NOT NULL DEFAULT 0, last_fence_ms INT UNSIGNED NULL, retired_table VARCHAR(64) NULL, last_error TEXT NULL, started DATETIME(6) NOT NULL, finished DATETIME(6) NULL) {options}"),
+        // Online moves (MOVE_PARTITION, splits): one row per job, owned by
+        // the instance that runs it; its progress as of its last chunk. A
+        // split names the value it takes and the partition it goes to. The
+        // owner's epoch goes up with each takeover; an owner writes only
+        // while its epoch is the row's.
+        format!("CREATE TABLE IF NOT EXISTS {s}.moves (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, partition_name VARCHAR(64) NOT NULL, source_backend INT UNSIGNED NOT NULL, destination_backend INT UNSIGNED NOT NULL, phase VARCHAR(16) NOT NULL, owner VARCHAR(64) NOT NULL, heartbeat DATETIME(6) NOT NULL, rows_copied BIGINT UNSIGNED NOT NULL DEFAULT 0, rows_estimated BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_verified BIGINT UNSIGNED NOT NULL DEFAULT 0, chunks_repaired BIGINT UNSIGNED NOT NULL DEFAULT 0, lag_bytes BIGINT UNSIGNED NOT NULL DEFAULT 0, fence_attempts INT UNSIGNED NOT NULL DEFAULT 0, last_fence_ms INT UNSIGNED NULL, retired_table VARCHAR(200) NULL, last_error TEXT NULL, started DATETIME(6) NOT NULL, finished DATETIME(6) NULL, split_value VARCHAR(255) NULL, into_partition VARCHAR(64) NULL, into_existing BOOLEAN NOT NULL DEFAULT FALSE, keyless BOOLEAN NOT NULL DEFAULT FALSE, epoch BIGINT UNSIGNED NOT NULL DEFAULT 1, cancel BOOLEAN NOT NULL DEFAULT FALSE) {options}"),
     ] {
         exec(conn, &sql).await?;
     }
@@ -96,7 +102,7 @@ pub async fn load(
     exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
     let read = async {
         let version = read_version(conn, schema).await?;
-        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation FROM {s}.tables")).await?;
+        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation, default_state FROM {s}.tables")).await?;
         let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
         let changing = exec(
             conn,
@@ -157,6 +163,9 @@ pub async fn load(
             folding,
         };
         let mut table = PartitionedTable::new(definition, entries);
+        if t(11) == PartitionState::Fenced.name() {
+            table.fence_default();
+        }
         table.changing = (0..changing.len()).any(|c| {
             text(&changing, c, 0) == table.table.db && text(&changing, c, 1) == table.table.name
         });
@@ -178,6 +187,27 @@ pub async fn change(
     }
     bump(conn, schema).await?;
     exec(conn, "COMMIT").await.map(drop)
+}
+
+/// Changes the dictionary as `change` does, only while `condition` (a
+/// SELECT of one value, which locks what it reads) answers 1; false, and
+/// nothing changed, otherwise.
+pub async fn change_if(
+    conn: &mut BackendConn,
+    schema: &str,
+    condition: &str,
+    statements: &[String],
+) -> Result<bool, ProxyError> {
+    exec(conn, "START TRANSACTION").await?;
+    if text(&exec(conn, condition).await?, 0, 0) != "1" {
+        exec(conn, "ROLLBACK").await?;
+        return Ok(false);
+    }
+    for sql in statements {
+        exec(conn, sql).await?;
+    }
+    bump(conn, schema).await?;
+    exec(conn, "COMMIT").await.map(|_| true)
 }
 
 /// Bumps the version; run inside the transaction that made the change.

@@ -1,11 +1,22 @@
-//! The copy and the applier of one move, on two connections of hscale's
-//! own: the source's, which reads chunks each in a consistent snapshot, and
-//! the destination's, which writes them and the binlog's changes. The
-//! destination keeps the move's checkpoint (`move_checkpoints`) and
-//! changes it in the transaction of each write, so that a move killed at
-//! any point resumes where its last write left it.
+//! The copy and the applier of one move, on connections of hscale's own:
+//! the source's, which reads chunks each in a consistent snapshot, and one
+//! per part the move writes (a move has one, a split two: the rows it takes
+//! and the rest), which write the chunks' rows and the binlog's changes.
+//! The first part's destination keeps the move's checkpoint
+//! (`move_progress`) and changes it in the transaction of each write,
+//! after the other parts have committed theirs: a move killed at any point
+//! resumes from a checkpoint no part is behind, and applying a change again
+//! ends where it ended (see hscale_moves::apply).
+//!
+//! Every part's server has a row of the job with the owner's epoch; each
+//! write transaction locks it first and goes on only while it holds this
+//! owner's epoch. An instance that takes the job over raises the epoch on
+//! every part before it reads the checkpoint, which waits for a transaction
+//! the old owner has open: an old owner that wakes up writes nothing more.
 
-use hscale_moves::{BinlogPosition, Decoded, EveryRow, MoveError, MovedTable, TextValue, Watched};
+use hscale_moves::{
+    BinlogPosition, Checksum, Decoded, MoveError, MovedTable, RowFilter, TextValue, Watched,
+};
 
 use super::binlog::{position_of, BinlogDump};
 use crate::backend::BackendConn;
@@ -27,13 +38,27 @@ pub struct Checkpoint {
 /// How many source transactions the applier groups into one of its own.
 const TRANSACTIONS_PER_COMMIT: usize = 200;
 
+/// One table a move writes: the rows of the source its filter takes.
+pub struct Part {
+    /// Its `destination` is this part's table.
+    pub table: MovedTable,
+    pub filter: Box<dyn RowFilter>,
+    pub slot: usize,
+}
+
+struct Writer {
+    part: Part,
+    conn: Box<BackendConn>,
+}
+
 pub struct Copy {
     pub job: u64,
-    pub table: MovedTable,
+    epoch: u64,
     watched: Watched,
     source_slot: usize,
     source: Box<BackendConn>,
-    dest: Box<BackendConn>,
+    /// The first keeps the checkpoint.
+    writers: Vec<Writer>,
     dump: Option<BinlogDump>,
     pub checkpoint: Checkpoint,
     pub chunks_verified: u64,
@@ -77,36 +102,50 @@ fn decode_key(text: &str) -> Option<Vec<TextValue>> {
 }
 
 impl Copy {
-    /// Opens both sides and reads the checkpoint the destination holds
-    /// (a new one if this is the move's first start).
+    /// Opens the source and every part, and reads the checkpoint the first
+    /// part's destination holds (a new one if this is the move's first
+    /// start).
     pub async fn open(
         shared: &Shared,
         job: u64,
-        table: MovedTable,
+        epoch: u64,
+        parts: Vec<Part>,
         watched: Watched,
         source_slot: usize,
-        dest_slot: usize,
     ) -> Result<Copy, ProxyError> {
         let source = raw_connection(shared, source_slot).await?;
-        let mut dest = raw_connection(shared, dest_slot).await?;
+        let mut writers = Vec::with_capacity(parts.len());
+        for part in parts {
+            let conn = raw_connection(shared, part.slot).await?;
+            writers.push(Writer { part, conn });
+        }
+        if writers.is_empty() {
+            return Err(MoveError::Unsupported("a move without a destination".into()).into());
+        }
         let schema = ident(&shared.dictionary.schema);
-        exec(
-            &mut dest,
-            &format!("CREATE DATABASE IF NOT EXISTS {schema}"),
-        )
-        .await?;
-        exec(&mut dest, &format!("CREATE TABLE IF NOT EXISTS {schema}.move_checkpoints (job BIGINT UNSIGNED NOT NULL PRIMARY KEY, copied_key LONGTEXT NULL, copy_done BOOLEAN NOT NULL, applied VARCHAR(600) NULL, rows_copied BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB")).await?;
-        let checkpoints = format!("{schema}.move_checkpoints");
+        let checkpoints = format!("{schema}.move_progress");
+        for (part, w) in writers.iter_mut().enumerate() {
+            let conn = &mut w.conn;
+            exec(conn, &format!("CREATE DATABASE IF NOT EXISTS {schema}")).await?;
+            exec(conn, &format!("CREATE TABLE IF NOT EXISTS {checkpoints} (job BIGINT UNSIGNED NOT NULL, part TINYINT UNSIGNED NOT NULL, epoch BIGINT UNSIGNED NOT NULL, copied_key LONGTEXT NULL, copy_done BOOLEAN NOT NULL, applied VARCHAR(600) NULL, rows_copied BIGINT UNSIGNED NOT NULL, PRIMARY KEY (job, part)) ENGINE=InnoDB")).await?;
+            exec(conn, &format!("INSERT INTO {checkpoints} (job, part, epoch, copy_done, rows_copied) VALUES ({job}, {part}, {epoch}, FALSE, 0) ON DUPLICATE KEY UPDATE epoch = IF(epoch <= {epoch}, {epoch}, epoch)")).await?;
+            let held = exec(
+                conn,
+                &format!("SELECT epoch FROM {checkpoints} WHERE job = {job} AND part = {part}"),
+            )
+            .await?;
+            if store::text(&held, 0, 0) != epoch.to_string() {
+                return Err(MoveError::Superseded { job }.into());
+            }
+        }
+        let dest = &mut writers[0].conn;
         let rows = exec(
-            &mut dest,
-            &format!("SELECT copied_key, copy_done, applied, rows_copied FROM {checkpoints} WHERE job = {job}"),
+            dest,
+            &format!("SELECT copied_key, copy_done, applied, rows_copied FROM {checkpoints} WHERE job = {job} AND part = 0"),
         )
         .await?;
         let checkpoint = match rows.first() {
-            None => {
-                exec(&mut dest, &format!("INSERT INTO {checkpoints} (job, copy_done, rows_copied) VALUES ({job}, FALSE, 0)")).await?;
-                Checkpoint::default()
-            }
+            None => Checkpoint::default(),
             Some(row) => Checkpoint {
                 copied_key: row[0]
                     .as_deref()
@@ -120,11 +159,11 @@ impl Copy {
         };
         Ok(Copy {
             job,
-            table,
+            epoch,
             watched,
             source_slot,
             source,
-            dest,
+            writers,
             dump: None,
             checkpoint,
             chunks_verified: 0,
@@ -132,6 +171,11 @@ impl Copy {
             checkpoints,
             fence_rename: None,
         })
+    }
+
+    /// The source's side of the statements: every part reads the same.
+    fn source_table(&self) -> &MovedTable {
+        &self.writers[0].part.table
     }
 
     /// The checkpoint's UPDATE, run in the transaction of a write.
@@ -146,9 +190,27 @@ impl Copy {
             .as_ref()
             .map_or("NULL".into(), |p| text_literal(&p.to_string()));
         format!(
-            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {applied}, rows_copied = {} WHERE job = {}",
+            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {applied}, rows_copied = {} WHERE job = {} AND part = 0",
             self.checkpoints, c.copy_done, c.rows_copied, self.job
         )
+    }
+
+    /// Starts a write transaction on part `i`, which goes on only while
+    /// this owner's epoch is the part's (the row stays locked until the
+    /// transaction ends).
+    async fn begin(&mut self, i: usize) -> Result<(), ProxyError> {
+        let (job, epoch) = (self.job, self.epoch);
+        let lock = format!(
+            "SELECT epoch FROM {} WHERE job = {job} AND part = {i} FOR UPDATE",
+            self.checkpoints
+        );
+        let conn = &mut self.writers[i].conn;
+        exec(conn, "START TRANSACTION").await?;
+        if store::text(&exec(conn, &lock).await?, 0, 0) != epoch.to_string() {
+            exec(conn, "ROLLBACK").await?;
+            return Err(MoveError::Superseded { job }.into());
+        }
+        Ok(())
     }
 
     /// Starts the binlog dump where the applier stands, or at `snapshot`
@@ -208,68 +270,94 @@ impl Copy {
         )?;
         self.dump(shared, &snapshot).await?;
         let after = self.checkpoint.copied_key.clone();
-        let chunk = exec(
-            &mut self.source,
-            &self.table.chunk_query(after.as_deref(), rows),
-        )
-        .await?;
+        let chunk_query = self.source_table().chunk_query(after.as_deref(), rows);
+        let chunk = exec(&mut self.source, &chunk_query).await?;
         let Some(last) = chunk.last() else {
             self.checkpoint.copy_done = true;
             self.apply_until(&snapshot).await?;
             return Ok(false);
         };
-        let up_to = self.table.key_of(last);
-        exec(&mut self.dest, "START TRANSACTION").await?;
-        if let Some(sql) = self.table.copy_statement(&chunk) {
-            exec(&mut self.dest, &sql).await?;
-        }
+        let up_to = self.source_table().key_of(last);
         self.checkpoint.copied_key = Some(up_to.clone());
         self.checkpoint.rows_copied += chunk.len() as u64;
-        let save = self.save_statement();
-        exec(&mut self.dest, &save).await?;
-        exec(&mut self.dest, "COMMIT").await?;
+        self.write_chunk(&chunk, None).await?;
         // The destination at the snapshot's position: the chunk must read
         // the same on both sides.
         self.apply_until(&snapshot).await?;
-        let source_sum = exec(
-            &mut self.source,
-            &self.table.checksum_query(false, after.as_deref(), &up_to),
-        )
-        .await?;
-        let dest_sum = exec(
-            &mut self.dest,
-            &self.table.checksum_query(true, after.as_deref(), &up_to),
-        )
-        .await?;
-        if source_sum != dest_sum {
+        let range = (after.as_deref(), up_to.as_slice());
+        if self.source_sum(range).await? != self.parts_sum(range).await? {
             tracing::warn!(
                 job = self.job,
                 "a chunk differs on the destination: copied again"
             );
-            let again = exec(
-                &mut self.source,
-                &self.table.chunk_query(after.as_deref(), chunk.len()),
-            )
-            .await?;
-            exec(&mut self.dest, "START TRANSACTION").await?;
-            exec(
-                &mut self.dest,
-                &self.table.clear_statement(after.as_deref(), &up_to),
-            )
-            .await?;
-            if let Some(sql) = self.table.copy_statement(&again) {
-                exec(&mut self.dest, &sql).await?;
-            }
-            exec(&mut self.dest, "COMMIT").await?;
+            let again_query = self
+                .source_table()
+                .chunk_query(after.as_deref(), chunk.len());
+            let again = exec(&mut self.source, &again_query).await?;
+            self.write_chunk(&again, Some(range)).await?;
             self.chunks_repaired += 1;
         }
         self.chunks_verified += 1;
         Ok(true)
     }
 
+    /// Writes a chunk's rows to the parts that take them, each in a
+    /// transaction, the first last with the checkpoint; with `clear`,
+    /// the chunk's key range is emptied first.
+    async fn write_chunk(
+        &mut self,
+        chunk: &[Vec<TextValue>],
+        clear: Option<(Option<&[TextValue]>, &[TextValue])>,
+    ) -> Result<(), ProxyError> {
+        let save = self.save_statement();
+        for i in (0..self.writers.len()).rev() {
+            self.begin(i).await?;
+            let w = &mut self.writers[i];
+            if let Some((after, up_to)) = clear {
+                exec(&mut w.conn, &w.part.table.clear_statement(after, up_to)).await?;
+            }
+            let taken = chunk.iter().filter(|row| w.part.filter.takes_text(row));
+            if let Some(sql) = w.part.table.copy_statement(taken) {
+                exec(&mut w.conn, &sql).await?;
+            }
+            if i == 0 {
+                exec(&mut w.conn, &save).await?;
+            }
+            exec(&mut w.conn, "COMMIT").await?;
+        }
+        Ok(())
+    }
+
+    async fn source_sum(
+        &mut self,
+        (after, up_to): (Option<&[TextValue]>, &[TextValue]),
+    ) -> Result<Option<Checksum>, ProxyError> {
+        let sql = self.source_table().checksum_query(false, after, up_to);
+        let rows = exec(&mut self.source, &sql).await?;
+        Ok(rows.first().and_then(|r| Checksum::parse(r)))
+    }
+
+    /// The parts' sums over a key range, added up: what the source's is
+    /// when every row is in the one part that takes it.
+    async fn parts_sum(
+        &mut self,
+        (after, up_to): (Option<&[TextValue]>, &[TextValue]),
+    ) -> Result<Option<Checksum>, ProxyError> {
+        let mut total = Checksum::default();
+        for w in &mut self.writers {
+            let sql = w.part.table.checksum_query(true, after, up_to);
+            let rows = exec(&mut w.conn, &sql).await?;
+            match rows.first().and_then(|r| Checksum::parse(r)) {
+                Some(sum) => total = total.and(sum),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(total))
+    }
+
     /// Applies the source's changes until the applier reaches `target`, a
     /// transaction's end; each group of transactions commits on the
-    /// destination with the checkpoint.
+    /// destinations, the checkpoint's last.
     pub async fn apply_until(&mut self, target: &BinlogPosition) -> Result<(), ProxyError> {
         if self.dump.is_none() {
             return Ok(());
@@ -281,20 +369,21 @@ impl Copy {
             match dump.next().await? {
                 Decoded::Rows(changes) => {
                     if !open {
-                        exec(&mut self.dest, "START TRANSACTION").await?;
+                        for i in 0..self.writers.len() {
+                            self.begin(i).await?;
+                        }
                         open = true;
                     }
-                    for sql in self.table.apply_statements(&changes, &EveryRow)? {
-                        exec(&mut self.dest, &sql).await?;
+                    for w in &mut self.writers {
+                        for sql in w.part.table.apply_statements(&changes, &*w.part.filter)? {
+                            exec(&mut w.conn, &sql).await?;
+                        }
                     }
                 }
                 Decoded::Commit => {
                     transactions += 1;
                     if open && transactions >= TRANSACTIONS_PER_COMMIT {
-                        self.checkpoint.applied = Some(self.applied_to().clone());
-                        let save = self.save_statement();
-                        exec(&mut self.dest, &save).await?;
-                        exec(&mut self.dest, "COMMIT").await?;
+                        self.commit_applied(true).await?;
                         open = false;
                         transactions = 0;
                     }
@@ -313,13 +402,27 @@ impl Copy {
                 Decoded::Other => {}
             }
         }
+        self.commit_applied(open).await
+    }
+
+    /// Commits what was applied, the first part last with the checkpoint;
+    /// `open`: the parts have a transaction open.
+    async fn commit_applied(&mut self, open: bool) -> Result<(), ProxyError> {
         self.checkpoint.applied = Some(self.applied_to().clone());
-        if !open {
-            exec(&mut self.dest, "START TRANSACTION").await?;
-        }
         let save = self.save_statement();
-        exec(&mut self.dest, &save).await?;
-        exec(&mut self.dest, "COMMIT").await.map(drop)
+        for i in (0..self.writers.len()).rev() {
+            if i == 0 && !open {
+                self.begin(0).await?;
+            }
+            let conn = &mut self.writers[i].conn;
+            if i == 0 {
+                exec(conn, &save).await?;
+            }
+            if open || i == 0 {
+                exec(conn, "COMMIT").await?;
+            }
+        }
+        Ok(())
     }
 
     fn applied_to(&self) -> &BinlogPosition {
@@ -342,12 +445,11 @@ impl Copy {
 
     /// Forgets the checkpoint once the move is over.
     pub async fn finish(mut self) -> Result<(), ProxyError> {
-        exec(
-            &mut self.dest,
-            &format!("DELETE FROM {} WHERE job = {}", self.checkpoints, self.job),
-        )
-        .await
-        .map(drop)
+        let sql = format!("DELETE FROM {} WHERE job = {}", self.checkpoints, self.job);
+        for w in &mut self.writers {
+            exec(&mut w.conn, &sql).await?;
+        }
+        Ok(())
     }
 }
 

@@ -13,16 +13,17 @@ pub mod table;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hscale_moves::{MoveError, Watched};
-use hscale_planner::{PartitionState, TableName};
+use hscale_moves::{EveryRow, MoveError, MovedTable, Routing, RowFilter, ValuesFilter, Watched};
+use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
-use crate::admin::{AdminAnswer, AdminError, AdminLock};
+use crate::admin::{partitioned, AdminAnswer, AdminError, AdminLock};
 use crate::backend::BackendConn;
+use crate::dictionary::moves::{self as offline_moves, Place as OfflinePlace};
 use crate::dictionary::own_connection;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::shared::Shared;
-use copy::Copy;
+use copy::{Copy, Part};
 
 /// Rows per chunk: the copy holds one chunk in memory at a time.
 const CHUNK_ROWS: usize = 1000;
@@ -34,14 +35,172 @@ const CLOSE_ENOUGH_BYTES: u64 = 256 * 1024;
 const FENCE_BUDGET: Duration = Duration::from_millis(1000);
 const FENCE_ATTEMPTS: u32 = 10;
 
+/// What a job does with its partition's rows.
+#[derive(Debug, Clone)]
+enum Work {
+    /// Every row to the destination.
+    Move,
+    /// The rows whose partition value is `value` to partition `into` on
+    /// the destination; the rest stay, rebuilt beside the old table on the
+    /// source so that the fence swaps tables instead of deleting rows.
+    Split {
+        value: String,
+        into: String,
+        /// `into` exists: the rows gather in a staging table and join it
+        /// during the fence.
+        into_existing: bool,
+        /// The table has no key to copy it by while it changes: its rows
+        /// move during the fence, which lasts as long.
+        keyless: bool,
+        column: String,
+        routing: Routing,
+    },
+}
+
 /// A move as its job row has it.
 #[derive(Debug, Clone)]
 struct Job {
     id: u64,
     table: TableName,
-    partition: String,
+    /// The partition moved or split; `None`: the default table.
+    partition: Option<String>,
+    /// Its physical table on the source.
+    physical: String,
     source: u32,
     destination: u32,
+    work: Work,
+    /// The owner's epoch: its writes count only while the job's row and
+    /// every part's progress row hold it.
+    epoch: u64,
+}
+
+/// How the default table is named where a partition's name goes.
+pub const DEFAULT_PARTITION: &str = "(default)";
+
+impl Job {
+    fn partition_label(&self) -> &str {
+        self.partition.as_deref().unwrap_or(DEFAULT_PARTITION)
+    }
+
+    /// A table of the job's own (`what`: retired, rest, stage), in the
+    /// dictionary's schema of its backend, where no client lists it.
+    fn own(&self, shared: &Shared, what: &str) -> Place {
+        let mut name = format!("_hscale_{what}_{}_{}", self.id, self.physical);
+        name.truncate(64);
+        Place::new(&shared.dictionary.schema, &name)
+    }
+
+    /// Where the partition's old table goes at the fence.
+    fn retired(&self, shared: &Shared) -> Place {
+        self.own(shared, "retired")
+    }
+
+    /// The partition's table on the source.
+    fn source_place(&self) -> Place {
+        Place::new(&self.table.db, &self.physical)
+    }
+
+    /// Where the rows the job takes go, and its backend.
+    fn taken(&self, shared: &Shared) -> (u32, Place) {
+        match &self.work {
+            Work::Move => (self.destination, self.source_place()),
+            Work::Split {
+                into_existing: true,
+                keyless: false,
+                ..
+            } => (self.destination, self.own(shared, "stage")),
+            Work::Split { into, .. } => (self.destination, self.partition_place(into)),
+        }
+    }
+
+    fn partition_place(&self, partition: &str) -> Place {
+        Place::new(
+            &self.table.db,
+            &hscale_planner::partition_table(&self.table, partition),
+        )
+    }
+
+    /// The tables the job creates, with their backends, in the order of
+    /// its parts (`parts`): the rows it takes, then a split's rest. They
+    /// go when the job fails before its switch.
+    fn created(&self, shared: &Shared) -> Vec<(u32, Place)> {
+        match &self.work {
+            Work::Move => vec![self.taken(shared)],
+            Work::Split {
+                into_existing,
+                keyless,
+                ..
+            } => {
+                let mut created = Vec::new();
+                if !(*into_existing && *keyless) {
+                    created.push(self.taken(shared));
+                }
+                if !keyless {
+                    created.push((self.source, self.own(shared, "rest")));
+                }
+                created
+            }
+        }
+    }
+
+    fn keyless(&self) -> bool {
+        matches!(self.work, Work::Split { keyless: true, .. })
+    }
+}
+
+/// A table by its database and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Place {
+    db: String,
+    name: String,
+}
+
+impl Place {
+    fn new(db: &str, name: &str) -> Place {
+        Place {
+            db: db.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn qualified(&self) -> String {
+        format!("{}.{}", ident(&self.db), ident(&self.name))
+    }
+
+    async fn exists(&self, conn: &mut BackendConn) -> Result<bool, ProxyError> {
+        store::table_exists(conn, &self.db, &self.name).await
+    }
+}
+
+/// A table as the offline row moves (`dictionary::moves`) name it.
+fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, ProxyError> {
+    Ok(OfflinePlace {
+        slot: slot(shared, backend)?,
+        db: place.db,
+        table: place.name,
+    })
+}
+
+/// Deletes the rows of a split's value from `place`, where the split put
+/// copies of them (the source's rows stay the ones that count).
+async fn delete_value_rows(
+    shared: &Shared,
+    job: &Job,
+    backend: u32,
+    place: Place,
+) -> Result<(), ProxyError> {
+    let Work::Split { value, .. } = &job.work else {
+        return Ok(());
+    };
+    let dictionary = shared.dictionary.snapshot();
+    let t = partitioned(&dictionary, &job.table)?;
+    let at = offline(shared, backend, place)?;
+    offline_moves::delete_rows(shared, t, std::slice::from_ref(value), &at).await
+}
+
+/// `RENAME TABLE from TO to`.
+fn rename(from: &Place, to: &Place) -> String {
+    format!("RENAME TABLE {} TO {}", from.qualified(), to.qualified())
 }
 
 fn jobs(shared: &Shared) -> String {
@@ -54,8 +213,38 @@ fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
         .ok_or(ProxyError::UnknownBackend { backend })
 }
 
+/// A running job: its id, and its end (the rows it took) for a command
+/// that waits for it.
+pub struct Started {
+    pub id: u64,
+    pub done: tokio::task::JoinHandle<Result<u64, MoveError>>,
+}
+
+impl Started {
+    /// The command's answer when it does not wait: the job's id.
+    pub fn answer(&self) -> AdminAnswer {
+        AdminAnswer::Rows {
+            columns: vec![("job", hscale_wire::resultset::ColumnType::Integer)],
+            rows: vec![vec![Some(self.id.to_string())]],
+        }
+    }
+
+    /// Waits for the job's end; a failed job's reason is the error.
+    pub async fn wait(self) -> Result<u64, ProxyError> {
+        match self.done.await {
+            Ok(result) => result.map_err(ProxyError::from),
+            Err(e) => Err(MoveError::Failed {
+                job: self.id,
+                reason: e.to_string(),
+            }
+            .into()),
+        }
+    }
+}
+
 /// HSCALE MOVE_PARTITION: checks that the move can run, records its job and
-/// starts it; answers the job's id at once.
+/// starts it; answers the job's id at once. `'(default)'` moves the
+/// default table.
 pub async fn start(
     shared: &Arc<Shared>,
     table: TableName,
@@ -64,30 +253,97 @@ pub async fn start(
 ) -> Result<AdminAnswer, ProxyError> {
     let mut lock = AdminLock::take(shared).await?;
     let dictionary = store::load(&mut lock.conn, &shared.dictionary).await?;
-    let t = dictionary
-        .table(&table.db, &table.name)
-        .ok_or_else(|| AdminError::NotPartitioned {
-            table: table.clone(),
-        })?;
-    let entries: Vec<_> = t.partition(&partition).collect();
-    let Some(source) = entries.first().map(|e| e.backend) else {
-        return Err(AdminError::Invalid(format!("{table} has no partition '{partition}'")).into());
+    let t = partitioned(&dictionary, &table)?;
+    let (partition, source, physical) = match partition.as_str() {
+        DEFAULT_PARTITION => (None, t.default_backend, t.default_table.clone()),
+        _ => {
+            let source = t.partition(&partition).next().map(|e| e.backend);
+            let Some(source) = source else {
+                return Err(
+                    AdminError::Invalid(format!("{table} has no partition '{partition}'")).into(),
+                );
+            };
+            let physical = t.partition_table(&partition);
+            (Some(partition), source, physical)
+        }
     };
-    if entries.iter().any(|e| e.state != PartitionState::Active) || t.locked() {
-        return Err(AdminError::Invalid(format!(
-            "partition '{partition}' of {table} is being changed already"
-        ))
-        .into());
-    }
     if source == destination {
         return Err(AdminError::Invalid(format!(
-            "partition '{partition}' is on backend {destination} already"
+            "partition '{}' is on backend {destination} already",
+            partition.as_deref().unwrap_or(DEFAULT_PARTITION)
         ))
         .into());
     }
-    let (source_slot, dest_slot) = (slot(shared, source)?, slot(shared, destination)?);
-    let running = exec(
-        &mut lock.conn,
+    let job = Job {
+        id: 0,
+        table,
+        partition,
+        physical,
+        source,
+        destination,
+        work: Work::Move,
+        epoch: 1,
+    };
+    launch(shared, &mut lock, t, job).await.map(|s| s.answer())
+}
+
+/// A split (ADD_PARTITION of a value the default table holds, or
+/// SPLIT_PARTITION): the rows of the partition value `value` go from
+/// `from` (`None`: the default table) to partition `into` on `destination`.
+/// The caller has checked the names and the value.
+pub async fn start_split(
+    shared: &Arc<Shared>,
+    lock: &mut AdminLock,
+    t: &PartitionedTable,
+    from: Option<String>,
+    value: String,
+    into: String,
+    destination: u32,
+) -> Result<Started, ProxyError> {
+    let (source, physical) = match &from {
+        None => (t.default_backend, t.default_table.clone()),
+        Some(p) => {
+            let source = t.partition(p).next().map(|e| e.backend);
+            let source = source.ok_or_else(|| {
+                AdminError::Invalid(format!("{} has no partition '{p}'", t.table))
+            })?;
+            (source, t.partition_table(p))
+        }
+    };
+    let into_existing = t.partition(&into).next().is_some();
+    let job = Job {
+        id: 0,
+        table: t.table.clone(),
+        partition: from,
+        physical,
+        source,
+        destination,
+        work: Work::Split {
+            value,
+            into,
+            into_existing,
+            keyless: false,
+            column: t.column.clone(),
+            routing: Routing {
+                function: t.function.clone(),
+                kind: t.kind,
+                folding: t.folding.clone(),
+            },
+        },
+        epoch: 1,
+    };
+    launch(shared, lock, t, job).await
+}
+
+/// The running job of a table, if it has one: one at a time per table,
+/// and no other admin command changes a table while it moves.
+pub async fn running(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    table: &TableName,
+) -> Result<Option<u64>, ProxyError> {
+    let rows = exec(
+        conn,
         &format!(
             "SELECT id FROM {} WHERE db = {} AND table_name = {} AND phase NOT IN ('done', 'failed', 'cancelled')",
             jobs(shared),
@@ -96,177 +352,577 @@ pub async fn start(
         ),
     )
     .await?;
-    if !running.is_empty() {
+    Ok(store::text(&rows, 0, 0).parse().ok())
+}
+
+/// Refuses an admin command on a table a job is moving.
+pub async fn refuse_while_moving(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    table: &TableName,
+) -> Result<(), ProxyError> {
+    match running(shared, conn, table).await? {
+        None => Ok(()),
+        Some(id) => Err(AdminError::Invalid(format!(
+            "{table} is being moved (job {id}): wait for it (HSCALE SHOW_MOVES) or cancel it"
+        ))
+        .into()),
+    }
+}
+
+/// Checks what every move needs, creates the tables it writes, records
+/// its job and starts it.
+async fn launch(
+    shared: &Arc<Shared>,
+    lock: &mut AdminLock,
+    t: &PartitionedTable,
+    mut job: Job,
+) -> Result<Started, ProxyError> {
+    let label = job.partition_label().to_string();
+    if t.locked() || t.fenced() || t.entries.iter().any(|e| e.state != PartitionState::Active) {
         return Err(AdminError::Invalid(format!(
-            "{table} has a move in progress (job {}): one at a time per table",
-            store::text(&running, 0, 0)
+            "partition '{label}' of {} is being changed already",
+            job.table
         ))
         .into());
     }
-    let physical = t.partition_table(&partition);
-    let mut source_conn = own_connection(shared, source_slot).await?;
+    refuse_while_moving(shared, &mut lock.conn, &job.table).await?;
+    let mut source_conn = own_connection(shared, slot(shared, job.source)?).await?;
+    slot(shared, job.destination)?;
     binlog::check_requirements(&mut source_conn).await?;
-    table::describe(&mut source_conn, &table.db, &physical, &physical).await?;
-    create_destination(
-        shared,
+    // The fence retires the partition's table into it.
+    let schema = ident(&shared.dictionary.schema);
+    exec(
         &mut source_conn,
-        dest_slot,
-        &table.db,
-        &physical,
-        destination,
+        &format!("CREATE DATABASE IF NOT EXISTS {schema}"),
     )
     .await?;
+    let described = table::describe(
+        &mut source_conn,
+        &job.table.db,
+        &job.physical,
+        &job.physical,
+    )
+    .await;
+    match (&mut job.work, described) {
+        (
+            Work::Split {
+                column,
+                routing,
+                value,
+                ..
+            },
+            Ok(moved),
+        ) => {
+            ValuesFilter::new(&moved.columns, column, routing.clone(), vec![value.clone()])?;
+        }
+        (Work::Split { keyless, .. }, Err(ProxyError::Move(MoveError::NoKey(why)))) => {
+            tracing::warn!(table = %job.table, "{why}: its rows move during the split's fence");
+            *keyless = true;
+        }
+        (_, described) => drop(described?),
+    }
     let estimate = exec(
         &mut source_conn,
         &format!(
             "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
-            text_literal(&table.db),
-            text_literal(&physical)
+            text_literal(&job.table.db),
+            text_literal(&job.physical)
         ),
     )
     .await?;
+    let (value, into, into_existing, keyless) = match &job.work {
+        Work::Move => ("NULL".to_string(), "NULL".to_string(), false, false),
+        Work::Split {
+            value,
+            into,
+            into_existing,
+            keyless,
+            ..
+        } => (
+            text_literal(value),
+            text_literal(into),
+            *into_existing,
+            *keyless,
+        ),
+    };
     let insert = format!(
-        "INSERT INTO {} (db, table_name, partition_name, source_backend, destination_backend, phase, owner, heartbeat, rows_estimated, started) VALUES ({}, {}, {}, {source}, {destination}, 'copying', {}, NOW(6), {}, NOW(6))",
+        "INSERT INTO {} (db, table_name, partition_name, source_backend, destination_backend, phase, owner, heartbeat, rows_estimated, started, split_value, into_partition, into_existing, keyless, epoch) VALUES ({}, {}, {}, {}, {}, 'copying', {}, NOW(6), {}, NOW(6), {value}, {into}, {into_existing}, {keyless}, {})",
         jobs(shared),
-        text_literal(&table.db),
-        text_literal(&table.name),
-        text_literal(&partition),
+        text_literal(&job.table.db),
+        text_literal(&job.table.name),
+        text_literal(&label),
+        job.source,
+        job.destination,
         text_literal(&shared.dictionary.instance),
-        store::text(&estimate, 0, 0).parse::<u64>().unwrap_or(0)
+        store::text(&estimate, 0, 0).parse::<u64>().unwrap_or(0),
+        job.epoch
     );
     exec(&mut lock.conn, &insert).await?;
-    let id: u64 = store::text(
+    job.id = store::text(
         &exec(&mut lock.conn, "SELECT LAST_INSERT_ID()").await?,
         0,
         0,
     )
     .parse()
     .unwrap_or(0);
-    let job = Job {
-        id,
-        table,
-        partition,
-        source,
-        destination,
+    let mut made = Vec::new();
+    let mut created = Ok(());
+    for (backend, place) in job.created(shared) {
+        let conn = own_connection(shared, slot(shared, backend)?).await;
+        created = match conn {
+            Ok(mut conn) => create_like(
+                &mut source_conn,
+                &mut conn,
+                &job.source_place(),
+                &place,
+                backend,
+            )
+            .await
+            .map(|_| made.push((conn, place))),
+            Err(e) => Err(e),
+        };
+        if created.is_err() {
+            break;
+        }
+    }
+    if let Err(e) = created {
+        // Only what this start made goes; a table that was there (someone
+        // else's) is left as it is.
+        for (mut conn, place) in made {
+            let _ = exec(
+                &mut conn,
+                &format!("DROP TABLE IF EXISTS {}", place.qualified()),
+            )
+            .await;
+        }
+        let failed = format!(
+            "UPDATE {} SET phase = 'failed', last_error = {}, finished = NOW(6) WHERE id = {}",
+            jobs(shared),
+            text_literal(&e.to_string()),
+            job.id
+        );
+        exec(&mut lock.conn, &failed).await?;
+        return Err(e);
+    }
+    let (value, into) = match &job.work {
+        Work::Move => (None, None),
+        Work::Split { value, into, .. } => (Some(value.as_str()), Some(into.as_str())),
     };
-    tracing::info!(job = id, table = %job.table, partition = %job.partition, source, destination, "move started");
-    tokio::spawn(run(Arc::clone(shared), job));
-    Ok(AdminAnswer::Rows {
-        columns: vec![("job", hscale_wire::resultset::ColumnType::Integer)],
-        rows: vec![vec![Some(id.to_string())]],
-    })
+    tracing::info!(job = job.id, table = %job.table, partition = %label, source = job.source, destination = job.destination, ?value, ?into, "move started");
+    let id = job.id;
+    let done = tokio::spawn(run(Arc::clone(shared), job));
+    Ok(Started { id, done })
 }
 
-/// The partition's table on the destination, as the source defines it. An
+/// `place` on the destination as `physical` is defined on the source. An
 /// empty one of the same definition (a move that stopped before its first
 /// chunk) is taken as it is; any other is refused, never touched.
-async fn create_destination(
-    shared: &Shared,
+async fn create_like(
     source: &mut BackendConn,
-    dest_slot: usize,
-    db: &str,
-    physical: &str,
-    destination: u32,
+    dest: &mut BackendConn,
+    physical: &Place,
+    place: &Place,
+    backend: u32,
 ) -> Result<(), ProxyError> {
-    let definition = store::definition(source, db, physical)
+    let definition = store::definition(source, &physical.db, &physical.name)
         .await?
-        .ok_or_else(|| MoveError::Unsupported(format!("`{db}`.`{physical}` does not exist")))?;
-    let mut dest = own_connection(shared, dest_slot).await?;
-    if let Some(found) = store::definition(&mut dest, db, physical).await? {
-        let empty = format!("SELECT 1 FROM {}.{} LIMIT 1", ident(db), ident(physical));
-        if found == definition && exec(&mut dest, &empty).await?.is_empty() {
+        .ok_or_else(|| {
+            MoveError::Unsupported(format!("{} does not exist", physical.qualified()))
+        })?;
+    let head = format!("CREATE TABLE {}", ident(&physical.name));
+    let body = definition.strip_prefix(&head).ok_or_else(|| {
+        MoveError::Unsupported(format!("unexpected definition of {}", physical.name))
+    })?;
+    let body = store::without_auto_increment(body);
+    if let Some(found) = store::definition(dest, &place.db, &place.name).await? {
+        let head = format!("CREATE TABLE {}", ident(&place.name));
+        let empty = format!("SELECT 1 FROM {} LIMIT 1", place.qualified());
+        let alike = found
+            .strip_prefix(&head)
+            .is_some_and(|b| store::without_auto_increment(b) == body);
+        if alike && exec(dest, &empty).await?.is_empty() {
             return Ok(());
         }
         return Err(AdminError::TableExists {
-            db: db.to_string(),
-            name: physical.to_string(),
-            backend: destination,
+            db: place.db.clone(),
+            name: place.name.clone(),
+            backend,
         }
         .into());
     }
     exec(
-        &mut dest,
-        &format!("CREATE DATABASE IF NOT EXISTS {}", ident(db)),
+        dest,
+        &format!("CREATE DATABASE IF NOT EXISTS {}", ident(&place.db)),
     )
     .await?;
-    let head = format!("CREATE TABLE {}", ident(physical));
-    let body = definition
-        .strip_prefix(&head)
-        .ok_or_else(|| MoveError::Unsupported(format!("unexpected definition of {physical}")))?;
-    exec(
-        &mut dest,
-        &format!("CREATE TABLE {}.{}{body}", ident(db), ident(physical)),
-    )
-    .await
-    .map(drop)
+    exec(dest, &format!("CREATE TABLE {}{body}", place.qualified()))
+        .await
+        .map(drop)
 }
 
-/// Runs a job to its end; a failure is recorded in its row, and a fence it
-/// left is lifted.
-async fn run(shared: Arc<Shared>, job: Job) {
-    match drive(&shared, &job).await {
-        Ok(()) => tracing::info!(job = job.id, "move done"),
+/// Runs a job to its end; a failure is recorded in its row, and what it
+/// did before its switch is undone. The rows it took, or why it failed.
+async fn run(shared: Arc<Shared>, job: Job) -> Result<u64, MoveError> {
+    let outcome = tokio::select! {
+        outcome = drive(&shared, &job) => outcome,
+        lost = keep_alive(&shared, &job) => Err(lost),
+    };
+    match outcome {
+        Ok(taken) => {
+            tracing::info!(job = job.id, taken, "move done");
+            Ok(taken)
+        }
+        // The new owner carries on: nothing is undone.
+        Err(ProxyError::Move(MoveError::Superseded { job: id })) => {
+            tracing::warn!(job = id, "another instance took the move over");
+            Err(MoveError::Superseded { job: id })
+        }
+        Err(ProxyError::Move(MoveError::Cancelled { job: id })) => {
+            tracing::warn!(job = id, "move cancelled");
+            if let Err(e2) = fail(&shared, &job, "cancelled (CANCEL_MOVE)", "cancelled").await {
+                tracing::error!(job = id, "could not undo the cancelled move: {e2}");
+            }
+            Err(MoveError::Cancelled { job: id })
+        }
         Err(e) => {
             tracing::error!(job = job.id, "move failed: {e}");
-            if let Err(e2) = fail(&shared, &job, &e.to_string()).await {
+            if let Err(e2) = fail(&shared, &job, &e.to_string(), "failed").await {
                 tracing::error!(job = job.id, "could not record the move's failure: {e2}");
+            }
+            Err(MoveError::Failed {
+                job: job.id,
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+/// The job's heartbeat, every quarter of the lease, for as long as the job
+/// is this owner's; returns when it is not (another instance took it over
+/// after this one stalled).
+async fn keep_alive(shared: &Shared, job: &Job) -> ProxyError {
+    let beat = shared.dictionary.lease / 4;
+    let mut main: Option<Box<BackendConn>> = None;
+    loop {
+        tokio::time::sleep(beat).await;
+        if main.is_none() {
+            main = own_connection(shared, shared.main).await.ok();
+        }
+        let Some(conn) = main.as_mut() else { continue };
+        match progress(shared, conn, job, "owner = owner").await {
+            Err(lost @ ProxyError::Move(MoveError::Superseded { .. })) => return lost,
+            Err(e) => {
+                tracing::warn!(job = job.id, "the move's heartbeat failed: {e}");
+                main = None;
+            }
+            Ok(()) => {}
+        }
+    }
+}
+
+/// Takes over every job whose owner's heartbeat is older than the lease
+/// (the owner died or stalled) and resumes it here. Every instance runs
+/// this with its dictionary refresh; the epoch's compare-and-set lets one
+/// win.
+pub async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
+    let lease_us = shared.dictionary.lease.as_micros();
+    let stale = format!(
+        "phase NOT IN ('done', 'failed', 'cancelled') AND heartbeat < NOW(6) - INTERVAL {lease_us} MICROSECOND"
+    );
+    let candidates = exec(
+        conn,
+        &format!("SELECT id, epoch FROM {} WHERE {stale}", jobs(shared)),
+    )
+    .await?;
+    for r in 0..candidates.len() {
+        let (id, epoch) = (
+            store::text(&candidates, r, 0),
+            store::text(&candidates, r, 1),
+        );
+        let claim = format!(
+            "UPDATE {} SET owner = {}, epoch = epoch + 1, heartbeat = NOW(6) WHERE id = {id} AND epoch = {epoch} AND {stale}",
+            jobs(shared),
+            text_literal(&shared.dictionary.instance)
+        );
+        exec(conn, &claim).await?;
+        if store::text(&exec(conn, "SELECT ROW_COUNT()").await?, 0, 0) != "1" {
+            continue;
+        }
+        let (job, phase) = load_job(shared, conn, &id).await?;
+        tracing::warn!(job = job.id, phase = %phase, "taking over a move whose owner stopped");
+        tokio::spawn(resume(Arc::clone(shared), job, phase));
+    }
+    Ok(())
+}
+
+/// A job as its row and the dictionary have it, with its phase.
+async fn load_job(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    id: &str,
+) -> Result<(Job, String), ProxyError> {
+    let rows = exec(
+        conn,
+        &format!(
+            "SELECT db, table_name, partition_name, source_backend, destination_backend, split_value, into_partition, into_existing, keyless, epoch, phase FROM {} WHERE id = {id}",
+            jobs(shared)
+        ),
+    )
+    .await?;
+    let text = |c| store::text(&rows, 0, c);
+    let table = TableName {
+        db: text(0),
+        name: text(1),
+    };
+    let dictionary = store::load(conn, &shared.dictionary).await?;
+    let t = partitioned(&dictionary, &table)?;
+    let (partition, physical) = match text(2).as_str() {
+        DEFAULT_PARTITION => (None, t.default_table.clone()),
+        p => (Some(p.to_string()), t.partition_table(p)),
+    };
+    let work = match rows[0][5].is_some() {
+        false => Work::Move,
+        true => Work::Split {
+            value: text(5),
+            into: text(6),
+            into_existing: text(7) == "1",
+            keyless: text(8) == "1",
+            column: t.column.clone(),
+            routing: Routing {
+                function: t.function.clone(),
+                kind: t.kind,
+                folding: t.folding.clone(),
+            },
+        },
+    };
+    let job = Job {
+        id: id.parse().unwrap_or(0),
+        table,
+        partition,
+        physical,
+        source: text(3).parse().unwrap_or(0),
+        destination: text(4).parse().unwrap_or(0),
+        work,
+        epoch: text(9).parse().unwrap_or(0),
+    };
+    Ok((job, text(10)))
+}
+
+/// Carries a job on where its last owner stopped: a fence it held is
+/// undone (the switch had not happened) or, for a keyless split whose rows
+/// had all moved, finished; a switched job is finished; the copy resumes
+/// from its checkpoint.
+async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
+    let prepared = async {
+        let mut main = own_connection(&shared, shared.main).await?;
+        let mut source = own_connection(&shared, slot(&shared, job.source)?).await?;
+        match phase.as_str() {
+            "switched" => {
+                forget_progress(&shared, &job).await;
+                if let Work::Split { .. } = job.work {
+                    finish_split(&shared, &mut main, &mut source, &job).await?;
+                }
+                progress(
+                    &shared,
+                    &mut main,
+                    &job,
+                    "phase = 'done', finished = NOW(6)",
+                )
+                .await?;
+                return Ok(false);
+            }
+            "fence_moved" => {
+                roll_forward_keyless(&shared, &mut main, &mut source, &job).await?;
+                return Ok(false);
+            }
+            "fencing" => undo_fence(&shared, &mut main, &mut source, &job).await?,
+            _ => ensure_created(&shared, &mut source, &job).await?,
+        }
+        Ok::<_, ProxyError>(true)
+    };
+    match prepared.await {
+        Ok(true) => drop(run(shared, job).await),
+        Ok(false) => tracing::info!(job = job.id, "move done"),
+        Err(e) => tracing::error!(job = job.id, "could not take the move over: {e}"),
+    }
+}
+
+/// A fence the last owner held before its switch, undone: the source's
+/// table back under its name, rows staged into an existing partition or
+/// moved in a keyless split's fence deleted there, the tables the copy
+/// writes there again (a merged stage is gone: its copy starts over).
+async fn undo_fence(
+    shared: &Shared,
+    main: &mut BackendConn,
+    source: &mut BackendConn,
+    job: &Job,
+) -> Result<(), ProxyError> {
+    if let Work::Split {
+        into_existing,
+        keyless,
+        ..
+    } = &job.work
+    {
+        let (backend, taken) = job.taken(shared);
+        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        if (*into_existing || *keyless) && taken.exists(&mut conn).await? {
+            delete_value_rows(shared, job, backend, taken).await?;
+        }
+    }
+    let (physical, retired) = (job.source_place(), job.retired(shared));
+    if !physical.exists(source).await? && retired.exists(source).await? {
+        exec(source, &rename(&retired, &physical)).await?;
+    }
+    ensure_created(shared, source, job).await?;
+    let mut changes = fence_statements(shared, job, false);
+    changes.push(format!(
+        "UPDATE {} SET phase = 'catching_up' WHERE id = {}",
+        jobs(shared),
+        job.id
+    ));
+    change_owned(shared, main, job, &changes).await?;
+    crate::dictionary::reload(shared).await
+}
+
+/// The tables the job writes, made again where they are missing (an owner
+/// that stopped before it made them, a stage merged before a fence was
+/// undone); the copy then starts over, its progress forgotten.
+async fn ensure_created(
+    shared: &Shared,
+    source: &mut BackendConn,
+    job: &Job,
+) -> Result<(), ProxyError> {
+    let mut restart = false;
+    for (backend, place) in job.created(shared) {
+        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        if !place.exists(&mut conn).await? {
+            create_like(source, &mut conn, &job.source_place(), &place, backend).await?;
+            restart = true;
+        }
+    }
+    if restart {
+        // Nothing reads them before the switch: they start empty again.
+        for (backend, place) in job.created(shared) {
+            let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+            exec(&mut conn, &format!("TRUNCATE TABLE {}", place.qualified())).await?;
+        }
+        forget_progress(shared, job).await;
+    }
+    Ok(())
+}
+
+/// Removes the job's progress rows on every part's server; a server that
+/// never had them (a keyless split) is passed over.
+async fn forget_progress(shared: &Shared, job: &Job) {
+    let forget = format!(
+        "DELETE FROM {}.move_progress WHERE job = {}",
+        ident(&shared.dictionary.schema),
+        job.id
+    );
+    for (backend, _) in job.created(shared) {
+        if let Ok(slot) = slot(shared, backend) {
+            if let Ok(mut conn) = own_connection(shared, slot).await {
+                let _ = exec(&mut conn, &forget).await;
             }
         }
     }
 }
 
-async fn fail(shared: &Shared, job: &Job, error: &str) -> Result<(), ProxyError> {
+/// A keyless split whose rows had all reached the partition in its fence:
+/// the source's copies go, the dictionary switches, the source comes back.
+async fn roll_forward_keyless(
+    shared: &Shared,
+    main: &mut BackendConn,
+    source: &mut BackendConn,
+    job: &Job,
+) -> Result<(), ProxyError> {
+    delete_value_rows(shared, job, job.source, job.retired(shared)).await?;
+    let mut switch = switch_statements(shared, job);
+    switch.push(format!(
+        "UPDATE {} SET phase = 'switched', heartbeat = NOW(6) WHERE id = {}",
+        jobs(shared),
+        job.id
+    ));
+    change_owned(shared, main, job, &switch).await?;
+    crate::dictionary::reload(shared).await?;
+    finish_split(shared, main, source, job).await?;
+    progress(shared, main, job, "phase = 'done', finished = NOW(6)").await
+}
+
+/// After a failure: before the switch, the source gets its table back and
+/// its partition served again, and the tables the job wrote go; after it,
+/// the switch is finished (the dictionary names the new place already).
+async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(), ProxyError> {
     let mut main = own_connection(shared, shared.main).await?;
     let phase = exec(
         &mut main,
         &format!("SELECT phase FROM {} WHERE id = {}", jobs(shared), job.id),
     )
     .await?;
+    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    // A keyless split's rows left the source in its fence: finished.
+    if store::text(&phase, 0, 0) == "fence_moved" {
+        return roll_forward_keyless(shared, &mut main, &mut source, job).await;
+    }
     if matches!(store::text(&phase, 0, 0).as_str(), "switched" | "done") {
-        // The partition lives at its destination: only the error is told.
+        if let Work::Split { .. } = job.work {
+            finish_split(shared, &mut main, &mut source, job).await?;
+        }
         return progress(
             shared,
             &mut main,
             job,
-            &format!("last_error = {}", text_literal(error)),
+            &format!(
+                "phase = 'done', finished = NOW(6), last_error = {}",
+                text_literal(error)
+            ),
         )
         .await;
     }
+    // Rows a split added to an existing partition go before the value is
+    // served from the source again.
+    if let Work::Split {
+        into,
+        into_existing: true,
+        ..
+    } = &job.work
+    {
+        delete_value_rows(shared, job, job.destination, job.partition_place(into)).await?;
+    }
     // A fence that renamed the source table gives it its name back before
     // the partition is served from it again.
-    let physical = hscale_planner::partition_table(&job.table, &job.partition);
-    let retired = retired_name(job, &physical);
-    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
-    if !store::table_exists(&mut source, &job.table.db, &physical).await?
-        && store::table_exists(&mut source, &job.table.db, &retired).await?
-    {
-        let db = ident(&job.table.db);
-        exec(
-            &mut source,
-            &format!(
-                "RENAME TABLE {db}.{} TO {db}.{}",
-                ident(&retired),
-                ident(&physical)
-            ),
-        )
-        .await?;
+    let (physical, retired) = (job.source_place(), job.retired(shared));
+    if !physical.exists(&mut source).await? && retired.exists(&mut source).await? {
+        exec(&mut source, &rename(&retired, &physical)).await?;
     }
     let mut changes = vec![format!(
-        "UPDATE {} SET phase = 'failed', last_error = {}, finished = NOW(6) WHERE id = {}",
+        "UPDATE {} SET phase = {}, last_error = {}, finished = NOW(6) WHERE id = {}",
         jobs(shared),
+        text_literal(ends),
         text_literal(error),
         job.id
     )];
-    changes.push(partition_state(shared, job, PartitionState::Active, None));
-    store::change(&mut main, &shared.dictionary.schema, &changes).await?;
-    crate::dictionary::reload(shared).await
+    changes.extend(fence_statements(shared, job, false));
+    change_owned(shared, &mut main, job, &changes).await?;
+    crate::dictionary::reload(shared).await?;
+    // Nothing names them: a retry starts clean.
+    for (backend, place) in job.created(shared) {
+        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        exec(
+            &mut conn,
+            &format!("DROP TABLE IF EXISTS {}", place.qualified()),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
-/// Sets the moved partition's state (and backend, at the switch), as a
-/// dictionary change.
+/// Sets a partition's state (and backend) as a dictionary change.
 fn partition_state(
     shared: &Shared,
     job: &Job,
+    partition: &str,
     state: PartitionState,
     backend: Option<u32>,
 ) -> String {
@@ -277,42 +933,293 @@ fn partition_state(
         state.name(),
         text_literal(&job.table.db),
         text_literal(&job.table.name),
-        text_literal(&job.partition)
+        text_literal(partition)
     )
 }
 
+/// Sets the default table's state (and backend).
+fn default_state(
+    shared: &Shared,
+    job: &Job,
+    state: PartitionState,
+    backend: Option<u32>,
+) -> String {
+    let backend = backend.map_or(String::new(), |b| format!(", default_backend = {b}"));
+    format!(
+        "UPDATE {}.tables SET default_state = '{}'{backend} WHERE db = {} AND name = {}",
+        ident(&shared.dictionary.schema),
+        state.name(),
+        text_literal(&job.table.db),
+        text_literal(&job.table.name)
+    )
+}
+
+/// The source partition's state, as a dictionary change.
+fn source_state(shared: &Shared, job: &Job, state: PartitionState) -> String {
+    match &job.partition {
+        Some(p) => partition_state(shared, job, p, state, None),
+        None => default_state(shared, job, state, None),
+    }
+}
+
+/// Fences (or lifts the fence of) what a job switches: the partition it
+/// moves or splits, and a partition a split adds rows to.
+fn fence_statements(shared: &Shared, job: &Job, fenced: bool) -> Vec<String> {
+    let state = match fenced {
+        true => PartitionState::Fenced,
+        false => PartitionState::Active,
+    };
+    let mut changes = vec![source_state(shared, job, state)];
+    if let Work::Split {
+        into,
+        into_existing: true,
+        ..
+    } = &job.work
+    {
+        changes.push(partition_state(shared, job, into, state, None));
+    }
+    changes
+}
+
+/// The dictionary's switch to the new place, in one transaction with the
+/// job's phase `switched`. A split's source stays fenced until its rebuilt
+/// table has the source's name (`finish_split`).
+fn switch_statements(shared: &Shared, job: &Job) -> Vec<String> {
+    let s = ident(&shared.dictionary.schema);
+    match (&job.work, &job.partition) {
+        (Work::Move, Some(p)) => vec![partition_state(
+            shared,
+            job,
+            p,
+            PartitionState::Active,
+            Some(job.destination),
+        )],
+        (Work::Move, None) => vec![default_state(
+            shared,
+            job,
+            PartitionState::Active,
+            Some(job.destination),
+        )],
+        (
+            Work::Split {
+                value,
+                into,
+                into_existing,
+                ..
+            },
+            from,
+        ) => {
+            let mut changes = vec![match from {
+                None => format!(
+                    "INSERT INTO {s}.partitions (db, table_name, partition_value, partition_name, backend, state) VALUES ({}, {}, {}, {}, {}, 'active')",
+                    text_literal(&job.table.db),
+                    text_literal(&job.table.name),
+                    text_literal(value),
+                    text_literal(into),
+                    job.destination
+                ),
+                Some(_) => format!(
+                    "UPDATE {s}.partitions SET partition_name = {}, backend = {}, state = 'active' WHERE db = {} AND table_name = {} AND partition_value = {}",
+                    text_literal(into),
+                    job.destination,
+                    text_literal(&job.table.db),
+                    text_literal(&job.table.name),
+                    text_literal(value)
+                ),
+            }];
+            if *into_existing {
+                changes.push(partition_state(
+                    shared,
+                    job,
+                    into,
+                    PartitionState::Active,
+                    None,
+                ));
+            }
+            changes
+        }
+    }
+}
+
+/// A keyless split's rows, moved while the source is fenced and retired:
+/// nothing else reads or writes them.
+async fn move_keyless(
+    shared: &Shared,
+    main: &mut BackendConn,
+    job: &Job,
+) -> Result<u64, ProxyError> {
+    let Work::Split { value, .. } = &job.work else {
+        return Ok(0);
+    };
+    let dictionary = shared.dictionary.snapshot();
+    let t = partitioned(&dictionary, &job.table)?;
+    let (backend, taken) = job.taken(shared);
+    let from = offline(shared, job.source, job.retired(shared))?;
+    let to = offline(shared, backend, taken)?;
+    let values = std::slice::from_ref(value);
+    let moved = offline_moves::copy_rows(shared, t, values, &from, &to).await?;
+    // From here a takeover finishes the split rather than undo it.
+    progress(
+        shared,
+        main,
+        job,
+        &format!("phase = 'fence_moved', rows_copied = {moved}"),
+    )
+    .await?;
+    offline_moves::delete_rows(shared, t, values, &from).await?;
+    Ok(moved)
+}
+
+/// A split after its switch: the rebuilt rest takes the source's name,
+/// and the source is served again. Run again after a failure, it does
+/// what is left.
+async fn finish_split(
+    shared: &Shared,
+    main: &mut BackendConn,
+    source: &mut BackendConn,
+    job: &Job,
+) -> Result<(), ProxyError> {
+    // A keyless split's source kept its rest itself.
+    let rest = match job.keyless() {
+        true => job.retired(shared),
+        false => job.own(shared, "rest"),
+    };
+    let physical = job.source_place();
+    if !physical.exists(source).await? && rest.exists(source).await? {
+        exec(source, &rename(&rest, &physical)).await?;
+    }
+    change_owned(
+        shared,
+        main,
+        job,
+        &[source_state(shared, job, PartitionState::Active)],
+    )
+    .await?;
+    crate::dictionary::reload(shared).await
+}
+
+/// Records the job's progress (and its heartbeat), while it is this
+/// owner's.
 async fn progress(
     shared: &Shared,
     main: &mut BackendConn,
     job: &Job,
     set: &str,
 ) -> Result<(), ProxyError> {
-    exec(
+    let sql = format!(
+        "UPDATE {} SET {set}, heartbeat = NOW(6) WHERE id = {} AND epoch = {}",
+        jobs(shared),
+        job.id,
+        job.epoch
+    );
+    exec(main, &sql).await?;
+    let state = exec(
         main,
         &format!(
-            "UPDATE {} SET {set}, heartbeat = NOW(6) WHERE id = {}",
+            "SELECT ROW_COUNT(), (SELECT cancel AND phase IN ('copying', 'catching_up', 'fencing') FROM {} WHERE id = {})",
             jobs(shared),
             job.id
         ),
     )
-    .await
-    .map(drop)
+    .await?;
+    match (
+        store::text(&state, 0, 0).as_str(),
+        store::text(&state, 0, 1).as_str(),
+    ) {
+        ("0", _) => Err(MoveError::Superseded { job: job.id }.into()),
+        (_, "1") => Err(MoveError::Cancelled { job: job.id }.into()),
+        _ => Ok(()),
+    }
 }
 
-async fn drive(shared: &Shared, job: &Job) -> Result<(), ProxyError> {
-    let (source_slot, dest_slot) = (slot(shared, job.source)?, slot(shared, job.destination)?);
-    let physical = hscale_planner::partition_table(&job.table, &job.partition);
+/// HSCALE CANCEL_MOVE(id): asks a job that has not switched yet to stop;
+/// its owner undoes what it did at its next step (SHOW_MOVES: `cancelled`).
+pub async fn cancel(shared: &Shared, id: u64) -> Result<AdminAnswer, ProxyError> {
     let mut main = own_connection(shared, shared.main).await?;
+    let sql = format!(
+        "UPDATE {} SET cancel = TRUE WHERE id = {id} AND phase IN ('copying', 'catching_up', 'fencing')",
+        jobs(shared)
+    );
+    exec(&mut main, &sql).await?;
+    match store::text(&exec(&mut main, "SELECT ROW_COUNT()").await?, 0, 0).as_str() {
+        "1" => Ok(AdminAnswer::Ok { affected_rows: 1 }),
+        _ => Err(
+            AdminError::Invalid(format!("move {id} is not running, or is past its switch")).into(),
+        ),
+    }
+}
+
+/// A dictionary change of the job's, made only while the job is this
+/// owner's.
+async fn change_owned(
+    shared: &Shared,
+    main: &mut BackendConn,
+    job: &Job,
+    statements: &[String],
+) -> Result<(), ProxyError> {
+    let owned = format!(
+        "SELECT epoch = {} FROM {} WHERE id = {} FOR UPDATE",
+        job.epoch,
+        jobs(shared),
+        job.id
+    );
+    match store::change_if(main, &shared.dictionary.schema, &owned, statements).await? {
+        true => Ok(()),
+        false => Err(MoveError::Superseded { job: job.id }.into()),
+    }
+}
+
+/// The parts a job writes, each with the rows it takes.
+fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, ProxyError> {
+    let mut filters: Vec<Box<dyn RowFilter>> = match &job.work {
+        Work::Move => vec![Box::new(EveryRow)],
+        Work::Split {
+            value,
+            column,
+            routing,
+            ..
+        } => {
+            let taken =
+                ValuesFilter::new(&moved.columns, column, routing.clone(), vec![value.clone()])?;
+            let rest = taken.rest();
+            vec![Box::new(taken), Box::new(rest)]
+        }
+    };
+    job.created(shared)
+        .into_iter()
+        .zip(filters.drain(..))
+        .map(|((backend, place), filter)| {
+            Ok(Part {
+                table: moved.to(place.qualified()),
+                filter,
+                slot: slot(shared, backend)?,
+            })
+        })
+        .collect()
+}
+
+/// Copies, catches up, fences and switches; the rows the first part took.
+async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
+    let source_slot = slot(shared, job.source)?;
+    let mut main = own_connection(shared, shared.main).await?;
+    if job.keyless() {
+        let moved = fence_and_switch(shared, &mut main, job, None).await?;
+        let mut source = own_connection(shared, source_slot).await?;
+        finish_split(shared, &mut main, &mut source, job).await?;
+        progress(shared, &mut main, job, "phase = 'done', finished = NOW(6)").await?;
+        return Ok(moved);
+    }
     let moved = {
         let mut conn = own_connection(shared, source_slot).await?;
-        table::describe(&mut conn, &job.table.db, &physical, &physical).await?
+        table::describe(&mut conn, &job.table.db, &job.physical, &job.physical).await?
     };
     let watched = Watched {
         db: job.table.db.clone(),
-        table: physical.clone(),
+        table: job.physical.clone(),
         columns: moved.columns.len(),
     };
-    let mut copy = Copy::open(shared, job.id, moved, watched, source_slot, dest_slot).await?;
+    let parts = parts(shared, job, &moved)?;
+    let mut copy = Copy::open(shared, job.id, job.epoch, parts, watched, source_slot).await?;
     while !copy.checkpoint.copy_done && copy.copy_chunk(shared, CHUNK_ROWS).await? {
         let c = &copy;
         progress(
@@ -351,8 +1258,20 @@ async fn drive(shared: &Shared, job: &Job) -> Result<(), ProxyError> {
             break;
         }
     }
-    let retired = fence_and_switch(shared, &mut main, job, &mut copy, &physical).await?;
+    let taken = {
+        let (backend, taken) = &job.taken(shared);
+        let mut conn = own_connection(shared, slot(shared, *backend)?).await?;
+        let count = format!("SELECT COUNT(*) FROM {}", taken.qualified());
+        store::text(&exec(&mut conn, &count).await?, 0, 0)
+            .parse()
+            .unwrap_or(0)
+    };
+    fence_and_switch(shared, &mut main, job, Some(&mut copy)).await?;
     copy.finish().await?;
+    if let Work::Split { .. } = job.work {
+        let mut source = own_connection(shared, source_slot).await?;
+        finish_split(shared, &mut main, &mut source, job).await?;
+    }
     progress(
         shared,
         &mut main,
@@ -360,45 +1279,34 @@ async fn drive(shared: &Shared, job: &Job) -> Result<(), ProxyError> {
         "phase = 'done', finished = NOW(6), lag_bytes = 0",
     )
     .await?;
-    tracing::info!(job = job.id, retired = %retired, "the moved partition's old table is kept under its retired name");
-    Ok(())
-}
-
-/// The retired name of a moved partition's old table.
-fn retired_name(job: &Job, physical: &str) -> String {
-    let mut name = format!("_hscale_retired_{}_{physical}", job.id);
-    name.truncate(64);
-    name
+    tracing::info!(job = job.id, retired = %job.retired(shared).qualified(), "the partition's old table is kept under its retired name");
+    Ok(taken)
 }
 
 /// Fences the partition, renames its old table out of the way on the
-/// source, applies the last changes and points the dictionary at the
-/// destination. A fence that an instance does not acknowledge in time, or
-/// that an open transaction holds back, is lifted and tried again later.
+/// source, applies the last changes and points the dictionary at the new
+/// place. A fence that an instance does not acknowledge in time, or that
+/// an open transaction holds back, is lifted and tried again later.
 async fn fence_and_switch(
     shared: &Shared,
     main: &mut BackendConn,
     job: &Job,
-    copy: &mut Copy,
-    physical: &str,
-) -> Result<String, ProxyError> {
-    let retired = retired_name(job, physical);
-    let db = ident(&job.table.db);
+    mut copy: Option<&mut Copy>,
+) -> Result<u64, ProxyError> {
+    let retired = job.retired(shared);
+    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    exec(&mut source, "SET SESSION lock_wait_timeout = 1").await?;
     for attempt in 1..=FENCE_ATTEMPTS {
+        // A cancel or a takeover stops the job before it fences again.
+        progress(shared, main, job, "owner = owner").await?;
         let started = Instant::now();
-        store::change(
-            main,
-            &shared.dictionary.schema,
-            &[
-                partition_state(shared, job, PartitionState::Fenced, None),
-                format!(
-                    "UPDATE {} SET phase = 'fencing', fence_attempts = {attempt}, heartbeat = NOW(6) WHERE id = {}",
-                    jobs(shared),
-                    job.id
-                ),
-            ],
-        )
-        .await?;
+        let mut fence = fence_statements(shared, job, true);
+        fence.push(format!(
+            "UPDATE {} SET phase = 'fencing', fence_attempts = {attempt}, heartbeat = NOW(6) WHERE id = {}",
+            jobs(shared),
+            job.id
+        ));
+        change_owned(shared, main, job, &fence).await?;
         crate::dictionary::reload(shared).await?;
         let version = store::read_version(main, &shared.dictionary.schema).await?;
         let acknowledged =
@@ -408,14 +1316,10 @@ async fn fence_and_switch(
                 "an instance did not load the fence within {FENCE_BUDGET:?}"
             )),
             true => {
-                copy.fence_rename = Some(retired.clone());
-                let source = copy.source();
-                exec(source, "SET SESSION lock_wait_timeout = 1").await?;
-                let rename = format!(
-                    "RENAME TABLE {db}.{} TO {db}.{}",
-                    ident(physical),
-                    ident(&retired)
-                );
+                if let Some(copy) = copy.as_deref_mut() {
+                    copy.fence_rename = Some(retired.name.clone());
+                }
+                let rename = rename(&job.source_place(), &retired);
                 match source.query(&rename).await? {
                     Ok(_) => Ok(()),
                     Err(refused) => Err(refused.message),
@@ -424,37 +1328,52 @@ async fn fence_and_switch(
         };
         if let Err(reason) = renamed {
             tracing::warn!(job = job.id, attempt, "fence lifted: {reason}");
-            store::change(
-                main,
-                &shared.dictionary.schema,
-                &[partition_state(shared, job, PartitionState::Active, None)],
-            )
-            .await?;
+            change_owned(shared, main, job, &fence_statements(shared, job, false)).await?;
             crate::dictionary::reload(shared).await?;
             tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
             continue;
         }
         // Nothing writes the old table now: its last changes are in the log.
-        let end = binlog::end_of_log(copy.source()).await?;
-        copy.apply_until(&end).await?;
+        let end = binlog::end_of_log(&mut source).await?;
+        let mut moved = 0;
+        match copy.as_deref_mut() {
+            Some(copy) => copy.apply_until(&end).await?,
+            None => moved = move_keyless(shared, main, job).await?,
+        }
+        if let Work::Split {
+            into,
+            into_existing: true,
+            keyless: false,
+            ..
+        } = &job.work
+        {
+            // The staged rows join the partition, fenced too.
+            let (backend, stage) = &job.taken(shared);
+            let into = Place::new(
+                &job.table.db,
+                &hscale_planner::partition_table(&job.table, into),
+            );
+            let mut conn = own_connection(shared, slot(shared, *backend)?).await?;
+            let merge = format!(
+                "INSERT INTO {} SELECT * FROM {}",
+                into.qualified(),
+                stage.qualified()
+            );
+            exec(&mut conn, &merge).await?;
+            exec(&mut conn, &format!("DROP TABLE {}", stage.qualified())).await?;
+        }
         let fence_ms = started.elapsed().as_millis();
-        store::change(
-            main,
-            &shared.dictionary.schema,
-            &[
-                partition_state(shared, job, PartitionState::Active, Some(job.destination)),
-                format!(
-                    "UPDATE {} SET phase = 'switched', last_fence_ms = {fence_ms}, retired_table = {}, heartbeat = NOW(6) WHERE id = {}",
-                    jobs(shared),
-                    text_literal(&retired),
-                    job.id
-                ),
-            ],
-        )
-        .await?;
+        let mut switch = switch_statements(shared, job);
+        switch.push(format!(
+            "UPDATE {} SET phase = 'switched', last_fence_ms = {fence_ms}, retired_table = {}, heartbeat = NOW(6) WHERE id = {}",
+            jobs(shared),
+            text_literal(&retired.qualified()),
+            job.id
+        ));
+        change_owned(shared, main, job, &switch).await?;
         crate::dictionary::reload(shared).await?;
         tracing::info!(job = job.id, attempt, fence_ms, "partition switched");
-        return Ok(retired);
+        return Ok(moved);
     }
     Err(MoveError::Unsupported(format!(
         "the partition could not be fenced in {FENCE_ATTEMPTS} attempts: a transaction kept it open, or an instance did not answer"
