@@ -54,6 +54,8 @@ pub struct Decoder {
     checksums: bool,
     /// A format description was read: the reader knows about checksums.
     described: bool,
+    /// When the source wrote the last event read (seconds since the epoch).
+    timestamp: u32,
 }
 
 /// MariaDB's event types that mysql_common does not know; none of them
@@ -74,7 +76,14 @@ impl Decoder {
             watched,
             checksums,
             described: false,
+            timestamp: 0,
         }
+    }
+
+    /// When the source wrote the last event read, in seconds since the
+    /// epoch; 0 before the first.
+    pub fn timestamp(&self) -> u32 {
+        self.timestamp
     }
 
     /// The position after the last event read: where a dump resumes.
@@ -113,6 +122,7 @@ impl Decoder {
         // with, heartbeats) have no position of their own.
         if header.log_pos() != 0 {
             self.position.offset = u64::from(header.log_pos());
+            self.timestamp = header.timestamp();
         }
         if MARIADB_EVENTS.contains(&kind) {
             return Ok(Decoded::Other);

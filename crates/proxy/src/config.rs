@@ -27,6 +27,9 @@ pub struct Config {
     /// Statements that run on several partitions.
     #[serde(default)]
     pub scans: ScansConfig,
+    /// Online moves and splits (docs/moves.md).
+    #[serde(default)]
+    pub moves: MovesConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -207,6 +210,39 @@ impl Default for DictionaryConfig {
             lock_wait_ms: default_lock_wait_ms(),
         }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MovesConfig {
+    /// Rows a move copies per second at most; 0: as fast as it goes.
+    #[serde(default)]
+    pub rows_per_s: u64,
+    /// The copy pauses while the source's or a destination's
+    /// `Threads_running` is above this; 0: it never pauses.
+    #[serde(default = "default_max_threads_running")]
+    pub max_threads_running: u64,
+    /// How long a moved partition's old table is kept under its retired
+    /// name before it is dropped.
+    #[serde(default = "default_retired_retention_s")]
+    pub retired_retention_s: u64,
+}
+
+impl Default for MovesConfig {
+    fn default() -> Self {
+        MovesConfig {
+            rows_per_s: 0,
+            max_threads_running: default_max_threads_running(),
+            retired_retention_s: default_retired_retention_s(),
+        }
+    }
+}
+
+fn default_max_threads_running() -> u64 {
+    64
+}
+fn default_retired_retention_s() -> u64 {
+    86_400
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -69,6 +69,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             .collect(),
         dictionary: DictionaryConfig::default(),
         scans: Default::default(),
+        moves: Default::default(),
         log: LogConfig::default(),
     }
 }

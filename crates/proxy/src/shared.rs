@@ -242,6 +242,7 @@ pub struct Shared {
     pub collations: Arc<hscale_merge::Collations>,
     /// How statements on several partitions are bounded.
     pub scans: crate::config::ScansConfig,
+    pub moves: crate::config::MovesConfig,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
@@ -350,6 +351,7 @@ impl Shared {
             ),
             transactions: config.proxy.transactions,
             scans: config.scans.clone(),
+            moves: config.moves.clone(),
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,

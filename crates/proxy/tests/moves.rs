@@ -635,3 +635,215 @@ fn a_cancelled_move_leaves_the_partition_where_it_was() {
         "{refused:?}"
     );
 }
+
+/// The kill matrix: a move (of a partition or of the default table) or a
+/// split runs on one instance while a second
+/// serves a writer on the moving and the staying rows; the first is stopped
+/// at a random moment (its tasks end where they are, its connections close,
+/// as a SIGKILL leaves the servers), the second takes the job over once its
+/// heartbeat is older than the lease, and the job ends. Afterwards the rows
+/// read through hscale are the oracle's, and on the backends every row is in
+/// one physical table: none lost, none in two. `HSCALE_KILL_RUNS` runs (6 by
+/// default), each with its own seed printed.
+#[test]
+fn a_job_whose_instance_stops_at_any_moment_is_taken_over_and_loses_nothing() {
+    let runs: u64 = std::env::var("HSCALE_KILL_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(6);
+    let seed = seed();
+    let mut stopped_in = Vec::new();
+    for run in 0..runs {
+        stopped_in.push(kill_run(run, seed.wrapping_add(run)));
+    }
+    println!("stopped in: {stopped_in:?}");
+}
+
+/// One run of the kill matrix; the phase the job was in when its instance
+/// stopped, and what the job did.
+fn kill_run(run: u64, seed: u64) -> (String, &'static str) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let work = ["move", "split", "move default"][rng.random_range(0..3)];
+    let split = work == "split";
+    let db = cluster().database(&format!("moves_kill_{run}"));
+    let serving = Proxy::for_cluster();
+    let partitions: &[&str] = if split { &[] } else { &["'odd', 1, 1"] };
+    let mut admin = items(&serving, &db, "MOD(2)", partitions);
+    let mut oracle = cluster().direct(1, Some(&db));
+    load(&mut admin, &mut oracle, &mut rng, 6000);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = writer(
+        &serving,
+        &db,
+        seed ^ 5,
+        |rng| rng.random_range(0..6000i64),
+        &stop,
+    );
+
+    // The mover copies about 4,000 rows a second, so that a stop lands in
+    // every phase; the instance that takes over copies at full speed.
+    let mut config = cluster().config();
+    config.moves.rows_per_s = 4000;
+    let mover = Proxy::start(config);
+    let mut on_mover = mover.connect(Some(&db));
+    let mut main = cluster().direct(1, None);
+    let job_of = |main: &mut Conn| -> Option<(u64, String)> {
+        main.exec_first(
+            "SELECT id, phase FROM hscale.moves WHERE db = ? ORDER BY id DESC LIMIT 1",
+            (&db,),
+        )
+        .unwrap()
+    };
+    let client = match split {
+        true => Some(std::thread::spawn(move || {
+            // Its client loses the instance; the split goes on elsewhere.
+            let _ = on_mover.query_drop("HSCALE ADD_PARTITION('items', 'odd', 1, 2)");
+        })),
+        false => {
+            let partition = match work {
+                "move" => "odd",
+                _ => "(default)",
+            };
+            on_mover
+                .query_drop(format!("HSCALE MOVE_PARTITION('items', '{partition}', 2)"))
+                .unwrap();
+            None
+        }
+    };
+    let started = Instant::now();
+    while job_of(&mut main).is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no job (seed {seed})"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A random moment, or the first sight of a phase.
+    let target = ["", "catching_up", "fencing", "switched"][rng.random_range(0..4)];
+    match target {
+        "" => std::thread::sleep(Duration::from_millis(rng.random_range(0..1500))),
+        phase => {
+            let started = Instant::now();
+            while !job_of(&mut main).is_some_and(|(_, p)| {
+                p == phase || matches!(p.as_str(), "done" | "failed" | "cancelled")
+            }) {
+                assert!(started.elapsed() < Duration::from_secs(60), "seed {seed}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let (job, stopped_in) = job_of(&mut main).unwrap();
+    drop(mover);
+    if let Some(client) = client {
+        client.join().unwrap();
+    }
+
+    let started = Instant::now();
+    let ended = loop {
+        let (_, phase) = job_of(&mut main).unwrap();
+        if matches!(phase.as_str(), "done" | "failed" | "cancelled") {
+            break phase;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "job {job} still {phase} (seed {seed}, stopped in {stopped_in})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stop.store(true, Ordering::Relaxed);
+    assert!(writes.join().unwrap() > 0);
+    let context = format!("seed {seed}, {work}, stopped in {stopped_in}, ended {ended}");
+    assert_eq!(ended, "done", "{context}");
+    let through = values(all_rows(&mut admin, "items"));
+    let expected = values(all_rows(&mut oracle, "oracle_items"));
+    if through != expected {
+        let ids = |rows: &[Vec<mysql::Value>]| -> std::collections::BTreeSet<i64> {
+            rows.iter()
+                .map(|r| mysql::from_value(r[0].clone()))
+                .collect()
+        };
+        let (got, want) = (ids(&through), ids(&expected));
+        let extra: Vec<_> = got.difference(&want).collect();
+        let missing: Vec<_> = want.difference(&got).collect();
+        let changed: Vec<_> = through
+            .iter()
+            .filter(|r| expected.iter().any(|e| e[0] == r[0] && e != *r))
+            .map(|r| r[0].clone())
+            .collect();
+        panic!("rows differ: {context}: extra {extra:?}, missing {missing:?}, changed {changed:?}");
+    }
+    // Every row in one physical table of the database, on either backend.
+    let mut physical = 0;
+    for backend in [1, 2] {
+        let mut conn = cluster().direct(backend, Some(&db));
+        for table in tables_on(backend, &db) {
+            if table.starts_with("items") {
+                let rows: u64 = conn
+                    .query_first(format!("SELECT COUNT(*) FROM `{table}`"))
+                    .unwrap()
+                    .unwrap();
+                physical += rows as usize;
+            }
+        }
+    }
+    assert_eq!(
+        physical,
+        expected.len(),
+        "a row lost or in two tables: {context}"
+    );
+    let moved = match work {
+        "move default" => "items_default",
+        _ => "items_odd",
+    };
+    assert_eq!(tables_on(2, &db), [moved], "{context}");
+    (stopped_in, work)
+}
+
+/// `[moves] rows_per_s` holds the copy to its rate, and the old table of a
+/// move is dropped once `[moves] retired_retention_s` has passed.
+#[test]
+fn a_move_keeps_its_rate_and_its_retired_table_goes_after_the_retention() {
+    let seed = seed();
+    let mut config = cluster().config();
+    config.moves.rows_per_s = 2000;
+    config.moves.retired_retention_s = 0;
+    // A dictionary of its own: its sweep must not drop other tests' tables.
+    config.dictionary.schema = "hscale_polite".into();
+    let proxy = Proxy::start(config);
+    let db = cluster().database("moves_polite");
+    let mut admin = items(&proxy, &db, "MOD(2)", &["'odd', 1, 1"]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    // 3,000 odd rows: three chunks, at 2,000 rows a second.
+    load(&mut admin, &mut oracle, &mut rng, 6000);
+    let started = Instant::now();
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400),
+        "3,000 rows at 2,000 a second took {:?}",
+        started.elapsed()
+    );
+    let retired = format!("_hscale_retired_{job}_items_odd");
+    let started = Instant::now();
+    let retired_of = |admin: &mut Conn| -> Option<String> {
+        let rows: Vec<Row> = admin.query("HSCALE SHOW_MOVES").unwrap();
+        rows.into_iter()
+            .find(|r| r.get::<u64, _>("job") == Some(job))
+            .and_then(|r| r.get::<Option<String>, _>("retired_table").unwrap())
+    };
+    while retired_of(&mut admin).is_some() || tables_on(1, "hscale_polite").contains(&retired) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{retired} is kept"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        values(all_rows(&mut admin, "items")),
+        values(all_rows(&mut oracle, "oracle_items"))
+    );
+}

@@ -236,13 +236,12 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
             conn = own_connection(&shared, shared.main).await.ok();
         }
         if let Some(c) = conn.as_mut() {
-            let refreshed = match reload_with(&shared, c).await {
-                Ok(()) => crate::moves::take_over(&shared, c).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = refreshed {
-                tracing::warn!("cannot read the dictionary: {e}");
-                conn = None;
+            match reload_with(&shared, c).await {
+                Ok(()) => crate::moves::sweep(&shared, c).await,
+                Err(e) => {
+                    tracing::warn!("cannot read the dictionary: {e}");
+                    conn = None;
+                }
             }
         }
         shared.dictionary.check_lease();

@@ -113,6 +113,11 @@ impl BinlogDump {
         self.decoder.position()
     }
 
+    /// When the source wrote the last event read (seconds since the epoch).
+    pub fn timestamp(&self) -> u32 {
+        self.decoder.timestamp()
+    }
+
     /// The next event; waits for the source to write one.
     pub async fn next(&mut self) -> Result<Decoded, ProxyError> {
         let backend = self.conn.backend;

@@ -213,6 +213,16 @@ impl Copy {
         Ok(())
     }
 
+    /// A resumed move's applier: the dump starts where the checkpoint says
+    /// the last owner's applier stood, before anything else reads it (a
+    /// copy that was done copies no chunk that would start it).
+    pub async fn resume_applier(&mut self, shared: &Shared) -> Result<(), ProxyError> {
+        if let Some(applied) = self.checkpoint.applied.clone() {
+            self.dump(shared, &applied).await?;
+        }
+        Ok(())
+    }
+
     /// Starts the binlog dump where the applier stands, or at `snapshot`
     /// for a move's first chunk: every change after it reaches the
     /// destination.
@@ -436,6 +446,35 @@ impl Copy {
             Some(_) => u64::MAX,
             None => 0,
         }
+    }
+
+    /// How long ago the source wrote the last change applied, while the
+    /// applier is behind `end`; 0 when it is not.
+    pub fn lag_seconds(&self, end: &BinlogPosition) -> u64 {
+        let Some(dump) = self.dump.as_ref().filter(|_| self.lag_bytes(end) > 0) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match dump.timestamp() {
+            0 => 0,
+            written => now.saturating_sub(u64::from(written)),
+        }
+    }
+
+    /// The busiest of the servers the move reads and writes, by
+    /// `Threads_running`.
+    pub async fn threads_running(&mut self) -> Result<u64, ProxyError> {
+        const SQL: &str = "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_RUNNING'";
+        let mut most: u64 = store::text(&exec(&mut self.source, SQL).await?, 0, 0)
+            .parse()
+            .unwrap_or(0);
+        for w in &mut self.writers {
+            let running = store::text(&exec(&mut w.conn, SQL).await?, 0, 0);
+            most = most.max(running.parse().unwrap_or(0));
+        }
+        Ok(most)
     }
 
     /// The source's connection, for its end of log and the fence.

@@ -511,7 +511,7 @@ async fn launch(
     };
     tracing::info!(job = job.id, table = %job.table, partition = %label, source = job.source, destination = job.destination, ?value, ?into, "move started");
     let id = job.id;
-    let done = tokio::spawn(run(Arc::clone(shared), job));
+    let done = tokio::spawn(run(Arc::clone(shared), job, None));
     Ok(Started { id, done })
 }
 
@@ -563,9 +563,17 @@ async fn create_like(
 
 /// Runs a job to its end; a failure is recorded in its row, and what it
 /// did before its switch is undone. The rows it took, or why it failed.
-async fn run(shared: Arc<Shared>, job: Job) -> Result<u64, MoveError> {
+async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u64, MoveError> {
+    let work = async {
+        if let Some(phase) = &resumed {
+            if !prepare_resumed(&shared, &job, phase).await? {
+                return Ok(0);
+            }
+        }
+        drive(&shared, &job).await
+    };
     let outcome = tokio::select! {
-        outcome = drive(&shared, &job) => outcome,
+        outcome = work => outcome,
         lost = keep_alive(&shared, &job) => Err(lost),
     };
     match outcome {
@@ -611,7 +619,9 @@ async fn keep_alive(shared: &Shared, job: &Job) -> ProxyError {
         }
         let Some(conn) = main.as_mut() else { continue };
         match progress(shared, conn, job, "owner = owner").await {
-            Err(lost @ ProxyError::Move(MoveError::Superseded { .. })) => return lost,
+            Err(
+                stop @ ProxyError::Move(MoveError::Superseded { .. } | MoveError::Cancelled { .. }),
+            ) => return stop,
             Err(e) => {
                 tracing::warn!(job = job.id, "the move's heartbeat failed: {e}");
                 main = None;
@@ -621,11 +631,23 @@ async fn keep_alive(shared: &Shared, job: &Job) -> ProxyError {
     }
 }
 
+/// What every instance does for moves with its dictionary refresh: takes
+/// over jobs whose owner stopped, drops retired tables past their
+/// retention. A failure is logged; the refresh goes on.
+pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) {
+    if let Err(e) = take_over(shared, conn).await {
+        tracing::warn!("cannot look for moves to take over: {e}");
+    }
+    if let Err(e) = drop_retired(shared, conn).await {
+        tracing::warn!("cannot drop retired tables: {e}");
+    }
+}
+
 /// Takes over every job whose owner's heartbeat is older than the lease
 /// (the owner died or stalled) and resumes it here. Every instance runs
 /// this with its dictionary refresh; the epoch's compare-and-set lets one
 /// win.
-pub async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
+async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let lease_us = shared.dictionary.lease.as_micros();
     let stale = format!(
         "phase NOT IN ('done', 'failed', 'cancelled') AND heartbeat < NOW(6) - INTERVAL {lease_us} MICROSECOND"
@@ -649,9 +671,23 @@ pub async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(
         if store::text(&exec(conn, "SELECT ROW_COUNT()").await?, 0, 0) != "1" {
             continue;
         }
-        let (job, phase) = load_job(shared, conn, &id).await?;
-        tracing::warn!(job = job.id, phase = %phase, "taking over a move whose owner stopped");
-        tokio::spawn(resume(Arc::clone(shared), job, phase));
+        match load_job(shared, conn, &id).await {
+            Ok((job, phase)) => {
+                tracing::warn!(job = job.id, phase = %phase, "taking over a move whose owner stopped");
+                tokio::spawn(resume(Arc::clone(shared), job, phase));
+            }
+            // Its table is no longer partitioned, or its row is unreadable:
+            // nothing can carry it on.
+            Err(e) => {
+                tracing::error!(job = %id, "cannot take the move over: {e}");
+                let failed = format!(
+                    "UPDATE {} SET phase = 'failed', last_error = {}, finished = NOW(6) WHERE id = {id}",
+                    jobs(shared),
+                    text_literal(&format!("cannot be taken over: {e}"))
+                );
+                exec(conn, &failed).await?;
+            }
+        }
     }
     Ok(())
 }
@@ -714,38 +750,31 @@ async fn load_job(
 /// had all moved, finished; a switched job is finished; the copy resumes
 /// from its checkpoint.
 async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
-    let prepared = async {
-        let mut main = own_connection(&shared, shared.main).await?;
-        let mut source = own_connection(&shared, slot(&shared, job.source)?).await?;
-        match phase.as_str() {
-            "switched" => {
-                forget_progress(&shared, &job).await;
-                if let Work::Split { .. } = job.work {
-                    finish_split(&shared, &mut main, &mut source, &job).await?;
-                }
-                progress(
-                    &shared,
-                    &mut main,
-                    &job,
-                    "phase = 'done', finished = NOW(6)",
-                )
-                .await?;
-                return Ok(false);
+    drop(run(shared, job, Some(phase)).await);
+}
+
+/// What a job that was taken over in `phase` does before it carries on
+/// (under its new owner's heartbeat): true if it goes on to `drive`.
+async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool, ProxyError> {
+    let mut main = own_connection(shared, shared.main).await?;
+    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    match phase {
+        "switched" => {
+            forget_progress(shared, job).await;
+            if let Work::Split { .. } = job.work {
+                finish_split(shared, &mut main, &mut source, job).await?;
             }
-            "fence_moved" => {
-                roll_forward_keyless(&shared, &mut main, &mut source, &job).await?;
-                return Ok(false);
-            }
-            "fencing" => undo_fence(&shared, &mut main, &mut source, &job).await?,
-            _ => ensure_created(&shared, &mut source, &job).await?,
+            progress(shared, &mut main, job, "phase = 'done', finished = NOW(6)").await?;
+            return Ok(false);
         }
-        Ok::<_, ProxyError>(true)
-    };
-    match prepared.await {
-        Ok(true) => drop(run(shared, job).await),
-        Ok(false) => tracing::info!(job = job.id, "move done"),
-        Err(e) => tracing::error!(job = job.id, "could not take the move over: {e}"),
+        "fence_moved" => {
+            roll_forward_keyless(shared, &mut main, &mut source, job).await?;
+            return Ok(false);
+        }
+        "fencing" => undo_fence(shared, &mut main, &mut source, job).await?,
+        _ => ensure_created(shared, &mut source, job).await?,
     }
+    Ok(true)
 }
 
 /// A fence the last owner held before its switch, undone: the source's
@@ -896,6 +925,15 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
     if !physical.exists(&mut source).await? && retired.exists(&mut source).await? {
         exec(&mut source, &rename(&retired, &physical)).await?;
     }
+    // Nothing names them: a retry starts clean.
+    for (backend, place) in job.created(shared) {
+        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        exec(
+            &mut conn,
+            &format!("DROP TABLE IF EXISTS {}", place.qualified()),
+        )
+        .await?;
+    }
     let mut changes = vec![format!(
         "UPDATE {} SET phase = {}, last_error = {}, finished = NOW(6) WHERE id = {}",
         jobs(shared),
@@ -906,15 +944,6 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
     changes.extend(fence_statements(shared, job, false));
     change_owned(shared, &mut main, job, &changes).await?;
     crate::dictionary::reload(shared).await?;
-    // Nothing names them: a retry starts clean.
-    for (backend, place) in job.created(shared) {
-        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
-        exec(
-            &mut conn,
-            &format!("DROP TABLE IF EXISTS {}", place.qualified()),
-        )
-        .await?;
-    }
     Ok(())
 }
 
@@ -1220,7 +1249,14 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     };
     let parts = parts(shared, job, &moved)?;
     let mut copy = Copy::open(shared, job.id, job.epoch, parts, watched, source_slot).await?;
+    // Its own renames of the source (a fence's, a takeover's undoing one)
+    // are no change to the table.
+    copy.fence_rename = Some(job.retired(shared).name);
+    copy.resume_applier(shared).await?;
+    let (copy_started, resumed_at) = (Instant::now(), copy.checkpoint.rows_copied);
     while !copy.checkpoint.copy_done && copy.copy_chunk(shared, CHUNK_ROWS).await? {
+        let copied = copy.checkpoint.rows_copied - resumed_at;
+        throttle(shared, &mut main, job, &mut copy, copied, copy_started).await?;
         let c = &copy;
         progress(
             shared,
@@ -1250,7 +1286,11 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
             shared,
             &mut main,
             job,
-            &format!("lag_bytes = {}", lag.min(i64::MAX as u64)),
+            &format!(
+                "lag_bytes = {}, lag_seconds = {}",
+                lag.min(i64::MAX as u64),
+                copy.lag_seconds(&end)
+            ),
         )
         .await?;
         copy.apply_until(&end).await?;
@@ -1281,6 +1321,71 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     .await?;
     tracing::info!(job = job.id, retired = %job.retired(shared).qualified(), "the partition's old table is kept under its retired name");
     Ok(taken)
+}
+
+/// Holds the copy to `[moves] rows_per_s`, and pauses it while a server it
+/// reads or writes runs more than `[moves] max_threads_running` statements.
+async fn throttle(
+    shared: &Shared,
+    main: &mut BackendConn,
+    job: &Job,
+    copy: &mut Copy,
+    copied: u64,
+    started: Instant,
+) -> Result<(), ProxyError> {
+    let limits = &shared.moves;
+    if limits.rows_per_s > 0 {
+        let due = Duration::from_secs_f64(copied as f64 / limits.rows_per_s as f64);
+        if let Some(early) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(early).await;
+        }
+    }
+    if limits.max_threads_running > 0 {
+        while copy.threads_running().await? > limits.max_threads_running {
+            // A cancel or a takeover still reaches a paused copy.
+            progress(shared, main, job, "owner = owner").await?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Drops the old tables of moves that ended more than `[moves]
+/// retired_retention_s` ago. Every instance runs this with its dictionary
+/// refresh; dropping one twice is harmless.
+async fn drop_retired(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+    let due = exec(
+        conn,
+        &format!(
+            "SELECT id, source_backend, retired_table FROM {} WHERE phase = 'done' AND retired_table IS NOT NULL AND finished < NOW(6) - INTERVAL {} SECOND",
+            jobs(shared),
+            shared.moves.retired_retention_s
+        ),
+    )
+    .await?;
+    for r in 0..due.len() {
+        let backend: u32 = store::text(&due, r, 1).parse().unwrap_or(0);
+        let table = store::text(&due, r, 2);
+        let dropped = async {
+            let mut source = own_connection(shared, slot(shared, backend)?).await?;
+            exec(&mut source, &format!("DROP TABLE IF EXISTS {table}")).await
+        };
+        if let Err(e) = dropped.await {
+            tracing::warn!(table = %table, backend, "cannot drop a retired table: {e}");
+            continue;
+        }
+        exec(
+            conn,
+            &format!(
+                "UPDATE {} SET retired_table = NULL WHERE id = {}",
+                jobs(shared),
+                store::text(&due, r, 0)
+            ),
+        )
+        .await?;
+        tracing::info!(table = %table, backend, "a moved partition's retired table is dropped");
+    }
+    Ok(())
 }
 
 /// Fences the partition, renames its old table out of the way on the
@@ -1388,7 +1493,7 @@ pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
     let rows = exec(
         &mut main,
         &format!(
-            "SELECT id, CONCAT(db, '.', table_name), partition_name, source_backend, destination_backend, phase, rows_copied, rows_estimated, chunks_verified, chunks_repaired, lag_bytes, fence_attempts, last_fence_ms, retired_table, last_error FROM {} ORDER BY id DESC",
+            "SELECT id, CONCAT(db, '.', table_name), partition_name, source_backend, destination_backend, phase, rows_copied, rows_estimated, chunks_verified, chunks_repaired, lag_bytes, lag_seconds, IF(phase = 'copying' AND rows_copied > 0, CEIL(IF(rows_estimated > rows_copied, rows_estimated - rows_copied, 0) * TIMESTAMPDIFF(MICROSECOND, started, heartbeat) / rows_copied / 1000000), NULL), fence_attempts, last_fence_ms, retired_table, last_error FROM {} ORDER BY id DESC",
             jobs(shared)
         ),
     )
@@ -1405,6 +1510,8 @@ pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
         ("chunks_verified", Integer),
         ("chunks_repaired", Integer),
         ("lag_bytes", Integer),
+        ("lag_seconds", Integer),
+        ("eta_seconds", Integer),
         ("fence_attempts", Integer),
         ("last_fence_ms", Integer),
         ("retired_table", Text),
