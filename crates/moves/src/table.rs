@@ -229,6 +229,17 @@ impl MovedTable {
         )
     }
 
+    /// Removes the destination's rows past the last key copied (all of
+    /// them, before any): the source had none there when its last chunk
+    /// came back empty.
+    pub fn clear_after_statement(&self, after: Option<&[TextValue]>) -> String {
+        format!(
+            "DELETE FROM {}{}",
+            self.destination,
+            self.range(after, None)
+        )
+    }
+
     /// Removes a chunk's rows from the destination, before the chunk is
     /// copied again.
     pub fn clear_statement(&self, after: Option<&[TextValue]>, up_to: &[TextValue]) -> String {

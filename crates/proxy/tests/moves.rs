@@ -847,3 +847,57 @@ fn a_move_keeps_its_rate_and_its_retired_table_goes_after_the_retention() {
         values(all_rows(&mut oracle, "oracle_items"))
     );
 }
+
+/// Rows written straight to the destination while the copy runs (not
+/// through hscale, so not in the source) are found by the chunk checksums,
+/// or past the copy's last key, and removed: the partition reads as the
+/// oracle afterwards. While the table moves, DDL and DROP_PARTITION through
+/// hscale are refused with the job's id.
+#[test]
+fn verification_repairs_a_destination_changed_behind_the_move() {
+    let seed = seed();
+    let mut config = cluster().config();
+    config.moves.rows_per_s = 2000;
+    let proxy = Proxy::start(config);
+    let db = cluster().database("moves_repair");
+    let mut admin = items(&proxy, &db, "MOD(2)", &["'odd', 1, 1"]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    load(&mut admin, &mut oracle, &mut rng, 6000);
+    both(&mut admin, &mut oracle, "DELETE FROM items WHERE id = 3001");
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    // The copy's second chunk (ids 2001 to 3999) starts half a second on.
+    let mut two = cluster().direct(2, Some(&db));
+    for id in [3001, 9_999_999] {
+        two.query_drop(format!(
+            "INSERT INTO items_odd VALUES {}",
+            random_row(&mut rng, id)
+        ))
+        .unwrap();
+    }
+    for sql in [
+        "ALTER TABLE items ADD COLUMN extra INT",
+        "HSCALE DROP_PARTITION('items', 'odd')",
+        "HSCALE MOVE_PARTITION('items', '(default)', 2)",
+    ] {
+        let (code, message) = refusal(&mut admin, sql);
+        assert_eq!(code, 1210, "{sql}: {message}");
+        assert!(message.contains(&format!("job {job}")), "{sql}: {message}");
+    }
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    let rows: Vec<Row> = admin.query("HSCALE SHOW_MOVES").unwrap();
+    let repaired: u64 = rows
+        .iter()
+        .find(|r| r.get::<u64, _>("job") == Some(job))
+        .and_then(|r| r.get("chunks_repaired"))
+        .unwrap();
+    assert!(repaired >= 2, "the chunk of 3001 and the tail: {repaired}");
+    assert_eq!(
+        values(all_rows(&mut admin, "items")),
+        values(all_rows(&mut oracle, "oracle_items")),
+        "seed {seed}"
+    );
+}

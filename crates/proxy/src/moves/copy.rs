@@ -283,9 +283,18 @@ impl Copy {
         let chunk_query = self.source_table().chunk_query(after.as_deref(), rows);
         let chunk = exec(&mut self.source, &chunk_query).await?;
         let Some(last) = chunk.last() else {
-            self.checkpoint.copy_done = true;
+            // At the snapshot the source has no row past the last key: at
+            // the same position no part may have one either.
             self.apply_until(&snapshot).await?;
-            return Ok(false);
+            if self.clear_tail(after.as_deref()).await? {
+                tracing::warn!(
+                    job = self.job,
+                    "rows past the copy's end on the destination: removed"
+                );
+                self.chunks_repaired += 1;
+            }
+            self.checkpoint.copy_done = true;
+            return self.commit_applied(false).await.map(|_| false);
         };
         let up_to = self.source_table().key_of(last);
         self.checkpoint.copied_key = Some(up_to.clone());
@@ -336,6 +345,20 @@ impl Copy {
             exec(&mut w.conn, "COMMIT").await?;
         }
         Ok(())
+    }
+
+    /// Removes every part's rows past the last key copied; true if there
+    /// were any.
+    async fn clear_tail(&mut self, after: Option<&[TextValue]>) -> Result<bool, ProxyError> {
+        let mut removed = false;
+        for i in 0..self.writers.len() {
+            self.begin(i).await?;
+            let w = &mut self.writers[i];
+            exec(&mut w.conn, &w.part.table.clear_after_statement(after)).await?;
+            removed |= store::text(&exec(&mut w.conn, "SELECT ROW_COUNT()").await?, 0, 0) != "0";
+            exec(&mut w.conn, "COMMIT").await?;
+        }
+        Ok(removed)
     }
 
     async fn source_sum(
