@@ -31,6 +31,12 @@ pub struct Context<'a> {
     pub dictionary: &'a Dictionary,
     /// Where every table that is not partitioned lives.
     pub main_backend: u32,
+    /// The session is inside a transaction that has run on a backend: its
+    /// statements on a partition a move is fencing run where they are
+    /// routed instead of waiting (the move's rename of the old table waits
+    /// for the transaction to end), so that transactions open across a
+    /// fence finish rather than hold it off.
+    pub passes_fences: bool,
 }
 
 /// The character set the client's statements are written in
@@ -439,7 +445,10 @@ fn plan_summarized(
         _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
-    let action = wait_for_fence(action);
+    let action = match ctx.passes_fences {
+        true => action,
+        false => wait_for_fence(action),
+    };
     let interprets = !matches!(action, Action::Main)
         || !matches!(change, SessionChange::Nothing)
         || summary.kind == Kind::Set;

@@ -334,6 +334,17 @@ impl Template {
         main_backend: u32,
         param: impl Fn(usize) -> Result<Value<'p>, String>,
     ) -> Routing {
+        self.route_in(dictionary, main_backend, false, param)
+    }
+
+    /// `route`, for a session that `passes_fences` (see `Context`).
+    pub fn route_in<'s, 'p: 's>(
+        &'s self,
+        dictionary: &Dictionary,
+        main_backend: u32,
+        passes_fences: bool,
+        param: impl Fn(usize) -> Result<Value<'p>, String>,
+    ) -> Routing {
         if dictionary.version != self.version {
             return Routing::Replan;
         }
@@ -349,7 +360,9 @@ impl Template {
             }
         }
         match self.execution(table, main_backend, param) {
-            Ok(execution) if execution.runs.iter().any(|run| run.target.fenced) => {
+            Ok(execution)
+                if !passes_fences && execution.runs.iter().any(|run| run.target.fenced) =>
+            {
                 Routing::Wait(table.table.clone())
             }
             Ok(execution) => Routing::Run(execution),

@@ -96,6 +96,7 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
+        passes_fences: false,
     }
 }
 
@@ -1601,6 +1602,7 @@ fn table_maintenance_runs_on_each_backends_partitions() {
         b"OPTIMIZE TABLE users",
         &Context {
             main_backend: 3,
+            passes_fences: false,
             ..context(&dictionary(), "app")
         },
         &mut PlanCache::default(),
@@ -1717,6 +1719,18 @@ fn a_fenced_partition_holds_its_own_statements_and_no_others() {
         action("INSERT INTO users VALUES (1, 'zoe')"),
         Action::Route(_)
     ));
+    // A transaction open across the fence finishes where it runs: the
+    // move's rename of the old table waits for it.
+    let open = Context {
+        passes_fences: true,
+        ..context(&fenced, "app")
+    };
+    let planned = plan(
+        b"SELECT * FROM users WHERE nickname = 'martin'",
+        &open,
+        &mut PlanCache::default(),
+    );
+    assert!(matches!(planned.action, Action::Route(_)));
 }
 
 #[test]

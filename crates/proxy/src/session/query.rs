@@ -35,6 +35,7 @@ impl Session {
             charset: self.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
+            passes_fences: self.passes_fences(),
         };
         plan(sql, &ctx, &mut self.plans)
     }
@@ -50,7 +51,14 @@ impl Session {
             charset: self.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
+            passes_fences: self.passes_fences(),
         }
+    }
+
+    /// Whether this session's statements pass a move's fence (see
+    /// `Context::passes_fences`): its transaction has run on a backend.
+    pub(super) fn passes_fences(&self) -> bool {
+        self.slots.iter().any(|s| s.binding.transaction)
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {

@@ -457,13 +457,16 @@ impl Session {
         let mut waited_since = None;
         let execution = loop {
             let dictionary = self.shared.dictionary.snapshot();
+            let passes_fences = self.passes_fences();
             let routed = self.routed_mut(id).expect("checked");
-            let routing = routed.template.route(&dictionary, main_backend, |i| {
-                params
-                    .get(i)
-                    .map_err(|e| e.to_string())
-                    .and_then(|param| param_value(param, charset))
-            });
+            let routing = routed
+                .template
+                .route_in(&dictionary, main_backend, passes_fences, |i| {
+                    params
+                        .get(i)
+                        .map_err(|e| e.to_string())
+                        .and_then(|param| param_value(param, charset))
+                });
             match routing {
                 Routing::Run(execution) => break execution,
                 Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
