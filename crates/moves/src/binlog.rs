@@ -201,6 +201,23 @@ impl Decoder {
     }
 }
 
+/// Why a backend's binary log cannot feed a move, from its `log_bin`,
+/// `binlog_format` and `binlog_row_image`; `None` when it can.
+pub fn binlog_refusal(backend: u32, log_bin: &str, format: &str, image: &str) -> Option<MoveError> {
+    let what = if log_bin != "1" {
+        "has no binary log (log_bin is off)".to_string()
+    } else if !format.eq_ignore_ascii_case("ROW") {
+        format!("logs in binlog_format={format}")
+    } else if !image.eq_ignore_ascii_case("FULL") {
+        format!("logs binlog_row_image={image}")
+    } else {
+        return None;
+    };
+    Some(MoveError::Unsupported(format!(
+        "backend {backend} {what}: moves read the source's binary log and need log_bin, binlog_format=ROW and binlog_row_image=FULL"
+    )))
+}
+
 /// Whether `sql`, run in database `schema`, names the watched table: its
 /// name as a whole identifier, qualified by its database or unqualified in
 /// it. Other databases' tables of that name, and names that merely contain
@@ -238,6 +255,25 @@ fn mentions(sql: &str, schema: &str, watched: &Watched) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_log_that_cannot_feed_a_move_is_refused_with_what_is_missing() {
+        let refused = |log_bin, format, image| {
+            binlog_refusal(2, log_bin, format, image).map(|e| e.to_string())
+        };
+        assert_eq!(refused("1", "ROW", "FULL"), None);
+        assert_eq!(refused("1", "row", "full"), None);
+        let off = refused("0", "ROW", "FULL").unwrap();
+        assert!(
+            off.starts_with("backend 2 has no binary log (log_bin is off)"),
+            "{off}"
+        );
+        let mixed = refused("1", "MIXED", "FULL").unwrap();
+        assert!(mixed.contains("binlog_format=MIXED"), "{mixed}");
+        let minimal = refused("1", "ROW", "MINIMAL").unwrap();
+        assert!(minimal.contains("binlog_row_image=MINIMAL"), "{minimal}");
+        assert!(minimal.contains("need log_bin, binlog_format=ROW and binlog_row_image=FULL"));
+    }
 
     #[test]
     fn ddl_stops_a_move_only_when_it_names_the_watched_table() {

@@ -11,7 +11,7 @@ pub mod split;
 pub mod table;
 
 pub use apply::{EveryRow, RowFilter};
-pub use binlog::{Decoded, Decoder, RowChange, Watched};
+pub use binlog::{binlog_refusal, Decoded, Decoder, RowChange, Watched};
 pub use columns::{Column, ColumnKind};
 pub use position::BinlogPosition;
 pub use split::{Routing, ValuesFilter};

@@ -31,23 +31,10 @@ pub async fn check_requirements(conn: &mut BackendConn) -> Result<(), ProxyError
         store::text(&rows, 0, 1),
         store::text(&rows, 0, 2),
     );
-    let backend = conn.backend;
-    let refuse = |what: String| {
-        Err(MoveError::Unsupported(format!(
-            "backend {backend} {what}: moves read the source's binary log and need log_bin, binlog_format=ROW and binlog_row_image=FULL"
-        ))
-        .into())
-    };
-    if log_bin != "1" {
-        return refuse("has no binary log (log_bin is off)".into());
+    match hscale_moves::binlog_refusal(conn.backend, &log_bin, &format, &image) {
+        Some(refused) => Err(refused.into()),
+        None => Ok(()),
     }
-    if !format.eq_ignore_ascii_case("ROW") {
-        return refuse(format!("logs in binlog_format={format}"));
-    }
-    if !image.eq_ignore_ascii_case("FULL") {
-        return refuse(format!("logs binlog_row_image={image}"));
-    }
-    Ok(())
 }
 
 /// Where the binary log ends now.
