@@ -63,6 +63,7 @@ ${6:-}
 [[users]]
 name = "root"
 password = ""
+admin = true
 
 [[backends]]
 id = 1

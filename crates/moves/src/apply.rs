@@ -4,6 +4,8 @@
 //! chunk copied, ends where the source ended: the copy and the applier need
 //! not agree on where one stops and the other starts, only apply in order.
 
+use std::collections::BTreeMap;
+
 use mysql_common::binlog::value::BinlogValue;
 
 use crate::binlog::{Image, RowChange};
@@ -34,125 +36,163 @@ impl RowFilter for EveryRow {
     }
 }
 
-#[derive(PartialEq)]
-enum Pending {
-    None,
-    Replace,
-    Delete,
+/// Rows the applier holds before it writes them: a few source transactions'
+/// worth.
+const PENDING_ROWS: usize = 5000;
+
+/// The changes of a run of source transactions, as where each row ends: the
+/// applier writes them in one transaction of its own, where nothing in
+/// between is seen, so a row changed ten times is written once. Removals
+/// are written first, so that a unique value one row gives up is free for
+/// the row that takes it (the rows' last images are the source's state,
+/// which its unique keys allow).
+#[derive(Default)]
+pub struct PendingChanges {
+    /// By the row's key condition (`k` = v AND ...): its last image as a
+    /// VALUES tuple, or `None` where it was removed.
+    rows: BTreeMap<String, Option<String>>,
+    bytes: usize,
 }
 
-/// Builds the destination's statements for a run of changes, in order.
-struct Batch<'t> {
-    table: &'t MovedTable,
-    statements: Vec<String>,
-    current: String,
-    pending: Pending,
-}
-
-impl Batch<'_> {
-    fn replace(&mut self, row: &Image) -> Result<(), MoveError> {
-        self.switch(Pending::Replace);
-        if self.current.is_empty() {
-            self.current = format!("REPLACE INTO {} VALUES ", self.table.destination);
-        } else {
-            self.current.push_str(", ");
+impl PendingChanges {
+    /// Takes in one rows event's changes, the rows the filter takes.
+    pub fn absorb(
+        &mut self,
+        table: &MovedTable,
+        changes: &[RowChange],
+        filter: &dyn RowFilter,
+    ) -> Result<(), MoveError> {
+        for change in changes {
+            match change {
+                RowChange::Insert(row) => {
+                    if filter.takes(row) {
+                        self.replace(table, row)?;
+                    }
+                }
+                RowChange::Delete(row) => {
+                    if filter.takes(row) {
+                        self.delete(table, row)?;
+                    }
+                }
+                RowChange::Update { before, after } => {
+                    let key_changed = table.key.iter().any(|&i| before[i] != after[i]);
+                    let (was, is) = (filter.takes(before), filter.takes(after));
+                    if was && (key_changed || !is) {
+                        self.delete(table, before)?;
+                    }
+                    if is {
+                        self.replace(table, after)?;
+                    }
+                }
+            }
         }
-        self.current.push('(');
-        for (i, (column, value)) in self.table.columns.iter().zip(row).enumerate() {
+        Ok(())
+    }
+
+    /// Enough held to write now.
+    pub fn is_full(&self) -> bool {
+        self.rows.len() >= PENDING_ROWS || self.bytes >= STATEMENT_BYTES
+    }
+
+    /// The statements that bring the destination to the rows held (the
+    /// removals, then the rows), each about `STATEMENT_BYTES` at most; the
+    /// rows are let go.
+    pub fn take_statements(&mut self, table: &MovedTable) -> Vec<String> {
+        let rows = std::mem::take(&mut self.rows);
+        self.bytes = 0;
+        let mut statements = Vec::new();
+        let removed = rows.iter().filter(|(_, row)| row.is_none());
+        let delete = format!("DELETE FROM {} WHERE ", table.destination);
+        gather(
+            &mut statements,
+            &delete,
+            " OR ",
+            removed.map(|(key, _)| key),
+        );
+        let replace = format!("REPLACE INTO {} VALUES ", table.destination);
+        let written = rows.values().flatten();
+        gather(&mut statements, &replace, ", ", written);
+        statements
+    }
+
+    fn replace(&mut self, table: &MovedTable, row: &Image) -> Result<(), MoveError> {
+        let mut values = String::from("(");
+        for (i, (column, value)) in table.columns.iter().zip(row).enumerate() {
             if i > 0 {
-                self.current.push_str(", ");
+                values.push_str(", ");
             }
-            column.binlog_literal(value, &mut self.current)?;
+            column.binlog_literal(value, &mut values)?;
         }
-        self.current.push(')');
-        self.flush_if_long();
+        values.push(')');
+        let key = key_condition(table, row)?;
+        self.hold(key, Some(values));
         Ok(())
     }
 
-    fn delete(&mut self, row: &Image) -> Result<(), MoveError> {
-        self.switch(Pending::Delete);
-        if self.current.is_empty() {
-            self.current = format!("DELETE FROM {} WHERE ", self.table.destination);
+    fn delete(&mut self, table: &MovedTable, row: &Image) -> Result<(), MoveError> {
+        let key = key_condition(table, row)?;
+        self.hold(key, None);
+        Ok(())
+    }
+
+    fn hold(&mut self, key: String, row: Option<String>) {
+        self.bytes += key.len() + row.as_ref().map_or(0, String::len);
+        self.rows.insert(key, row);
+    }
+}
+
+/// `(k1 = v1 AND k2 = v2)`: a row's key as a condition.
+fn key_condition(table: &MovedTable, row: &Image) -> Result<String, MoveError> {
+    let mut condition = String::from("(");
+    for (n, &i) in table.key.iter().enumerate() {
+        if n > 0 {
+            condition.push_str(" AND ");
+        }
+        let column = &table.columns[i];
+        condition.push_str(&crate::ident(&column.name));
+        condition.push_str(" = ");
+        column.binlog_literal(&row[i], &mut condition)?;
+    }
+    condition.push(')');
+    Ok(condition)
+}
+
+/// `head` followed by `items` joined by `separator`, in statements of
+/// about `STATEMENT_BYTES` at most.
+fn gather<'a>(
+    statements: &mut Vec<String>,
+    head: &str,
+    separator: &str,
+    items: impl Iterator<Item = &'a String>,
+) {
+    let mut current = String::new();
+    for item in items {
+        if current.is_empty() {
+            current.push_str(head);
         } else {
-            self.current.push_str(" OR ");
+            current.push_str(separator);
         }
-        self.current.push('(');
-        for (n, &i) in self.table.key.iter().enumerate() {
-            if n > 0 {
-                self.current.push_str(" AND ");
-            }
-            let column = &self.table.columns[i];
-            self.current.push_str(&crate::ident(&column.name));
-            self.current.push_str(" = ");
-            column.binlog_literal(&row[i], &mut self.current)?;
-        }
-        self.current.push(')');
-        self.flush_if_long();
-        Ok(())
-    }
-
-    /// Changes of one kind share a statement; a change of the other kind
-    /// ends it, so that the order between them holds.
-    fn switch(&mut self, next: Pending) {
-        if self.pending != next {
-            self.flush();
-            self.pending = next;
+        current.push_str(item);
+        if current.len() >= STATEMENT_BYTES {
+            statements.push(std::mem::take(&mut current));
         }
     }
-
-    fn flush_if_long(&mut self) {
-        if self.current.len() >= STATEMENT_BYTES {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        if !self.current.is_empty() {
-            self.statements.push(std::mem::take(&mut self.current));
-        }
+    if !current.is_empty() {
+        statements.push(current);
     }
 }
 
 impl MovedTable {
-    /// The statements that make the destination follow `changes`; a row
-    /// the filter does not take is removed if it was there, never written.
+    /// The statements that make the destination follow `changes` (as the
+    /// applier writes them, `PendingChanges`).
     pub fn apply_statements(
         &self,
         changes: &[RowChange],
         filter: &dyn RowFilter,
     ) -> Result<Vec<String>, MoveError> {
-        let mut batch = Batch {
-            table: self,
-            statements: Vec::new(),
-            current: String::new(),
-            pending: Pending::None,
-        };
-        for change in changes {
-            match change {
-                RowChange::Insert(row) => {
-                    if filter.takes(row) {
-                        batch.replace(row)?;
-                    }
-                }
-                RowChange::Delete(row) => {
-                    if filter.takes(row) {
-                        batch.delete(row)?;
-                    }
-                }
-                RowChange::Update { before, after } => {
-                    let key_changed = self.key.iter().any(|&i| before[i] != after[i]);
-                    let (was, is) = (filter.takes(before), filter.takes(after));
-                    if was && (key_changed || !is) {
-                        batch.delete(before)?;
-                    }
-                    if is {
-                        batch.replace(after)?;
-                    }
-                }
-            }
-        }
-        batch.flush();
-        Ok(batch.statements)
+        let mut pending = PendingChanges::default();
+        pending.absorb(self, changes, filter)?;
+        Ok(pending.take_statements(self))
     }
 }
 
@@ -195,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn changes_keep_their_order_and_share_statements_of_one_kind() {
+    fn each_row_is_written_as_it_ends_removals_first() {
         let changes = [
             RowChange::Insert(row(1, "a")),
             RowChange::Insert(row(2, "b")),
@@ -213,10 +253,7 @@ mod tests {
         assert_eq!(
             sql,
             [
-                "REPLACE INTO `d`.`t2` VALUES (1, _utf8mb4 X'61'), (2, _utf8mb4 X'62')",
-                "DELETE FROM `d`.`t2` WHERE (`id` = 1)",
-                "REPLACE INTO `d`.`t2` VALUES (2, _utf8mb4 X'63')",
-                "DELETE FROM `d`.`t2` WHERE (`id` = 2)",
+                "DELETE FROM `d`.`t2` WHERE (`id` = 1) OR (`id` = 2)",
                 "REPLACE INTO `d`.`t2` VALUES (4, _utf8mb4 X'63')",
             ]
         );
@@ -235,12 +272,32 @@ mod tests {
             RowChange::Delete(row(5, "odd")),
         ];
         let sql = table().apply_statements(&changes, &Even).unwrap();
+        assert_eq!(sql, ["DELETE FROM `d`.`t2` WHERE (`id` = 2)"]);
+    }
+
+    #[test]
+    fn a_row_removed_and_written_again_is_written_once_as_it_ends() {
+        let changes = [
+            RowChange::Delete(row(7, "a")),
+            RowChange::Insert(row(7, "b")),
+            RowChange::Update {
+                before: row(7, "b"),
+                after: row(7, "c"),
+            },
+            RowChange::Insert(row(8, "d")),
+        ];
+        let mut pending = PendingChanges::default();
+        let t = table();
+        pending.absorb(&t, &changes[..2], &EveryRow).unwrap();
+        pending.absorb(&t, &changes[2..], &EveryRow).unwrap();
+        assert!(!pending.is_full());
         assert_eq!(
-            sql,
-            [
-                "REPLACE INTO `d`.`t2` VALUES (2, _utf8mb4 X'6576656e')",
-                "DELETE FROM `d`.`t2` WHERE (`id` = 2)",
-            ]
+            pending.take_statements(&t),
+            ["REPLACE INTO `d`.`t2` VALUES (7, _utf8mb4 X'63'), (8, _utf8mb4 X'64')"]
+        );
+        assert!(
+            pending.take_statements(&t).is_empty(),
+            "the rows were let go"
         );
     }
 }

@@ -10,7 +10,7 @@ pub mod position;
 pub mod split;
 pub mod table;
 
-pub use apply::{EveryRow, RowFilter};
+pub use apply::{EveryRow, PendingChanges, RowFilter};
 pub use binlog::{binlog_refusal, Decoded, Decoder, RowChange, Watched};
 pub use columns::{Column, ColumnKind};
 pub use position::BinlogPosition;

@@ -89,6 +89,12 @@ pub fn metrics(shared: &Shared) -> String {
         "Client connections open now.",
         plain(c.clients.load(Ordering::Relaxed)),
     );
+    metric(
+        "hscale_statements_waited_total",
+        "counter",
+        "Statements that waited for a move's fence or a lock on their table.",
+        plain(c.waited.load(Ordering::Relaxed)),
+    );
     let pools = shared
         .pools
         .iter()

@@ -255,6 +255,9 @@ pub struct Counters {
     pub routed: ShardedCounter,
     pub connections: AtomicU64,
     pub clients: AtomicU64,
+    /// Statements that waited for a fence or a lock on their table (each
+    /// counted once, however long it waited).
+    pub waited: AtomicU64,
 }
 
 impl Counters {

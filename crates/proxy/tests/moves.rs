@@ -162,6 +162,42 @@ fn open_transactions(proxy: &Proxy, db: &str, rng: &mut impl Rng) -> (Conn, Conn
     (a, b, row)
 }
 
+/// Commits the transactions `open_transactions` left while a job runs,
+/// waits for the job (about half of 5,000 rows to move) and the writer, and
+/// checks that the rows read through hscale are the oracle's with the
+/// transactions' changes; the oracle's rows.
+fn end_with_open_transactions(
+    (mut a, mut b, a_row): (Conn, Conn, String),
+    job: std::thread::JoinHandle<mysql::Result<u64>>,
+    (writer, stop): (std::thread::JoinHandle<usize>, Arc<AtomicBool>),
+    (admin, oracle): (&mut Conn, &mut Conn),
+    seed: u64,
+) -> Vec<Vec<mysql::Value>> {
+    a.query_drop("COMMIT").unwrap();
+    b.query_drop("COMMIT").unwrap();
+    let moved = job.join().unwrap().expect("the job ends well");
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(
+        writes > 10,
+        "the writer ran during the job ({writes} writes)"
+    );
+    assert!(moved >= 2000, "about half the rows moved: {moved}");
+    oracle
+        .query_drop(format!("INSERT INTO oracle_items VALUES {a_row}"))
+        .unwrap();
+    oracle
+        .query_drop("UPDATE oracle_items SET val = 42 WHERE id = 1")
+        .unwrap();
+    let through = values(all_rows(admin, "items"));
+    let expected = values(all_rows(oracle, "oracle_items"));
+    assert_eq!(through.len(), expected.len(), "row count (seed {seed})");
+    for (got, want) in through.iter().zip(&expected) {
+        assert_eq!(got, want, "seed {seed}");
+    }
+    expected
+}
+
 /// A client writing rows whose ids `pick` draws (REPLACE, DELETE, UPDATE,
 /// INSERT IGNORE of a far id), through hscale and to the oracle, until
 /// `stop`; answers how many writes it made.
@@ -364,7 +400,7 @@ fn a_split_of_a_table_with_rows_loses_no_committed_write() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut oracle = cluster().direct(1, Some(&db));
     load(&mut admin, &mut oracle, &mut rng, 5000);
-    let (mut a, mut b, a_row) = open_transactions(&proxy, &db, &mut rng);
+    let (a, b, a_row) = open_transactions(&proxy, &db, &mut rng);
     let split = {
         let mut admin = proxy.connect(Some(&db));
         std::thread::spawn(move || {
@@ -384,29 +420,13 @@ fn a_split_of_a_table_with_rows_loses_no_committed_write() {
         &stop,
     );
     std::thread::sleep(Duration::from_millis(300));
-    a.query_drop("COMMIT").unwrap();
-    b.query_drop("COMMIT").unwrap();
-    let moved = split.join().unwrap().expect("the split ends well");
-    stop.store(true, Ordering::Relaxed);
-    let writes = writer.join().unwrap();
-    assert!(
-        writes > 10,
-        "the writer ran during the split ({writes} writes)"
+    let expected = end_with_open_transactions(
+        (a, b, a_row),
+        split,
+        (writer, stop),
+        (&mut admin, &mut oracle),
+        seed,
     );
-    assert!(moved >= 2000, "about half the rows moved: {moved}");
-
-    oracle
-        .query_drop(format!("INSERT INTO oracle_items VALUES {a_row}"))
-        .unwrap();
-    oracle
-        .query_drop("UPDATE oracle_items SET val = 42 WHERE id = 1")
-        .unwrap();
-    let through = values(all_rows(&mut admin, "items"));
-    let expected = values(all_rows(&mut oracle, "oracle_items"));
-    assert_eq!(through.len(), expected.len(), "row count (seed {seed})");
-    for (got, want) in through.iter().zip(&expected) {
-        assert_eq!(got, want, "seed {seed}");
-    }
     // On the backends: each row in the one table its value routes to, the
     // old default table retired, the split's rest gone into its place.
     let mut two = cluster().direct(2, Some(&db));
@@ -429,6 +449,98 @@ fn a_split_of_a_table_with_rows_loses_no_committed_write() {
         !own.contains(&format!("_hscale_rest_{job}_items_default")),
         "{own:?}"
     );
+}
+
+/// DROP_PARTITION runs on the move engine: the rows of a partition of two
+/// values on backend 2 join the default table on backend 1 while a writer
+/// changes rows of every partition and two transactions open on the
+/// partition's rows commit during the copy; the default table's rows are
+/// read meanwhile. Afterwards
+/// every row is the oracle's, the partition's values route to the default
+/// table, which holds each row once, and the partition's old table is
+/// retired.
+#[test]
+fn a_partition_is_dropped_into_the_default_table_while_it_is_written() {
+    let seed = seed();
+    let db = cluster().database("moves_drop");
+    let proxy = Proxy::for_cluster();
+    let mut admin = items(&proxy, &db, "MOD(4)", &["'pair', 1, 2", "'pair', 3, 2"]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    // Each statement on one backend: the odd ids are the partition's.
+    for start in (0..5000).step_by(500) {
+        for parity in [0, 1] {
+            let rows: Vec<String> = (start..start + 500)
+                .filter(|id| id % 2 == parity)
+                .map(|id| random_row(&mut rng, id))
+                .collect();
+            let sql = format!("INSERT INTO items VALUES {}", rows.join(", "));
+            both(&mut admin, &mut oracle, &sql);
+        }
+    }
+    let (a, b, a_row) = open_transactions(&proxy, &db, &mut rng);
+    let dropping = {
+        let mut admin = proxy.connect(Some(&db));
+        std::thread::spawn(move || {
+            admin
+                .query_iter("HSCALE DROP_PARTITION('items', 'pair')")
+                .map(|answer| answer.affected_rows())
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = writer(
+        &proxy,
+        &db,
+        seed ^ 5,
+        |rng| rng.random_range(2..5000i64),
+        &stop,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let even: i64 = admin
+        .query_first("SELECT COUNT(*) FROM items WHERE id = 0")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        even, 1,
+        "the default table's rows are read while the partition merges"
+    );
+    let expected = end_with_open_transactions(
+        (a, b, a_row),
+        dropping,
+        (writer, stop),
+        (&mut admin, &mut oracle),
+        seed,
+    );
+    let mut direct = cluster().direct(1, Some(&db));
+    let in_default: i64 = direct
+        .query_first("SELECT COUNT(*) FROM items_default")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        in_default as usize,
+        expected.len(),
+        "every row in the default table once"
+    );
+    assert!(!tables_on(2, &db).contains(&"items_pair".to_string()));
+    let lookup: Vec<Row> = admin.query("HSCALE LOOKUP('items', 7)").unwrap();
+    assert_eq!(
+        lookup[0].get::<String, _>("partition").unwrap(),
+        "(default)"
+    );
+    assert_eq!(lookup[0].get::<i64, _>("backend").unwrap(), 1);
+    let job: u64 = cluster()
+        .direct(1, None)
+        .exec_first(
+            "SELECT id FROM hscale.moves WHERE db = ? ORDER BY id DESC",
+            (&db,),
+        )
+        .unwrap()
+        .unwrap();
+    assert!(
+        tables_on(2, "hscale").contains(&format!("_hscale_retired_{job}_items_pair")),
+        "the partition's table is retired on its backend"
+    );
+    assert!(!tables_on(1, "hscale").contains(&format!("_hscale_stage_{job}_items_pair")));
 }
 
 /// SPLIT_PARTITION takes one value of a partition that has several to a
@@ -640,8 +752,8 @@ fn a_cancelled_move_leaves_the_partition_where_it_was() {
     );
 }
 
-/// The kill matrix: a move (of a partition or of the default table) or a
-/// split runs on one instance while a second
+/// The kill matrix: a move (of a partition or of the default table), a
+/// split or a merge (DROP_PARTITION) runs on one instance while a second
 /// serves a writer on the moving and the staying rows; the first is stopped
 /// at a random moment (its tasks end where they are, its connections close,
 /// as a SIGKILL leaves the servers), the second takes the job over once its
@@ -667,7 +779,7 @@ fn a_job_whose_instance_stops_at_any_moment_is_taken_over_and_loses_nothing() {
 /// stopped, and what the job did.
 fn kill_run(run: u64, seed: u64) -> (String, &'static str) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let work = ["move", "split", "move default"][rng.random_range(0..3)];
+    let work = ["move", "split", "move default", "drop"][rng.random_range(0..4)];
     let split = work == "split";
     let db = cluster().database(&format!("moves_kill_{run}"));
     let serving = Proxy::for_cluster();
@@ -691,19 +803,30 @@ fn kill_run(run: u64, seed: u64) -> (String, &'static str) {
     let mover = Proxy::start(config);
     let mut on_mover = mover.connect(Some(&db));
     let mut main = cluster().direct(1, None);
-    let job_of = |main: &mut Conn| -> Option<(u64, String)> {
-        main.exec_first(
-            "SELECT id, phase FROM hscale.moves WHERE db = ? ORDER BY id DESC LIMIT 1",
+    // The job this run starts, not one of the partitions' set-up.
+    let earlier: u64 = main
+        .exec_first(
+            "SELECT COALESCE(MAX(id), 0) FROM hscale.moves WHERE db = ?",
             (&db,),
         )
         .unwrap()
+        .unwrap();
+    let job_of = |main: &mut Conn| -> Option<(u64, String)> {
+        main.exec_first(
+            "SELECT id, phase FROM hscale.moves WHERE db = ? AND id > ? ORDER BY id DESC LIMIT 1",
+            (&db, earlier),
+        )
+        .unwrap()
     };
-    let client = match split {
-        true => Some(std::thread::spawn(move || {
-            // Its client loses the instance; the split goes on elsewhere.
+    // Its client loses the instance; the job goes on elsewhere.
+    let client = match work {
+        "split" => Some(std::thread::spawn(move || {
             let _ = on_mover.query_drop("HSCALE ADD_PARTITION('items', 'odd', 1, 2)");
         })),
-        false => {
+        "drop" => Some(std::thread::spawn(move || {
+            let _ = on_mover.query_drop("HSCALE DROP_PARTITION('items', 'odd')");
+        })),
+        _ => {
             let partition = match work {
                 "move" => "odd",
                 _ => "(default)",
@@ -795,11 +918,19 @@ fn kill_run(run: u64, seed: u64) -> (String, &'static str) {
         expected.len(),
         "a row lost or in two tables: {context}"
     );
-    let moved = match work {
-        "move default" => "items_default",
-        _ => "items_odd",
+    let on_two: &[&str] = match work {
+        "move default" => &["items_default"],
+        "drop" => &[],
+        _ => &["items_odd"],
     };
-    assert_eq!(tables_on(2, &db), [moved], "{context}");
+    assert_eq!(tables_on(2, &db), on_two, "{context}");
+    if work == "drop" {
+        assert_eq!(
+            tables_on(1, &db),
+            ["items_default", "oracle_items"],
+            "{context}"
+        );
+    }
     (stopped_in, work)
 }
 

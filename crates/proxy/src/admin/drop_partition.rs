@@ -1,7 +1,14 @@
 //! HSCALE DROP_PARTITION(table, partition): its rows go back to the default
-//! table, then its table is dropped, while the table is locked.
+//! table and its values route there. Online, on the move engine (a merge:
+//! the rows are copied beside the default table while the partition is
+//! served, and join it in the fence); a table the engine cannot copy while
+//! it changes (no key, no row-based binary log) is locked while its rows
+//! move instead.
 
-use hscale_planner::{PartitionState, TableName};
+use std::sync::Arc;
+
+use hscale_moves::MoveError;
+use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use super::{current, partitioned, publish, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::moves::{copy_rows, places, Entries};
@@ -10,7 +17,7 @@ use crate::error::ProxyError;
 use crate::shared::Shared;
 
 pub async fn run(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     table: TableName,
     partition: String,
 ) -> Result<AdminAnswer, ProxyError> {
@@ -18,20 +25,46 @@ pub async fn run(
     let dictionary = current(shared, &mut lock).await?;
     let t = partitioned(&dictionary, &table)?;
     crate::moves::refuse_while_moving(shared, &mut lock.conn, &table).await?;
-    let entries: Vec<_> = t.partition(&partition).collect();
-    let Some(backend) = entries.first().map(|e| e.backend) else {
+    if t.partition(&partition).next().is_none() {
         return Err(AdminError::Invalid(format!("{table} has no partition '{partition}'")).into());
+    }
+    let moved = match crate::moves::start_merge(shared, &mut lock, t, partition.clone()).await {
+        Ok(started) => {
+            // Other admin commands go on while the merge runs.
+            drop(lock);
+            started.wait().await?
+        }
+        Err(ProxyError::Move(MoveError::NoKey(why) | MoveError::Unsupported(why))) => {
+            tracing::warn!(table = %table, %partition, "{why}: the table is locked while its rows move");
+            offline(shared, &mut lock, t, &partition).await?
+        }
+        Err(e) => return Err(e),
     };
+    tracing::info!(table = %table, %partition, moved, "partition dropped");
+    Ok(AdminAnswer::Ok {
+        affected_rows: moved,
+    })
+}
+
+/// The rows moved while the whole table waits (`Draining`).
+async fn offline(
+    shared: &Shared,
+    lock: &mut AdminLock,
+    t: &PartitionedTable,
+    partition: &str,
+) -> Result<u64, ProxyError> {
+    let entries: Vec<_> = t.partition(partition).collect();
+    let backend = entries[0].backend;
     let values: Vec<String> = entries.iter().map(|e| e.value.clone()).collect();
-    let (default, place) = places(shared, t, &partition, backend)?;
+    let (default, place) = places(shared, t, partition, backend)?;
     let all = Entries {
-        table: &table,
-        partition: &partition,
+        table: &t.table,
+        partition,
         value: None,
     };
     all.set(shared, &mut lock.conn, Some(PartitionState::Draining))
         .await?;
-    publish(shared, &mut lock).await?;
+    publish(shared, lock).await?;
     let moved = copy_rows(shared, t, &values, &place, &default).await?;
     all.set(shared, &mut lock.conn, Some(PartitionState::Dropping))
         .await?;
@@ -43,9 +76,6 @@ pub async fn run(
     );
     store::exec(&mut conn, &drop).await?;
     all.set(shared, &mut lock.conn, None).await?;
-    publish(shared, &mut lock).await?;
-    tracing::info!(table = %table, %partition, moved, "partition dropped");
-    Ok(AdminAnswer::Ok {
-        affected_rows: moved,
-    })
+    publish(shared, lock).await?;
+    Ok(moved)
 }

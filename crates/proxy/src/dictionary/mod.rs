@@ -225,19 +225,29 @@ pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
     reload_with(shared, &mut conn).await
 }
 
-/// Polls the version every `refresh_ms` for as long as the proxy serves.
+/// Polls the version every `refresh_ms` for as long as the proxy serves,
+/// and every `FENCE_POLL` while a move is about to fence or is fencing: the
+/// fence waits for every instance to load it, and its clients for every
+/// instance to load the switch, so a poll's period is a pause they see.
 pub async fn refresh_loop(shared: Arc<Shared>) {
     let mut conn: Option<Box<BackendConn>> = None;
-    let mut interval = tokio::time::interval(shared.dictionary.refresh);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut swept = Instant::now() - shared.dictionary.refresh;
     loop {
-        interval.tick().await;
+        let mut next = shared.dictionary.refresh;
         if conn.is_none() {
             conn = own_connection(&shared, shared.main).await.ok();
         }
         if let Some(c) = conn.as_mut() {
             match reload_with(&shared, c).await {
-                Ok(()) => crate::moves::sweep(&shared, c).await,
+                Ok(()) => {
+                    if swept.elapsed() >= shared.dictionary.refresh {
+                        crate::moves::sweep(&shared, c).await;
+                        swept = Instant::now();
+                    }
+                    if crate::moves::fencing_soon(&shared, c).await {
+                        next = next.min(FENCE_POLL);
+                    }
+                }
                 Err(e) => {
                     tracing::warn!("cannot read the dictionary: {e}");
                     conn = None;
@@ -245,8 +255,12 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
             }
         }
         shared.dictionary.check_lease();
+        tokio::time::sleep(next).await;
     }
 }
+
+/// How often instances poll the dictionary while a move fences.
+pub(crate) const FENCE_POLL: Duration = Duration::from_millis(25);
 
 /// Removes this instance's heartbeat at shutdown, so that admin commands do
 /// not wait for it. Best effort: a heartbeat left behind expires with its lease.

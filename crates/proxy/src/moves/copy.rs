@@ -15,7 +15,8 @@
 //! the old owner has open: an old owner that wakes up writes nothing more.
 
 use hscale_moves::{
-    BinlogPosition, Checksum, Decoded, MoveError, MovedTable, RowFilter, TextValue, Watched,
+    BinlogPosition, Checksum, Decoded, MoveError, MovedTable, PendingChanges, RowFilter, TextValue,
+    Watched,
 };
 
 use super::binlog::{position_of, BinlogDump};
@@ -49,6 +50,17 @@ pub struct Part {
 struct Writer {
     part: Part,
     conn: Box<BackendConn>,
+    /// The applier's changes not written yet.
+    pending: PendingChanges,
+}
+
+impl Writer {
+    async fn write_pending(&mut self) -> Result<(), ProxyError> {
+        for sql in self.pending.take_statements(&self.part.table) {
+            exec(&mut self.conn, &sql).await?;
+        }
+        Ok(())
+    }
 }
 
 pub struct Copy {
@@ -117,7 +129,11 @@ impl Copy {
         let mut writers = Vec::with_capacity(parts.len());
         for part in parts {
             let conn = raw_connection(shared, part.slot).await?;
-            writers.push(Writer { part, conn });
+            writers.push(Writer {
+                part,
+                conn,
+                pending: PendingChanges::default(),
+            });
         }
         if writers.is_empty() {
             return Err(MoveError::Unsupported("a move without a destination".into()).into());
@@ -408,8 +424,9 @@ impl Copy {
                         open = true;
                     }
                     for w in &mut self.writers {
-                        for sql in w.part.table.apply_statements(&changes, &*w.part.filter)? {
-                            exec(&mut w.conn, &sql).await?;
+                        w.pending.absorb(&w.part.table, &changes, &*w.part.filter)?;
+                        if w.pending.is_full() {
+                            w.write_pending().await?;
                         }
                     }
                 }
@@ -441,6 +458,11 @@ impl Copy {
     /// Commits what was applied, the first part last with the checkpoint;
     /// `open`: the parts have a transaction open.
     async fn commit_applied(&mut self, open: bool) -> Result<(), ProxyError> {
+        if open {
+            for w in &mut self.writers {
+                w.write_pending().await?;
+            }
+        }
         self.checkpoint.applied = Some(self.applied_to().clone());
         let save = self.save_statement();
         for i in (0..self.writers.len()).rev() {

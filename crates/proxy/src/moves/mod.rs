@@ -55,6 +55,11 @@ enum Work {
         column: String,
         routing: Routing,
     },
+    /// DROP_PARTITION: every row of the partition to the default table on
+    /// the destination. The rows gather in a staging table there and join
+    /// the default table during the fence (which fences both), and the
+    /// partition's values then route to the default table.
+    Merge,
 }
 
 /// A move as its job row has it.
@@ -110,6 +115,26 @@ impl Job {
                 ..
             } => (self.destination, self.own(shared, "stage")),
             Work::Split { into, .. } => (self.destination, self.partition_place(into)),
+            Work::Merge => (self.destination, self.own(shared, "stage")),
+        }
+    }
+
+    /// The table that staged rows join in the fence: an existing partition
+    /// a split adds a value to, or the default table a merge fills.
+    fn joined(&self, shared: &Shared) -> Option<Place> {
+        match &self.work {
+            Work::Split {
+                into,
+                into_existing: true,
+                keyless: false,
+                ..
+            } => Some(self.partition_place(into)),
+            Work::Merge => {
+                let dictionary = shared.dictionary.snapshot();
+                let t = partitioned(&dictionary, &self.table).ok()?;
+                Some(Place::new(&self.table.db, &t.default_table))
+            }
+            _ => None,
         }
     }
 
@@ -125,7 +150,7 @@ impl Job {
     /// go when the job fails before its switch.
     fn created(&self, shared: &Shared) -> Vec<(u32, Place)> {
         match &self.work {
-            Work::Move => vec![self.taken(shared)],
+            Work::Move | Work::Merge => vec![self.taken(shared)],
             Work::Split {
                 into_existing,
                 keyless,
@@ -181,21 +206,24 @@ fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, 
     })
 }
 
-/// Deletes the rows of a split's value from `place`, where the split put
-/// copies of them (the source's rows stay the ones that count).
+/// Deletes the rows a split's value or a merged partition's values hold
+/// from `place`, where the job put copies of them (the source's rows stay
+/// the ones that count).
 async fn delete_value_rows(
     shared: &Shared,
     job: &Job,
     backend: u32,
     place: Place,
 ) -> Result<(), ProxyError> {
-    let Work::Split { value, .. } = &job.work else {
-        return Ok(());
-    };
     let dictionary = shared.dictionary.snapshot();
     let t = partitioned(&dictionary, &job.table)?;
+    let values = match (&job.work, &job.partition) {
+        (Work::Split { value, .. }, _) => vec![value.clone()],
+        (Work::Merge, Some(p)) => t.partition(p).map(|e| e.value.clone()).collect(),
+        _ => return Ok(()),
+    };
     let at = offline(shared, backend, place)?;
-    offline_moves::delete_rows(shared, t, std::slice::from_ref(value), &at).await
+    offline_moves::delete_rows(shared, t, &values, &at).await
 }
 
 /// `RENAME TABLE from TO to`.
@@ -335,6 +363,31 @@ pub async fn start_split(
     launch(shared, lock, t, job).await
 }
 
+/// DROP_PARTITION: every row of `partition` joins the default table, and
+/// its values then route there.
+pub async fn start_merge(
+    shared: &Arc<Shared>,
+    lock: &mut AdminLock,
+    t: &PartitionedTable,
+    partition: String,
+) -> Result<Started, ProxyError> {
+    let source = t.partition(&partition).next().map(|e| e.backend);
+    let source = source.ok_or_else(|| {
+        AdminError::Invalid(format!("{} has no partition '{partition}'", t.table))
+    })?;
+    let job = Job {
+        id: 0,
+        table: t.table.clone(),
+        physical: t.partition_table(&partition),
+        partition: Some(partition),
+        source,
+        destination: t.default_backend,
+        work: Work::Merge,
+        epoch: 1,
+    };
+    launch(shared, lock, t, job).await
+}
+
 /// The running job of a table, if it has one: one at a time per table,
 /// and no other admin command changes a table while it moves.
 pub async fn running(
@@ -433,6 +486,12 @@ async fn launch(
     .await?;
     let (value, into, into_existing, keyless) = match &job.work {
         Work::Move => ("NULL".to_string(), "NULL".to_string(), false, false),
+        Work::Merge => (
+            "NULL".to_string(),
+            text_literal(DEFAULT_PARTITION),
+            true,
+            false,
+        ),
         Work::Split {
             value,
             into,
@@ -507,6 +566,7 @@ async fn launch(
     }
     let (value, into) = match &job.work {
         Work::Move => (None, None),
+        Work::Merge => (None, Some(DEFAULT_PARTITION)),
         Work::Split { value, into, .. } => (Some(value.as_str()), Some(into.as_str())),
     };
     tracing::info!(job = job.id, table = %job.table, partition = %label, source = job.source, destination = job.destination, ?value, ?into, "move started");
@@ -647,6 +707,16 @@ pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) {
 /// (the owner died or stalled) and resumes it here. Every instance runs
 /// this with its dictionary refresh; the epoch's compare-and-set lets one
 /// win.
+/// A move is catching up to its fence or fencing: instances poll the
+/// dictionary often until it has switched.
+pub async fn fencing_soon(shared: &Shared, conn: &mut BackendConn) -> bool {
+    let sql = format!(
+        "SELECT 1 FROM {} WHERE phase IN ('catching_up', 'fencing') LIMIT 1",
+        jobs(shared)
+    );
+    exec(conn, &sql).await.is_ok_and(|rows| !rows.is_empty())
+}
+
 async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let lease_us = shared.dictionary.lease.as_micros();
     let stale = format!(
@@ -717,9 +787,10 @@ async fn load_job(
         DEFAULT_PARTITION => (None, t.default_table.clone()),
         p => (Some(p.to_string()), t.partition_table(p)),
     };
-    let work = match rows[0][5].is_some() {
-        false => Work::Move,
-        true => Work::Split {
+    let work = match (rows[0][5].is_some(), rows[0][6].is_some()) {
+        (false, false) => Work::Move,
+        (false, true) => Work::Merge,
+        (true, _) => Work::Split {
             value: text(5),
             into: text(6),
             into_existing: text(7) == "1",
@@ -787,16 +858,20 @@ async fn undo_fence(
     source: &mut BackendConn,
     job: &Job,
 ) -> Result<(), ProxyError> {
-    if let Work::Split {
-        into_existing,
-        keyless,
-        ..
-    } = &job.work
-    {
-        let (backend, taken) = job.taken(shared);
-        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
-        if (*into_existing || *keyless) && taken.exists(&mut conn).await? {
-            delete_value_rows(shared, job, backend, taken).await?;
+    let staged_into = match &job.work {
+        Work::Split {
+            into,
+            into_existing,
+            keyless,
+            ..
+        } if *into_existing || *keyless => Some(job.partition_place(into)),
+        Work::Merge => job.joined(shared),
+        _ => None,
+    };
+    if let Some(place) = staged_into {
+        let mut conn = own_connection(shared, slot(shared, job.destination)?).await?;
+        if place.exists(&mut conn).await? {
+            delete_value_rows(shared, job, job.destination, place).await?;
         }
     }
     let (physical, retired) = (job.source_place(), job.retired(shared));
@@ -909,15 +984,20 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
         )
         .await;
     }
-    // Rows a split added to an existing partition go before the value is
+    // Rows a split added to an existing partition, or a merge to the
+    // default table (only ever in its fence), go before the values are
     // served from the source again.
-    if let Work::Split {
-        into,
-        into_existing: true,
-        ..
-    } = &job.work
-    {
-        delete_value_rows(shared, job, job.destination, job.partition_place(into)).await?;
+    let joined = match &job.work {
+        Work::Split {
+            into,
+            into_existing: true,
+            ..
+        } => Some(job.partition_place(into)),
+        Work::Merge if store::text(&phase, 0, 0) == "fencing" => job.joined(shared),
+        _ => None,
+    };
+    if let Some(place) = joined {
+        delete_value_rows(shared, job, job.destination, place).await?;
     }
     // A fence that renamed the source table gives it its name back before
     // the partition is served from it again.
@@ -999,13 +1079,14 @@ fn fence_statements(shared: &Shared, job: &Job, fenced: bool) -> Vec<String> {
         false => PartitionState::Active,
     };
     let mut changes = vec![source_state(shared, job, state)];
-    if let Work::Split {
-        into,
-        into_existing: true,
-        ..
-    } = &job.work
-    {
-        changes.push(partition_state(shared, job, into, state, None));
+    match &job.work {
+        Work::Split {
+            into,
+            into_existing: true,
+            ..
+        } => changes.push(partition_state(shared, job, into, state, None)),
+        Work::Merge => changes.push(default_state(shared, job, state, None)),
+        _ => {}
     }
     changes
 }
@@ -1029,6 +1110,16 @@ fn switch_statements(shared: &Shared, job: &Job) -> Vec<String> {
             PartitionState::Active,
             Some(job.destination),
         )],
+        // Its values route to the default table, which holds their rows.
+        (Work::Merge, partition) => vec![
+            format!(
+                "DELETE FROM {s}.partitions WHERE db = {} AND table_name = {} AND partition_name = {}",
+                text_literal(&job.table.db),
+                text_literal(&job.table.name),
+                text_literal(partition.as_deref().unwrap_or_default())
+            ),
+            default_state(shared, job, PartitionState::Active, None),
+        ],
         (
             Work::Split {
                 value,
@@ -1201,7 +1292,7 @@ async fn change_owned(
 /// The parts a job writes, each with the rows it takes.
 fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, ProxyError> {
     let mut filters: Vec<Box<dyn RowFilter>> = match &job.work {
-        Work::Move => vec![Box::new(EveryRow)],
+        Work::Move | Work::Merge => vec![Box::new(EveryRow)],
         Work::Split {
             value,
             column,
@@ -1279,6 +1370,10 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
         ),
     )
     .await?;
+    let (catching_up, all_poll_often) = (
+        Instant::now(),
+        shared.dictionary.refresh + crate::dictionary::FENCE_POLL,
+    );
     loop {
         let end = binlog::end_of_log(copy.source()).await?;
         let lag = copy.lag_bytes(&end);
@@ -1295,7 +1390,12 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
         .await?;
         copy.apply_until(&end).await?;
         if lag <= CLOSE_ENOUGH_BYTES {
-            break;
+            // Every instance polls often once it has seen this phase: the
+            // fence then waits for no instance's slow poll.
+            if catching_up.elapsed() >= all_poll_often {
+                break;
+            }
+            tokio::time::sleep(crate::dictionary::FENCE_POLL).await;
         }
     }
     let taken = {
@@ -1445,19 +1545,10 @@ async fn fence_and_switch(
             Some(copy) => copy.apply_until(&end).await?,
             None => moved = move_keyless(shared, main, job).await?,
         }
-        if let Work::Split {
-            into,
-            into_existing: true,
-            keyless: false,
-            ..
-        } = &job.work
-        {
-            // The staged rows join the partition, fenced too.
+        if let Some(into) = job.joined(shared) {
+            // The staged rows join the partition or the default table,
+            // fenced too.
             let (backend, stage) = &job.taken(shared);
-            let into = Place::new(
-                &job.table.db,
-                &hscale_planner::partition_table(&job.table, into),
-            );
             let mut conn = own_connection(shared, slot(shared, *backend)?).await?;
             let merge = format!(
                 "INSERT INTO {} SELECT * FROM {}",

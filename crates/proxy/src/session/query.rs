@@ -19,6 +19,7 @@ use super::transaction::{commits_implicitly, hides_transaction_control, plain_be
 use super::{may_change_session_variables, Session};
 use crate::error::ProxyError;
 use crate::exec::Command;
+use crate::shared::Counters;
 
 /// How often a statement waiting for a partition move looks again.
 const WAIT_STEP: Duration = Duration::from_millis(20);
@@ -219,7 +220,10 @@ impl Session {
         table: &hscale_planner::TableName,
         waited_since: &mut Option<Instant>,
     ) -> Result<(), ProxyError> {
-        let since = *waited_since.get_or_insert_with(Instant::now);
+        let since = *waited_since.get_or_insert_with(|| {
+            Counters::add(&self.shared.counters.waited, 1);
+            Instant::now()
+        });
         let lock_wait = self.shared.lock_wait;
         if since.elapsed() >= lock_wait {
             return Err(ProxyError::LockWaitTimeout {
