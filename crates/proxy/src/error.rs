@@ -57,8 +57,13 @@ pub enum ProxyError {
     Unroutable(Refusal),
     #[error("hscale: a write on backend {second} in a transaction that wrote on backend {first}: with transactions = \"single\" a transaction writes on one backend")]
     SecondWriter { first: u32, second: u32 },
-    #[error("hscale: table {table} is locked by a partition move; waited {waited_ms} ms")]
-    LockWaitTimeout { table: TableName, waited_ms: u64 },
+    #[error("hscale: table {table} is held by {holder}; waited {waited_ms} ms")]
+    LockWaitTimeout {
+        table: TableName,
+        /// What holds it: the move's job where one runs.
+        holder: String,
+        waited_ms: u64,
+    },
     #[error("hscale: the partition dictionary could not be read within its lease; partitioned tables are not served until it can")]
     DictionaryStale,
     #[error("hscale: the dictionary names backend {backend}, which is not configured")]
@@ -356,6 +361,7 @@ mod tests {
             },
             ProxyError::LockWaitTimeout {
                 table: table(),
+                holder: "move 7 (HSCALE SHOW_MOVES)".into(),
                 waited_ms: 10,
             },
             ProxyError::DictionaryStale,

@@ -623,6 +623,51 @@ fn odd_items(proxy: &Proxy, name: &str, seed: u64, rows: i64) -> (String, Conn) 
     (db, direct)
 }
 
+/// A client that waits for a fence longer than its instance's
+/// `lock_wait_ms` gets 1205 naming the move: a transaction open on the
+/// partition holds each fence's rename back, and a statement on the
+/// partition through an instance with a short wait runs into the fence.
+/// Once the transaction commits, the move ends.
+#[test]
+fn a_statement_held_past_lock_wait_by_a_fence_gets_1205_naming_the_move() {
+    let seed = seed();
+    let proxy = Proxy::for_cluster();
+    let (db, _direct) = odd_items(&proxy, "moves_lock_wait", seed, 2000);
+    let mut config = cluster().config();
+    config.dictionary.lock_wait_ms = 100;
+    let impatient = Proxy::start(config);
+    let mut holder = proxy.connect(Some(&db));
+    holder.query_drop("BEGIN").unwrap();
+    holder
+        .query_drop("UPDATE items SET val = 1 WHERE id = 1")
+        .unwrap();
+    let mut admin = proxy.connect(Some(&db));
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    let mut client = impatient.connect(Some(&db));
+    let started = Instant::now();
+    let (code, message) = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no statement waited past lock_wait_ms"
+        );
+        match client.query_drop("UPDATE items SET val = val + 1 WHERE id = 3") {
+            Err(mysql::Error::MySqlError(e)) => break (e.code, e.message),
+            Ok(()) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(code, 1205, "{message}");
+    assert!(message.contains(&format!("move {job} ")), "{message}");
+    holder.query_drop("COMMIT").unwrap();
+    assert_eq!(
+        wait_for_move(&mut admin, job, Duration::from_secs(120)),
+        "done"
+    );
+}
+
 /// A move survives the instance that ran it: the instance stops in the
 /// middle of the copy (its tasks end where they are, its connections
 /// close), and another takes the job over once its heartbeat is older than

@@ -228,11 +228,29 @@ impl Session {
         if since.elapsed() >= lock_wait {
             return Err(ProxyError::LockWaitTimeout {
                 table: table.clone(),
+                holder: self.holder_of(table).await,
                 waited_ms: lock_wait.as_millis() as u64,
             });
         }
         tokio::time::sleep(WAIT_STEP).await;
         Ok(())
+    }
+
+    /// What a table waited for: the move that holds it, named for SHOW_MOVES
+    /// (asked of the dictionary only when a wait has run out).
+    async fn holder_of(&self, table: &hscale_planner::TableName) -> String {
+        let shared = &self.shared;
+        let job = match crate::dictionary::own_connection(shared, shared.main).await {
+            Ok(mut conn) => crate::moves::running(shared, &mut conn, table)
+                .await
+                .ok()
+                .flatten(),
+            Err(_) => None,
+        };
+        match job {
+            Some(job) => format!("move {job} (HSCALE SHOW_MOVES)"),
+            None => "a partition move or schema change".into(),
+        }
     }
 
     /// ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS run where the previous
