@@ -57,7 +57,7 @@ fn planning(c: &mut Criterion) {
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
-        passes_fences: false,
+        passed_fences: &[],
     };
     c.bench_function("lexer: seed query, no partitioned table", |b| {
         b.iter(|| summarize(SEED.as_bytes(), Quoting::BACKSLASH_ESCAPES, empty.names()))

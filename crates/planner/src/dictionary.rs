@@ -134,6 +134,56 @@ pub struct Target {
     pub partition: Option<Arc<str>>,
     /// A move is switching it: statements on it wait.
     pub fenced: bool,
+    /// Which physical table this is, in any snapshot (see `PhysicalId`).
+    pub physical: PhysicalId,
+}
+
+/// A physical table on its backend (database, name, backend), hashed once
+/// per snapshot, so that a session notes where its transaction ran, and an
+/// instance finds which fenced tables its sessions are on, without holding
+/// or comparing names. 64 bits: among a dictionary's n tables, two hash
+/// alike with a chance of about n² / 2^65.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PhysicalId(u64);
+
+impl PhysicalId {
+    pub fn of(db: &str, backend: u32, table: &str) -> PhysicalId {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = rustc_hash::FxHasher::default();
+        db.hash(&mut hasher);
+        backend.hash(&mut hasher);
+        table.hash(&mut hasher);
+        PhysicalId(hasher.finish().max(1))
+    }
+
+    /// As a number that is never 0, for an atomic that keeps 0 for none.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u64) -> PhysicalId {
+        PhysicalId(bits)
+    }
+}
+
+impl Target {
+    /// Whether a statement of a session whose transaction ran on `passed`
+    /// waits here (see `Context::passed_fences`).
+    pub fn waits(&self, passed: &[PhysicalId]) -> bool {
+        self.fenced && !passed.contains(&self.physical)
+    }
+
+    /// The physical table `table` of database `db` on `backend`;
+    /// `partition`: `None` for a default table.
+    pub fn new(db: &str, backend: u32, table: &str, partition: Option<&str>) -> Target {
+        Target {
+            backend,
+            table: Arc::from(table),
+            partition: partition.map(Arc::from),
+            fenced: false,
+            physical: PhysicalId::of(db, backend, table),
+        }
+    }
 }
 
 /// An AUTO_INCREMENT column: its name and 1-based position.
@@ -176,19 +226,17 @@ impl PartitionedTable {
             auto_column,
             folding,
         } = definition;
-        let default = Target {
-            backend: default_backend,
-            table: Arc::from(default_table.as_str()),
-            partition: None,
-            fenced: false,
-        };
+        let default = Target::new(&table.db, default_backend, &default_table, None);
         let targets = entries
             .iter()
             .map(|entry| Target {
-                backend: entry.backend,
-                table: Arc::from(partition_table(&table, &entry.name)),
-                partition: Some(Arc::from(entry.name.as_str())),
                 fenced: entry.state == PartitionState::Fenced,
+                ..Target::new(
+                    &table.db,
+                    entry.backend,
+                    &partition_table(&table, &entry.name),
+                    Some(&entry.name),
+                )
             })
             .collect();
         PartitionedTable {
@@ -640,6 +688,22 @@ impl Dictionary {
     /// Whether any table is partitioned.
     pub fn is_empty(&self) -> bool {
         self.tables.is_empty()
+    }
+
+    /// The physical tables a move is fencing: an instance acknowledges this
+    /// snapshot only once none of its sessions is on one of them.
+    pub fn fenced_tables(&self) -> Vec<PhysicalId> {
+        let mut fenced: Vec<PhysicalId> = self
+            .tables
+            .values()
+            .flat_map(|t| t.values())
+            .flat_map(|t| std::iter::once(&t.default).chain(&t.targets))
+            .filter(|target| target.fenced)
+            .map(|target| target.physical)
+            .collect();
+        fenced.sort_unstable();
+        fenced.dedup();
+        fenced
     }
 }
 

@@ -29,7 +29,7 @@ pub use collation::{Folding, WeightTable};
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
     partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
-    TableDefinition, TableName, Target,
+    PhysicalId, TableDefinition, TableName, Target,
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};

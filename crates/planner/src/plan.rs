@@ -7,7 +7,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::cache::PlanCache;
-use crate::dictionary::{Dictionary, TableName, TableNames, Target};
+use crate::dictionary::{Dictionary, PhysicalId, TableName, TableNames, Target};
 use crate::kill::{parse_kill, Kill};
 use crate::lexer::{
     ansi_identifiers_as_backticks, statements, summarize, summarize_into, target_database, Kind,
@@ -31,12 +31,13 @@ pub struct Context<'a> {
     pub dictionary: &'a Dictionary,
     /// Where every table that is not partitioned lives.
     pub main_backend: u32,
-    /// The session is inside a transaction that has run on a backend: its
-    /// statements on a partition a move is fencing run where they are
-    /// routed instead of waiting (the move's rename of the old table waits
-    /// for the transaction to end), so that transactions open across a
-    /// fence finish rather than hold it off.
-    pub passes_fences: bool,
+    /// The physical tables the session's open transaction has run on: its
+    /// statements on one of them that a move is fencing run where they are
+    /// routed instead of waiting, so that the transaction finishes rather
+    /// than hold the fence off (its instance acknowledges the fence once it
+    /// has). A statement on any other fenced table waits for the switch:
+    /// it holds nothing there that the fence must wait for.
+    pub passed_fences: &'a [PhysicalId],
 }
 
 /// The character set the client's statements are written in
@@ -445,10 +446,7 @@ fn plan_summarized(
         _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
-    let action = match ctx.passes_fences {
-        true => action,
-        false => wait_for_fence(action),
-    };
+    let action = wait_for_fence(action, ctx.passed_fences);
     let interprets = !matches!(action, Action::Main)
         || !matches!(change, SessionChange::Nothing)
         || summary.kind == Kind::Set;
@@ -465,9 +463,9 @@ fn plan_summarized(
 
 /// A statement that runs on a partition a move is switching waits for the
 /// switch, then is planned again for the partition's new place; others run.
-fn wait_for_fence(action: Action) -> Action {
+fn wait_for_fence(action: Action, passed: &[PhysicalId]) -> Action {
     match action {
-        Action::Route(route) if route.steps.iter().any(|s| s.target.fenced) => {
+        Action::Route(route) if route.steps.iter().any(|s| s.target.waits(passed)) => {
             Action::Wait((*route.table).clone())
         }
         action => action,

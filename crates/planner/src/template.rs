@@ -10,7 +10,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::auto::{id_value, not_an_id, IdValue, Upsert};
-use crate::dictionary::{Dictionary, PartitionedTable, TableName, Target};
+use crate::dictionary::{Dictionary, PartitionedTable, PhysicalId, TableName, Target};
 use crate::hashing::Value;
 use crate::plan::{Merge, Refusal, Route, Step};
 use crate::rewrite::Splices;
@@ -334,15 +334,16 @@ impl Template {
         main_backend: u32,
         param: impl Fn(usize) -> Result<Value<'p>, String>,
     ) -> Routing {
-        self.route_in(dictionary, main_backend, false, param)
+        self.route_in(dictionary, main_backend, &[], param)
     }
 
-    /// `route`, for a session that `passes_fences` (see `Context`).
+    /// `route`, for a session whose open transaction ran on `passed_fences`
+    /// (see `Context`).
     pub fn route_in<'s, 'p: 's>(
         &'s self,
         dictionary: &Dictionary,
         main_backend: u32,
-        passes_fences: bool,
+        passed_fences: &[PhysicalId],
         param: impl Fn(usize) -> Result<Value<'p>, String>,
     ) -> Routing {
         if dictionary.version != self.version {
@@ -361,7 +362,10 @@ impl Template {
         }
         match self.execution(table, main_backend, param) {
             Ok(execution)
-                if !passes_fences && execution.runs.iter().any(|run| run.target.fenced) =>
+                if execution
+                    .runs
+                    .iter()
+                    .any(|run| run.target.waits(passed_fences)) =>
             {
                 Routing::Wait(table.table.clone())
             }

@@ -46,7 +46,7 @@ fn template(sql: &str) -> Template {
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: 1,
-        passes_fences: false,
+        passed_fences: &[],
     };
     match plan_prepared(sql.as_bytes(), &ctx).action {
         Action::Template(template) => *template,

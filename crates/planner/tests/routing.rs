@@ -4,8 +4,8 @@ use hscale_merge::Place;
 use hscale_planner::{
     plan, Action, AutoColumn, ClientCharset, ColumnKind, Combine, Context, Dictionary, Format,
     HashFunction, Listing, Maintained, Merge, NameColumn, PartitionEntry, PartitionState,
-    PartitionedTable, PlanCache, Quoting, Route, SchemaEffect, SessionChange, TableDefinition,
-    TableName,
+    PartitionedTable, PhysicalId, PlanCache, Quoting, Route, SchemaEffect, SessionChange,
+    TableDefinition, TableName,
 };
 
 /// `app.users` by PREFIX(3) of nickname (column 2): default on backend 1,
@@ -96,7 +96,7 @@ fn context<'a>(dictionary: &'a Dictionary, db: &'a str) -> Context<'a> {
         charset: ClientCharset::Utf8,
         dictionary,
         main_backend: 1,
-        passes_fences: false,
+        passed_fences: &[],
     }
 }
 
@@ -120,12 +120,7 @@ fn load_data_local_runs_on_each_partition_table_with_the_clients_format() {
             line_end: b"\r\n".to_vec(),
         }
     );
-    let target = hscale_planner::Target {
-        backend: 2,
-        table: "users_nick1".into(),
-        partition: Some("nick1".into()),
-        fenced: false,
-    };
+    let target = hscale_planner::Target::new("app", 2, "users_nick1", Some("nick1"));
     // hscale skips the ignored line: the backends get the others.
     assert_eq!(
         load.statement(&target),
@@ -1602,7 +1597,7 @@ fn table_maintenance_runs_on_each_backends_partitions() {
         b"OPTIMIZE TABLE users",
         &Context {
             main_backend: 3,
-            passes_fences: false,
+            passed_fences: &[],
             ..context(&dictionary(), "app")
         },
         &mut PlanCache::default(),
@@ -1719,18 +1714,31 @@ fn a_fenced_partition_holds_its_own_statements_and_no_others() {
         action("INSERT INTO users VALUES (1, 'zoe')"),
         Action::Route(_)
     ));
-    // A transaction open across the fence finishes where it runs: the
-    // move's rename of the old table waits for it.
-    let open = Context {
-        passes_fences: true,
-        ..context(&fenced, "app")
+    // A transaction that ran on the fenced partition finishes there (its
+    // instance acknowledges the fence once it has); one that ran on
+    // another partition only, or on another backend's table of the same
+    // name, waits like any statement.
+    let nick1 = PhysicalId::of("app", 2, "users_nick1");
+    let elsewhere = [
+        PhysicalId::of("app", 1, "users_nick2"),
+        PhysicalId::of("app", 1, "users_nick1"),
+        PhysicalId::of("other", 2, "users_nick1"),
+    ];
+    let martin = |passed: &[PhysicalId]| {
+        let open = Context {
+            passed_fences: passed,
+            ..context(&fenced, "app")
+        };
+        plan(
+            b"SELECT * FROM users WHERE nickname = 'martin'",
+            &open,
+            &mut PlanCache::default(),
+        )
+        .action
     };
-    let planned = plan(
-        b"SELECT * FROM users WHERE nickname = 'martin'",
-        &open,
-        &mut PlanCache::default(),
-    );
-    assert!(matches!(planned.action, Action::Route(_)));
+    assert!(matches!(martin(&[nick1]), Action::Route(_)));
+    assert!(matches!(martin(&elsewhere), Action::Wait(_)));
+    assert_eq!(fenced.fenced_tables(), vec![nick1]);
 }
 
 #[test]

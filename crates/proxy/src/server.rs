@@ -85,6 +85,7 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
         tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");
     }
     let refresh = tokio::spawn(crate::dictionary::refresh_loop(shared.clone()));
+    let sweep = tokio::spawn(crate::dictionary::sweep_loop(shared.clone()));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
     let server = Server::new(listener, shared.clone());
     tokio::select! {
@@ -92,6 +93,7 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
         _ = shutdown => tracing::info!("shutting down"),
     }
     refresh.abort();
+    sweep.abort();
     idle.abort();
     crate::dictionary::leave(&shared).await;
 }

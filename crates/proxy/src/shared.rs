@@ -2,12 +2,14 @@
 //! the configuration and handed to sessions as an `Arc`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hscale_planner::{Dictionary, PhysicalId};
 use hscale_wire::auth::PasswordHash;
 use hscale_wire::StatusFlags;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::backend::accounts::Accounts;
@@ -47,6 +49,132 @@ pub struct SessionHandle {
     waiting_since_ms: AtomicU64,
     /// The session's wait_timeout in seconds.
     wait_timeout_s: AtomicU64,
+    /// Which partitions' tables the session is on, for moves' fences.
+    pub on: OnTables,
+}
+
+/// The physical tables of partitioned tables a session is on: the one its
+/// running statement was routed to, and those its open transaction ran on.
+/// An instance acknowledges a fence only once no session is on a fenced
+/// table (`Sessions::on_any`). The session writes, the dictionary's refresh
+/// reads: a statement costs a few stores, and only a transaction's new
+/// table takes the lock.
+pub struct OnTables {
+    /// The lowest dictionary version the running command planned by:
+    /// `IDLE` between commands, while a statement waits for a fence, and
+    /// for a statement on no partition; `PLANNING` while it takes a
+    /// snapshot.
+    planned: AtomicU64,
+    /// The running statement's table (`PhysicalId::bits`); `UNKNOWN` until
+    /// it is routed, and for a statement on several.
+    statement: AtomicU64,
+    /// Whether the dictionary was fresh when the running statement took its
+    /// snapshot (see `planning`).
+    fresh: AtomicBool,
+    transaction: Mutex<SmallVec<[PhysicalId; 4]>>,
+}
+
+const IDLE: u64 = u64::MAX;
+const PLANNING: u64 = 0;
+const UNKNOWN: u64 = 0;
+
+impl OnTables {
+    fn new() -> OnTables {
+        OnTables {
+            planned: AtomicU64::new(IDLE),
+            statement: AtomicU64::new(UNKNOWN),
+            fresh: AtomicBool::new(false),
+            transaction: Mutex::new(SmallVec::new()),
+        }
+    }
+
+    /// The snapshot a statement is planned by. `PLANNING` is published
+    /// before the snapshot is read, each side's fence between its write and
+    /// its read: an instance that installs a fence and then does not find
+    /// this session planning knows that the session's snapshot has it.
+    /// Freshness is read before the snapshot too (`planned_fresh`): a
+    /// snapshot read after a fresh lease is the one that read confirmed, or
+    /// newer, where a lease confirmed after an old snapshot was planned by
+    /// says nothing of it (a process woken from a stop plans by its old
+    /// snapshot while its refresh reads the new one).
+    pub fn planning(&self, handle: &DictionaryHandle) -> arc_swap::Guard<Arc<Dictionary>> {
+        let before = self.planned.load(Ordering::Relaxed);
+        self.planned.store(PLANNING, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.fresh.store(handle.fresh(), Ordering::Relaxed);
+        let dictionary = handle.snapshot();
+        self.planned
+            .store(before.min(dictionary.version), Ordering::Release);
+        dictionary
+    }
+
+    /// Whether the dictionary was read within its lease when the running
+    /// statement took its snapshot: a routed statement runs only then.
+    pub fn planned_fresh(&self) -> bool {
+        self.fresh.load(Ordering::Relaxed)
+    }
+
+    /// The running statement goes to `tables`: none is as good as idle.
+    pub fn runs_on(&self, tables: &[PhysicalId]) {
+        match tables {
+            [] => self.planned.store(IDLE, Ordering::Release),
+            [one] => self.statement.store(one.bits(), Ordering::Release),
+            _ => self.statement.store(UNKNOWN, Ordering::Release),
+        }
+    }
+
+    /// The statement waits for a fence: it is on nothing until it is
+    /// planned again.
+    pub fn waits(&self) {
+        self.statement.store(UNKNOWN, Ordering::Release);
+        self.planned.store(IDLE, Ordering::Release);
+    }
+
+    /// The command is over; it ran on `ran`. `in_transaction`: a
+    /// transaction is open on a backend, which keeps the tables its
+    /// statements ran on; `kept`, the session's copy of them, follows.
+    pub fn ended(
+        &self,
+        in_transaction: bool,
+        ran: &[PhysicalId],
+        kept: &mut SmallVec<[PhysicalId; 4]>,
+    ) {
+        let before = kept.len();
+        match in_transaction {
+            true => {
+                for table in ran {
+                    if !kept.contains(table) {
+                        kept.push(*table);
+                    }
+                }
+            }
+            false => kept.clear(),
+        }
+        if kept.len() != before {
+            self.lock().clone_from(kept);
+        }
+        self.statement.store(UNKNOWN, Ordering::Release);
+        self.planned.store(IDLE, Ordering::Release);
+    }
+
+    /// Whether the session is on one of `fenced`, or may be: its running
+    /// statement was planned by a snapshot older than `version` (which
+    /// fenced them) and is not known to go elsewhere. The caller has
+    /// fenced after installing `version` (see `planning`).
+    fn on_any(&self, version: u64, fenced: &[PhysicalId]) -> bool {
+        let planned = self.planned.load(Ordering::Acquire);
+        if planned < version {
+            let statement = self.statement.load(Ordering::Acquire);
+            if statement == UNKNOWN || fenced.contains(&PhysicalId::from_bits(statement)) {
+                return true;
+            }
+        }
+        self.lock().iter().any(|t| fenced.contains(t))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SmallVec<[PhysicalId; 4]>> {
+        self.transaction.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 const BUSY: u64 = u64::MAX;
@@ -160,6 +288,7 @@ impl Sessions {
             killed: Notify::new(),
             waiting_since_ms: AtomicU64::new(BUSY),
             wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
+            on: OnTables::new(),
         });
         self.by_id
             .lock()
@@ -185,6 +314,14 @@ impl Sessions {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
+    }
+
+    /// Whether some session is (or may be) on one of the `fenced` tables
+    /// of dictionary `version` (see `OnTables::on_any`).
+    pub fn on_any(&self, version: u64, fenced: &[PhysicalId]) -> bool {
+        fence(Ordering::SeqCst);
+        let sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.values().any(|s| s.on.on_any(version, fenced))
     }
 
     pub fn get(&self, id: u64) -> Option<Arc<SessionHandle>> {
@@ -521,5 +658,60 @@ mod tests {
         assert_eq!(handle.threads(), [(1, 40), (2, 41), (1, 42)]);
         handle.scan_ended();
         assert_eq!(handle.threads(), [(1, 40)]);
+    }
+
+    /// What an instance reads before it acknowledges a fence at version 5
+    /// of table `p`: a statement planned before the fence is on `p` until
+    /// it is known to go elsewhere or ends; one planned after it is not (it
+    /// waited, or its transaction ran there); a transaction is on the tables
+    /// it ran on until it ends.
+    #[test]
+    fn a_session_is_on_a_fenced_table_while_its_statement_or_transaction_may_be() {
+        let second = Duration::from_secs(1);
+        let handle = DictionaryHandle::new("hscale".into(), second, second);
+        let sessions = Sessions::default();
+        let on = &sessions.register(7, "app").on;
+        let (p, q) = (
+            PhysicalId::of("app", 1, "t_p"),
+            PhysicalId::of("app", 1, "t_q"),
+        );
+        let fenced = [p];
+        let mut kept = SmallVec::new();
+        assert!(!sessions.on_any(5, &fenced), "idle");
+        // Planned by the empty snapshot (version 0), where it goes not yet known.
+        on.planning(&handle);
+        assert!(sessions.on_any(5, &fenced));
+        on.runs_on(&[q]);
+        assert!(!sessions.on_any(5, &fenced), "known to go elsewhere");
+        on.ended(true, &[q], &mut kept);
+        assert_eq!(kept.as_slice(), [q]);
+        assert!(
+            !sessions.on_any(5, &fenced),
+            "its transaction ran elsewhere"
+        );
+        on.planning(&handle);
+        on.runs_on(&[p, q]);
+        assert!(sessions.on_any(5, &fenced), "a statement on several tables");
+        on.runs_on(&[p]);
+        assert!(sessions.on_any(5, &fenced), "the statement runs on p");
+        assert!(
+            !sessions.on_any(0, &fenced),
+            "a statement planned by the fence passed it"
+        );
+        on.ended(true, &[p], &mut kept);
+        assert_eq!(kept.as_slice(), [q, p]);
+        assert!(sessions.on_any(5, &fenced), "its transaction ran on p");
+        on.planning(&handle);
+        on.waits();
+        assert!(
+            sessions.on_any(5, &fenced),
+            "waiting, its transaction is still on p"
+        );
+        on.ended(false, &[], &mut kept);
+        assert!(kept.is_empty());
+        assert!(!sessions.on_any(5, &fenced), "the transaction ended");
+        on.planning(&handle);
+        on.runs_on(&[]);
+        assert!(!sessions.on_any(5, &fenced), "a statement on no partition");
     }
 }

@@ -4,9 +4,8 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use hscale::mariadb::{install_datadir, LocalServer};
 use hscale_testkit::raw::RawClient;
-use hscale_testkit::{cluster, scratch, Proxy};
+use hscale_testkit::{cluster, Proxy};
 use mysql::prelude::Queryable;
 
 fn mysql_error(err: mysql::Error) -> mysql::MySqlError {
@@ -110,15 +109,7 @@ fn a_full_pool_makes_waiters_time_out_with_a_clear_error() {
 
 #[test]
 fn a_dead_backend_fails_only_its_statements_and_is_reconnected_after_restart() {
-    let dir = scratch("dead_backend");
-    let template = dir.join("template");
-    if !template.exists() {
-        install_datadir(&template).unwrap();
-    }
-    let server_dir = dir.join("server");
-    let _ = std::fs::remove_dir_all(&server_dir);
-    std::fs::create_dir_all(&server_dir).unwrap();
-    let mut server = LocalServer::start(&server_dir, &template).unwrap();
+    let (mut server, dir) = hscale_testkit::scratch_server("dead_backend");
     let mut config = cluster().config();
     config.backends[0].address = server.address();
     config.proxy.connect_timeout_ms = 1000;

@@ -76,12 +76,28 @@ fn values(rows: Vec<Row>) -> Vec<Vec<mysql::Value>> {
     rows.into_iter().map(|r| r.unwrap()).collect()
 }
 
+/// `table` read on `got` holds the oracle's rows, in key order.
+fn assert_oracle_rows(got: &mut Conn, table: &str, oracle: &mut Conn, seed: u64) {
+    let through = values(all_rows(got, table));
+    let expected = values(all_rows(oracle, "oracle_items"));
+    let only = |a: &[Vec<mysql::Value>], b: &[Vec<mysql::Value>]| -> Vec<mysql::Value> {
+        a.iter()
+            .filter(|row| !b.iter().any(|other| other[0] == row[0]))
+            .map(|row| row[0].clone())
+            .collect()
+    };
+    assert_eq!(
+        through.len(),
+        expected.len(),
+        "rows of {table} (seed {seed}): ids only there {:?}, only in the oracle {:?}",
+        only(&through, &expected),
+        only(&expected, &through)
+    );
+    assert_eq!(through, expected, "{table} (seed {seed})");
+}
+
 fn move_phase(admin: &mut Conn, job: u64) -> (String, Option<String>) {
-    let rows: Vec<Row> = admin.query("HSCALE SHOW_MOVES").unwrap();
-    let row = rows
-        .into_iter()
-        .find(|r| r.get::<u64, _>("job") == Some(job))
-        .expect("the job is listed");
+    let row = job_row(admin, job);
     (
         row.get::<String, _>("phase").unwrap(),
         row.get::<Option<String>, _>("last_error").unwrap(),
@@ -543,6 +559,54 @@ fn a_partition_is_dropped_into_the_default_table_while_it_is_written() {
     assert!(!tables_on(1, "hscale").contains(&format!("_hscale_stage_{job}_items_pair")));
 }
 
+/// ADD_PARTITION on a table with rows whose partition column the copy
+/// cannot read as the router hashes it (an ENUM): the value's rows move in
+/// the split's fence, read and routed as the router does, and every row is
+/// where the dictionary says once it answers.
+#[test]
+fn a_split_by_a_column_the_copy_cannot_read_moves_its_rows_in_the_fence() {
+    let db = cluster().database("moves_enum_split");
+    let proxy = Proxy::for_cluster();
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("CREATE TABLE shelf (id INT PRIMARY KEY, category ENUM('books','music','film') NOT NULL, title VARCHAR(20))")
+        .unwrap();
+    direct
+        .query_drop("INSERT INTO shelf SELECT seq, ELT(1 + seq % 3, 'books', 'music', 'film'), CONCAT('t', seq) FROM seq_1_to_3000")
+        .unwrap();
+    let mut admin = proxy.connect(Some(&db));
+    admin
+        .query_drop("HSCALE SETUP_TABLE('shelf', 'category', 'shelf_default', 1, 'NONE()')")
+        .unwrap();
+    let moved = admin
+        .query_iter("HSCALE ADD_PARTITION('shelf', 'music', 'music', 2)")
+        .unwrap()
+        .affected_rows();
+    assert_eq!(moved, 1000);
+    let mut two = cluster().direct(2, Some(&db));
+    let on_two: Vec<(String, i64)> = two
+        .query("SELECT category, COUNT(*) FROM shelf_music GROUP BY category")
+        .unwrap();
+    assert_eq!(on_two, [("music".to_string(), 1000)]);
+    let left: i64 = direct
+        .query_first("SELECT COUNT(*) FROM shelf_default WHERE category = 'music'")
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 0, "the value's rows left the default table");
+    for category in ["books", "music", "film"] {
+        let count: i64 = admin
+            .exec_first("SELECT COUNT(*) FROM shelf WHERE category = ?", (category,))
+            .unwrap()
+            .unwrap();
+        assert_eq!(count, 1000, "{category} read through hscale");
+    }
+    let all: i64 = admin
+        .query_first("SELECT COUNT(*) FROM shelf")
+        .unwrap()
+        .unwrap();
+    assert_eq!(all, 3000);
+}
+
 /// SPLIT_PARTITION takes one value of a partition that has several to a
 /// partition of its own on another backend, while a writer changes rows of
 /// both values; a partition's only value is refused (a move does that).
@@ -666,6 +730,150 @@ fn a_statement_held_past_lock_wait_by_a_fence_gets_1205_naming_the_move() {
         wait_for_move(&mut admin, job, Duration::from_secs(120)),
         "done"
     );
+}
+
+/// A transaction that ran beside a fenced partition, on the same backend,
+/// but not on it, waits for the switch like any statement and then runs
+/// where the rows went: it holds nothing on the old table that the fence
+/// had to wait for, and that table is renamed away while it waits (it got
+/// 1146 when every transaction on a backend passed fences). A client
+/// holding the default table's rows on the server directly keeps the merge
+/// inside its fence, after the rename, for as long as the test needs.
+#[test]
+fn a_transaction_beside_a_fenced_partition_waits_for_the_switch() {
+    let seed = seed();
+    let db = cluster().database("moves_beside_fence");
+    let proxy = Proxy::for_cluster();
+    let mut admin = items(&proxy, &db, "MOD(4)", &["'one', 1, 1", "'three', 3, 1"]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut oracle = cluster().direct(1, Some(&db));
+    load(&mut admin, &mut oracle, &mut rng, 2000);
+    let mut holder = cluster().direct(1, Some(&db));
+    holder.query_drop("BEGIN").unwrap();
+    holder
+        .query_drop("SELECT COUNT(*) FROM items_default FOR UPDATE")
+        .unwrap();
+    let mut beside = proxy.connect(Some(&db));
+    beside.query_drop("BEGIN").unwrap();
+    both(
+        &mut beside,
+        &mut oracle,
+        "UPDATE items SET val = 5 WHERE id = 1",
+    );
+    let dropping = {
+        let mut admin = proxy.connect(Some(&db));
+        std::thread::spawn(move || {
+            admin
+                .query_iter("HSCALE DROP_PARTITION('items', 'three')")
+                .map(|answer| answer.affected_rows())
+        })
+    };
+    let mut main = cluster().direct(1, None);
+    let started = Instant::now();
+    let retired = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the merge never renamed the partition's table"
+        );
+        let job: Option<u64> = main
+            .exec_first(
+                "SELECT id FROM hscale.moves WHERE db = ? AND partition_name = 'three'",
+                (&db,),
+            )
+            .unwrap();
+        let retired = job.map(|job| format!("_hscale_retired_{job}_items_three"));
+        if let Some(retired) = retired.filter(|r| tables_on(1, "hscale").contains(r)) {
+            break retired;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let reading = std::thread::spawn(move || {
+        let val: mysql::Result<Option<i32>> =
+            beside.query_first("SELECT val FROM items WHERE id = 3");
+        (beside, val)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    if reading.is_finished() {
+        let (_, val) = reading.join().unwrap();
+        panic!("the statement should wait for the switch ({retired} is renamed): {val:?}");
+    }
+    holder.query_drop("COMMIT").unwrap();
+    let (mut beside, val) = reading.join().unwrap();
+    let want: Option<i32> = oracle
+        .query_first("SELECT val FROM oracle_items WHERE id = 3")
+        .unwrap();
+    assert_eq!(val.expect("read where the rows went"), want);
+    both(
+        &mut beside,
+        &mut oracle,
+        "UPDATE items SET val = 7 WHERE id = 3",
+    );
+    beside.query_drop("COMMIT").unwrap();
+    let moved = dropping.join().unwrap().expect("the merge ends well");
+    assert_eq!(moved, 500, "the partition's rows");
+    assert_oracle_rows(&mut admin, "items", &mut oracle, seed);
+}
+
+/// An instance acknowledges a fence only once none of its sessions is on the
+/// fenced partition: a transaction that ran there through hscale keeps
+/// running there (its next statement passes the fence) while the move
+/// lifts its fence and tries again, and the old table is never renamed
+/// under it (no RENAME waits on the source for it, as one did when the
+/// instance acknowledged at once). Once it commits, the move ends, with
+/// the transaction's changes.
+#[test]
+fn a_fence_waits_for_the_transactions_of_its_instances_to_leave_the_partition() {
+    let seed = seed();
+    let proxy = Proxy::for_cluster();
+    let (db, mut direct) = odd_items(&proxy, "moves_fence_ack", seed, 2000);
+    let mut holder = proxy.connect(Some(&db));
+    holder.query_drop("BEGIN").unwrap();
+    holder
+        .query_drop("UPDATE items SET val = 1 WHERE id = 1")
+        .unwrap();
+    let mut admin = proxy.connect(Some(&db));
+    let job: u64 = admin
+        .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+        .unwrap()
+        .expect("a job id");
+    let mut source = cluster().direct(1, None);
+    let renaming = format!("RENAME TABLE `{db}`.%");
+    let started = Instant::now();
+    let mut fenced_while_open = false;
+    while started.elapsed() < Duration::from_secs(4) {
+        let waiting: i64 = source
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?",
+                (&renaming,),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(waiting, 0, "a rename waits for the open transaction");
+        fenced_while_open |= move_phase(&mut admin, job).0 == "fencing";
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        fenced_while_open,
+        "the move fenced while the transaction was open"
+    );
+    holder
+        .query_drop("UPDATE items SET val = val + 1 WHERE id = 3")
+        .expect("the transaction's next statement passes the fence");
+    holder.query_drop("COMMIT").unwrap();
+    direct
+        .query_drop("UPDATE oracle_items SET val = 1 WHERE id = 1")
+        .unwrap();
+    direct
+        .query_drop("UPDATE oracle_items SET val = val + 1 WHERE id = 3")
+        .unwrap();
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    let attempts: u64 = job_row(&mut admin, job).get("fence_attempts").unwrap();
+    assert!(
+        attempts >= 2,
+        "the open transaction held fences off: {attempts}"
+    );
+    let mut destination = cluster().direct(2, Some(&db));
+    assert_oracle_rows(&mut destination, "items_odd", &mut direct, seed);
 }
 
 /// A move survives the instance that ran it: the instance stops in the
@@ -1203,4 +1411,480 @@ fn money_is_neither_made_nor_lost_while_a_partition_splits_and_moves() {
         .query("SELECT id, balance FROM oracle_accounts ORDER BY id")
         .unwrap();
     assert_eq!(through, expected, "seed {seed}");
+}
+
+/// The moves of `a_move_waits_for_a_server_that_went_away`: which server
+/// dies (the one the rows leave or the one they go to) and when (in the
+/// copy, or in the fence after the old table was renamed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Killed {
+    DestinationInCopy,
+    DestinationInFence,
+    SourceInCopy,
+    SourceInFence,
+}
+
+/// The job's row of SHOW_MOVES.
+fn job_row(admin: &mut Conn, job: u64) -> Row {
+    let rows: Vec<Row> = admin.query("HSCALE SHOW_MOVES").unwrap();
+    rows.into_iter()
+        .find(|r| r.get::<u64, _>("job") == Some(job))
+        .expect("the job is listed")
+}
+
+/// The newest job of `db`'s table in the dictionary `schema`, once there
+/// is one newer than `after`.
+fn job_after(schema: &str, db: &str, after: u64) -> u64 {
+    let mut main = cluster().direct(1, None);
+    let started = Instant::now();
+    loop {
+        let job: Option<u64> = main
+            .exec_first(
+                format!(
+                    "SELECT MAX(id) FROM `{schema}`.moves WHERE db = ? AND table_name = 'items'"
+                ),
+                (db,),
+            )
+            .unwrap()
+            .flatten();
+        if let Some(job) = job.filter(|j| *j > after) {
+            return job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no job for {db}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const SERVER_KILLED_SCHEMA: &str = "hscale_server_killed";
+
+/// SIGKILL of a MariaDB server a move reads or writes, in its copy and in
+/// its fence; the server restarts on its data a few seconds later. The job
+/// waits for it (SHOW_MOVES' last_error says so), a fence it held is undone
+/// so that the source serves meanwhile, and it goes on from its checkpoint
+/// and ends `done`. A writer through hscale changes the moving rows (and an
+/// oracle) before, during and after, pausing only while a server it writes
+/// is down; at the end the rows read through hscale and on the servers
+/// directly are the oracle's, each in one table. A fence is held open past
+/// the rename by a client that locks the default table's rows on the server
+/// (the merge's last step waits for it), so the kill lands inside it.
+#[test]
+fn a_move_waits_for_a_server_that_went_away() {
+    let seed = seed();
+    let (mut server, dir) = hscale_testkit::scratch_server("moves_server_killed");
+    let mut config = cluster().config();
+    let mut third = config.backends[0].clone();
+    third.id = 3;
+    third.address = server.address();
+    config.backends.push(third);
+    config.proxy.connect_timeout_ms = 1000;
+    config.dictionary.lock_wait_ms = 60_000;
+    // A dictionary of its own: other tests' instances know no backend 3.
+    config.dictionary.schema = SERVER_KILLED_SCHEMA.into();
+    // Copies that last long enough to be killed in.
+    config.moves.rows_per_s = 3000;
+    let proxy = Proxy::start(config);
+    for (run, killed) in [
+        Killed::DestinationInCopy,
+        Killed::DestinationInFence,
+        Killed::SourceInCopy,
+        Killed::SourceInFence,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        println!("{killed:?}");
+        kill_a_server_of_a_move(&proxy, &mut server, killed, seed + run as u64);
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn kill_a_server_of_a_move(
+    proxy: &Proxy,
+    server: &mut hscale::mariadb::LocalServer,
+    killed: Killed,
+    seed: u64,
+) {
+    let db = cluster().database(&format!("moves_killed_{}", killed as u8));
+    let mut third = hscale_testkit::connect(server.port, "root", "", None);
+    third
+        .query_drop(format!("DROP DATABASE IF EXISTS `{db}`"))
+        .unwrap();
+    third.query_drop(format!("CREATE DATABASE `{db}`")).unwrap();
+    let (port, name) = (server.port, db.clone());
+    let connect = move |backend: usize, db: &str| match backend {
+        3 => hscale_testkit::connect(port, "root", "", Some(db)),
+        b => cluster().direct(b, Some(db)),
+    };
+    let direct = move |backend: usize| connect(backend, &name);
+    // Where the default table and the odd partition live, and what moves:
+    // the odd partition to another server, or into the default table.
+    let (default_on, odd_on, command) = match killed {
+        Killed::DestinationInCopy => (1, 1, "HSCALE MOVE_PARTITION('items', 'odd', 3)"),
+        Killed::DestinationInFence => (3, 1, "HSCALE DROP_PARTITION('items', 'odd')"),
+        Killed::SourceInCopy => (1, 3, "HSCALE MOVE_PARTITION('items', 'odd', 2)"),
+        Killed::SourceInFence => (1, 3, "HSCALE DROP_PARTITION('items', 'odd')"),
+    };
+    direct(default_on).query_drop(ITEMS).unwrap();
+    let mut oracle = cluster().direct(1, Some(&db));
+    oracle
+        .query_drop(ITEMS.replace("items", "oracle_items"))
+        .unwrap();
+    let mut admin = proxy.connect(Some(&db));
+    admin
+        .query_drop(format!(
+            "HSCALE SETUP_TABLE('items', 'id', 'items_default', {default_on}, 'MOD(2)')"
+        ))
+        .unwrap();
+    admin
+        .query_drop(format!("HSCALE ADD_PARTITION('items', 'odd', 1, {odd_on})"))
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // Each statement on one server.
+    for start in (0..8000).step_by(500) {
+        for parity in [0, 1] {
+            let rows: Vec<String> = (start..start + 500)
+                .filter(|id| id % 2 == parity)
+                .map(|id| random_row(&mut rng, id))
+                .collect();
+            let sql = format!("INSERT INTO items VALUES {}", rows.join(", "));
+            both(&mut admin, &mut oracle, &sql);
+        }
+    }
+    let writing = |seed| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let odd = |rng: &mut rand::rngs::StdRng| rng.random_range(0..4000i64) * 2 + 1;
+        (writer(proxy, &db, seed, odd, &stop), stop)
+    };
+    let stop_writing = |(writer, stop): (std::thread::JoinHandle<usize>, Arc<AtomicBool>)| {
+        stop.store(true, Ordering::Relaxed);
+        writer.join().expect("the writer's statements succeed")
+    };
+    let in_fence = matches!(killed, Killed::DestinationInFence | Killed::SourceInFence);
+    // The merge's last step, an INSERT into the default table, waits for
+    // this client's locks on its rows.
+    let mut holder = direct(default_on);
+    if in_fence {
+        holder.query_drop("BEGIN").unwrap();
+        holder
+            .query_drop("SELECT COUNT(*) FROM items_default FOR UPDATE")
+            .unwrap();
+    }
+    let mut writes = writing(seed ^ 1);
+    let set_up = job_after(SERVER_KILLED_SCHEMA, &db, 0);
+    let moving = {
+        let mut admin = proxy.connect(Some(&db));
+        std::thread::spawn(move || admin.query_iter(command).map(drop))
+    };
+    let job = job_after(SERVER_KILLED_SCHEMA, &db, set_up);
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never reached the moment to kill"
+        );
+        let row = job_row(&mut admin, job);
+        let (phase, rows): (String, u64) =
+            (row.get("phase").unwrap(), row.get("rows_copied").unwrap());
+        assert!(
+            !matches!(phase.as_str(), "done" | "failed"),
+            "the job ended {phase} first"
+        );
+        // In the fence, the merge's last step: its INSERT waits for the
+        // holder, with the old table renamed and its last changes applied.
+        let merging: i64 = connect(default_on, "information_schema")
+            .exec_first(
+                "SELECT COUNT(*) FROM PROCESSLIST WHERE INFO LIKE ?",
+                (format!("INSERT INTO `{db}`.`items_default` SELECT%"),),
+            )
+            .unwrap()
+            .unwrap();
+        if (in_fence && merging > 0) || (!in_fence && phase == "copying" && rows > 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let source_killed = matches!(killed, Killed::SourceInCopy | Killed::SourceInFence);
+    // The writer writes the source (odd rows): it pauses while that is down.
+    if killed == Killed::SourceInCopy {
+        stop_writing(writes);
+        writes = (std::thread::spawn(|| 0), Arc::new(AtomicBool::new(true)));
+    }
+    server.kill();
+    if killed == Killed::SourceInFence {
+        // Everything the merge needs from the source was read before its
+        // last step: it ends without it.
+        holder.query_drop("COMMIT").unwrap();
+        moving.join().unwrap().expect("the merge ends");
+        server.restart().unwrap();
+    } else {
+        std::thread::sleep(Duration::from_secs(3));
+        let (_, why) = move_phase(&mut admin, job);
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("waiting for a server")),
+            "{why:?}"
+        );
+        server.restart().unwrap();
+        if source_killed {
+            stop_writing(writes);
+            writes = writing(seed ^ 2);
+        }
+        let ended = moving.join().unwrap();
+        if killed == Killed::DestinationInFence {
+            ended.expect("the merge ends");
+        } else {
+            ended.unwrap();
+        }
+    }
+    wait_for_move(&mut admin, job, Duration::from_secs(120));
+    let written = stop_writing(writes);
+    println!("{written} writes through hscale");
+    assert_oracle_rows(&mut admin, "items", &mut oracle, seed);
+    // On the servers: the odd rows in the one table the dictionary names.
+    let (odd_table, odd_server) = match killed {
+        Killed::DestinationInCopy => ("items_odd", 3),
+        Killed::SourceInCopy => ("items_odd", 2),
+        _ => ("items_default", default_on),
+    };
+    let odd_rows: i64 = direct(odd_server)
+        .query_first(format!("SELECT COUNT(*) FROM {odd_table} WHERE id % 2 = 1"))
+        .unwrap()
+        .unwrap();
+    let oracle_odd: i64 = oracle
+        .query_first("SELECT COUNT(*) FROM oracle_items WHERE id % 2 = 1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        odd_rows, oracle_odd,
+        "each odd row once, where the dictionary says"
+    );
+    for backend in [1, 2, 3] {
+        let tables: Vec<String> = direct(backend).query("SHOW TABLES").unwrap();
+        let odd_here = tables.contains(&"items_odd".to_string());
+        assert_eq!(
+            odd_here,
+            (odd_table, odd_server) == ("items_odd", backend),
+            "items_odd on backend {backend}: {tables:?}"
+        );
+    }
+}
+
+/// SIGSTOP of another instance, a `hscale serve` process, past its lease
+/// while a split catches up and fences: the mover's fence is not
+/// acknowledged by the stopped instance, so it is lifted and tried again
+/// until the stopped instance's heartbeat is older than the lease, and the
+/// split then ends without it. Woken (SIGCONT), the instance refuses what
+/// it would route by its stale dictionary until it has read the new one:
+/// no write of its clients lands in the split's rest under the old table's
+/// name, where no one would read it. A client writes the moving and the
+/// staying rows through the stopped instance all along, and an oracle what
+/// it acknowledged.
+#[test]
+fn an_instance_stopped_past_its_lease_is_fenced_out_and_loses_nothing() {
+    let seed = seed();
+    let proxy = Proxy::for_cluster();
+    let db = cluster().database("moves_stopped_instance");
+    let mut admin = items(&proxy, &db, "MOD(4)", &[]);
+    let mut oracle = cluster().direct(1, Some(&db));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    load(&mut admin, &mut oracle, &mut rng, 4000);
+    let port = hscale::mariadb::free_port().unwrap();
+    let dir = hscale_testkit::scratch("moves_stopped_instance");
+    let config = dir.join("hscale.toml");
+    let backends: String = cluster()
+        .config()
+        .backends
+        .iter()
+        .map(|b| {
+            format!(
+                "[[backends]]\nid = {}\naddress = \"{}\"\nuser = \"root\"\n",
+                b.id, b.address
+            )
+        })
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{port}\"\n\n[[users]]\nname = \"root\"\npassword = \"\"\nadmin = true\n\n{backends}\n[dictionary]\nrefresh_ms = 50\nlease_ms = 5000\n\n[log]\nlevel = \"warn\"\n"
+        ),
+    )
+    .unwrap();
+    /// The instance's process, ended with the test however it ends.
+    struct Serve(std::process::Child);
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stopped = Serve(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hscale"))
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let mut through_stopped = loop {
+        let opts = hscale_testkit::opts(port, "root", "", Some(&db))
+            .read_timeout(Some(Duration::from_secs(30)));
+        match mysql::Conn::new(opts) {
+            Ok(conn) => break conn,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "hscale serve: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // The instance is stopped between two of the client's statements (one
+    // in flight past the lease check when the process stops can still
+    // reach the old table: docs/moves.md); the next is sent while it is
+    // stopped and read when it runs again.
+    let (hold, held) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let written = {
+        let stop = Arc::clone(&stop);
+        let (hold, held) = (Arc::clone(&hold), Arc::clone(&held));
+        let mut oracle = cluster().direct(1, Some(&db));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 7);
+        std::thread::spawn(move || {
+            let (mut writes, mut refused) = (0, 0);
+            let mut log: Vec<(i64, String)> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if hold.load(Ordering::SeqCst) {
+                    held.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                // Mostly the split value's rows: a stale write of one is
+                // what would vanish.
+                let id = match rng.random_range(0..4) {
+                    0 => rng.random_range(0..4000i64),
+                    _ => rng.random_range(0..1000i64) * 4 + 3,
+                };
+                let sql = match rng.random_range(0..3) {
+                    0 => format!("REPLACE INTO items VALUES {}", random_row(&mut rng, id)),
+                    1 => format!("DELETE FROM items WHERE id = {id}"),
+                    _ => format!("UPDATE items SET val = val + 1, note = 'upd' WHERE id = {id}"),
+                };
+                let outcome = through_stopped.query_drop(&sql);
+                let what: String = sql.chars().take(24).collect();
+                log.push((id, format!("{what} -> {outcome:?}")));
+                match outcome {
+                    Ok(()) => {
+                        oracle
+                            .query_drop(sql.replace("items", "oracle_items"))
+                            .unwrap();
+                        writes += 1;
+                    }
+                    // Refused before it reached a table: not written.
+                    Err(mysql::Error::MySqlError(e))
+                        if e.code == 1146
+                            || e.code == 1205
+                            || e.code == 1105 && e.message.contains("within its lease") =>
+                    {
+                        refused += 1
+                    }
+                    Err(e) => panic!("{sql}: {e}"),
+                }
+            }
+            (writes, refused, log)
+        })
+    };
+    let splitting = {
+        let mut admin = proxy.connect(Some(&db));
+        std::thread::spawn(move || {
+            admin
+                .query_iter("HSCALE ADD_PARTITION('items', 'three', 3, 2)")
+                .map(drop)
+        })
+    };
+    let job = job_after("hscale", &db, 0);
+    let started = Instant::now();
+    while move_phase(&mut admin, job).0 == "copying" {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the split never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = stopped.0.id().to_string();
+    hold.store(true, Ordering::SeqCst);
+    while !held.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hscale_testkit::run_program("kill", &["-STOP", &pid]);
+    hold.store(false, Ordering::SeqCst);
+    let paused = Instant::now();
+    while !splitting.is_finished() {
+        assert!(
+            paused.elapsed() < Duration::from_secs(60),
+            "the split did not end while the instance was stopped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waited = paused.elapsed();
+    splitting
+        .join()
+        .unwrap()
+        .expect("the split ends while the instance is stopped");
+    hscale_testkit::run_program("kill", &["-CONT", &pid]);
+    let attempts: u64 = job_row(&mut admin, job).get("fence_attempts").unwrap();
+    assert!(
+        // Its heartbeat was a refresh or so old when it stopped.
+        attempts >= 2 && waited >= Duration::from_millis(4000),
+        "the fence waited for the stopped instance's lease: {attempts} attempts in {waited:?}"
+    );
+    // It serves again once it has read the dictionary.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let (writes, refused, log) = written.join().unwrap();
+    drop(stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(writes > 0, "{writes} writes, {refused} refused");
+    let ids = |conn: &mut Conn, table: &str| -> Vec<i64> {
+        conn.query(format!("SELECT id FROM {table} ORDER BY id"))
+            .unwrap()
+    };
+    let (through_ids, oracle_ids) = (ids(&mut admin, "items"), ids(&mut oracle, "oracle_items"));
+    for id in through_ids
+        .iter()
+        .filter(|i| !oracle_ids.contains(i))
+        .chain(oracle_ids.iter().filter(|i| !through_ids.contains(i)))
+    {
+        let ops: Vec<&String> = log
+            .iter()
+            .filter(|(i, _)| i == id)
+            .map(|(_, op)| op)
+            .collect();
+        println!("id {id} differs; the client's statements on it: {ops:#?}");
+    }
+    assert_oracle_rows(&mut admin, "items", &mut oracle, seed);
+    let misplaced: i64 = oracle
+        .query_first("SELECT COUNT(*) FROM items_default WHERE id % 4 = 3")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        misplaced, 0,
+        "a row of the split value in the rest (seed {seed})"
+    );
+    let moved: i64 = cluster()
+        .direct(2, Some(&db))
+        .query_first("SELECT COUNT(*) FROM items_three WHERE id % 4 = 3")
+        .unwrap()
+        .unwrap();
+    let want: i64 = oracle
+        .query_first("SELECT COUNT(*) FROM oracle_items WHERE id % 4 = 3")
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved, want);
 }

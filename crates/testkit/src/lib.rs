@@ -201,9 +201,12 @@ impl Cluster {
         config.proxy.listen = "127.0.0.1:0".into();
         config.log.level = "warn".into();
         // Admin commands wait for every live instance to load a change: tests
-        // start many proxies, so they poll often.
+        // start many proxies, so they poll often. An instance serves only
+        // while its last read is within the lease, by the clock: the lease
+        // covers the longest stall of a loaded two-core machine (a second
+        // and more seen), and stays short for the tests of takeovers.
         config.dictionary.refresh_ms = 50;
-        config.dictionary.lease_ms = 2000;
+        config.dictionary.lease_ms = 5000;
         config
     }
 }
@@ -313,6 +316,22 @@ pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hscale-scratch-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
+}
+
+/// A MariaDB server of the test's own, in the scratch folder `name` (its
+/// data directory copied from one installed there once), for a test that
+/// kills and restarts it; the folder, to remove at the end.
+pub fn scratch_server(name: &str) -> (LocalServer, PathBuf) {
+    let dir = scratch(name);
+    let template = dir.join("template");
+    if !template.exists() {
+        hscale::mariadb::install_datadir(&template).expect("mariadb-install-db");
+    }
+    let server_dir = dir.join("server");
+    let _ = std::fs::remove_dir_all(&server_dir);
+    std::fs::create_dir_all(&server_dir).expect("server dir");
+    let server = LocalServer::start(&server_dir, &template).expect("a server of the test's own");
+    (server, dir)
 }
 
 /// A random test's seed: the environment variable `var` when set (to replay

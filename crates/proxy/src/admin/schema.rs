@@ -286,14 +286,15 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
             name: t(1),
         };
         let step = Step {
-            target: Target {
-                backend: t(3).parse().unwrap_or(0),
-                table: t(4).into(),
-                partition: rows[r][5]
+            target: Target::new(
+                &table.db,
+                t(3).parse().unwrap_or(0),
+                &t(4),
+                rows[r][5]
                     .as_ref()
-                    .map(|p| String::from_utf8_lossy(p).into()),
-                fenced: false,
-            },
+                    .map(|p| String::from_utf8_lossy(p))
+                    .as_deref(),
+            ),
             sql: t(6),
         };
         let progress = (

@@ -167,7 +167,7 @@ pub fn explain(
         charset: ClientCharset::Utf8,
         dictionary: &dictionary,
         main_backend: shared.main_backend(),
-        passes_fences: false,
+        passed_fences: &[],
     };
     let row = |partition: &str, backend: u32, table: Option<&str>, sql: &str| {
         vec![

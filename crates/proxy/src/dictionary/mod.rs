@@ -102,17 +102,20 @@ impl ColumnNames {
 
 pub struct DictionaryHandle {
     current: ArcSwap<Dictionary>,
-    /// Milliseconds after `started` of the last successful read; 0: never.
+    /// `now_ms` when the last successful read started; 0: never.
     last_read_ms: AtomicU64,
     /// Whether the last read is within the lease, as the refresh loop last
-    /// saw: the hot path reads a flag, not the clock.
+    /// saw (`fresh` reads the clock too).
     fresh: AtomicBool,
-    started: Instant,
+    /// `coarse_ms` when the handle was made.
+    started_ms: u64,
     pub schema: String,
     pub refresh: Duration,
     pub lease: Duration,
     /// This instance's name in the heartbeat table.
     pub instance: String,
+    /// The version the heartbeat tells (see `acknowledged`).
+    acknowledged: AtomicU64,
     /// The collations partition columns compare by, as learned.
     pub collations: collations::Collations,
 }
@@ -124,11 +127,12 @@ impl DictionaryHandle {
             current: ArcSwap::from_pointee(Dictionary::default().guarding_schema(&schema)),
             last_read_ms: AtomicU64::new(0),
             fresh: AtomicBool::new(false),
-            started: Instant::now(),
+            started_ms: coarse_ms(),
             schema,
             refresh,
             lease,
             instance,
+            acknowledged: AtomicU64::new(0),
             collations: Default::default(),
         }
     }
@@ -149,10 +153,19 @@ impl DictionaryHandle {
         logical_column(&self.current.load(), definition).map(|renamed| renamed.to_vec())
     }
 
-    /// Whether the snapshot was confirmed within the lease (as of the last
-    /// refresh tick, at most `refresh_ms` ago).
+    /// Whether the snapshot was confirmed within the lease. The refresh
+    /// loop's flag, and the clock: a process that was stopped (SIGSTOP, a
+    /// paused VM) past its lease may run a client's statement before its
+    /// refresh loop notices, and the other instances have gone on without
+    /// it by then (a move switched, a split's rest took the old table's
+    /// name).
     pub fn fresh(&self) -> bool {
-        self.fresh.load(Ordering::Relaxed)
+        // Acquire: a snapshot read after this is the one the read installed.
+        self.fresh.load(Ordering::Acquire)
+            && self
+                .now_ms()
+                .saturating_sub(self.last_read_ms.load(Ordering::Acquire))
+                <= self.lease.as_millis() as u64
     }
 
     /// Called on every refresh tick, successful or not.
@@ -167,13 +180,19 @@ impl DictionaryHandle {
         }
     }
 
+    /// Milliseconds since the handle was made, never 0, from the kernel's
+    /// coarse monotonic clock: every routed statement reads it (`fresh`),
+    /// and a lease of seconds does not notice its tick (1 to 4 ms).
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64 + 1
+        coarse_ms().saturating_sub(self.started_ms) + 1
     }
 
-    fn confirmed(&self) {
-        self.last_read_ms.store(self.now_ms(), Ordering::Relaxed);
-        self.fresh.store(true, Ordering::Relaxed);
+    /// A read that started at `asked` (`now_ms`) found the dictionary: the
+    /// lease counts from before the read, as other instances count it from
+    /// the heartbeat written during it.
+    fn confirmed(&self, asked: u64) {
+        self.last_read_ms.store(asked, Ordering::Release);
+        self.fresh.store(true, Ordering::Release);
     }
 
     fn install(&self, dictionary: Dictionary) {
@@ -187,6 +206,26 @@ impl DictionaryHandle {
         self.current
             .store(Arc::new(dictionary.guarding_schema(&self.schema)));
     }
+}
+
+/// CLOCK_MONOTONIC_COARSE in milliseconds: read from the vDSO for a few
+/// instructions, where CLOCK_MONOTONIC costs a hundred or more. It runs on
+/// while the process is stopped, as a lease must.
+#[cfg(target_os = "linux")]
+fn coarse_ms() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
+}
+
+#[cfg(not(target_os = "linux"))]
+fn coarse_ms() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// A connection of hscale's own to a backend, for the dictionary and admin
@@ -209,14 +248,40 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
 /// heartbeat.
 pub async fn reload_with(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let handle = &shared.dictionary;
+    let asked = handle.now_ms();
     let version = store::read_version(conn, &handle.schema).await?;
     if version != handle.snapshot().version {
         handle.install(store::load(conn, handle).await?);
     }
-    let loaded = handle.snapshot().version;
-    store::heartbeat(conn, &handle.schema, &handle.instance, loaded).await?;
-    handle.confirmed();
+    let acknowledged = acknowledged(shared);
+    store::heartbeat(conn, &handle.schema, &handle.instance, acknowledged).await?;
+    handle.confirmed(asked);
     Ok(())
+}
+
+/// The version this instance's heartbeat tells others it routes by: the
+/// snapshot's, once none of its sessions is on a table that snapshot fences
+/// (`Sessions::on_any`), and until then the last it told. A move renames a
+/// fenced table away only when every instance has told the fence's version,
+/// so no statement of theirs reaches the table in between, and every
+/// transaction that ran on it has ended.
+fn acknowledged(shared: &Shared) -> u64 {
+    let handle = &shared.dictionary;
+    let dictionary = handle.snapshot();
+    let fenced = dictionary.fenced_tables();
+    if fenced.is_empty() || !shared.sessions.on_any(dictionary.version, &fenced) {
+        handle
+            .acknowledged
+            .store(dictionary.version, Ordering::Relaxed);
+        return dictionary.version;
+    }
+    handle.acknowledged.load(Ordering::Relaxed)
+}
+
+/// Whether this instance's sessions are still on tables its snapshot fences:
+/// the refresh then polls at once again, to tell the fence soon.
+fn acknowledging(shared: &Shared) -> bool {
+    shared.dictionary.acknowledged.load(Ordering::Relaxed) < shared.dictionary.snapshot().version
 }
 
 /// Reloads now, on a connection of its own (HSCALE REFRESH, after a change).
@@ -231,21 +296,19 @@ pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
 /// instance to load the switch, so a poll's period is a pause they see.
 pub async fn refresh_loop(shared: Arc<Shared>) {
     let mut conn: Option<Box<BackendConn>> = None;
-    let mut swept = Instant::now() - shared.dictionary.refresh;
     loop {
         let mut next = shared.dictionary.refresh;
         if conn.is_none() {
-            conn = own_connection(&shared, shared.main).await.ok();
+            conn = impatient_connection(&shared).await;
         }
         if let Some(c) = conn.as_mut() {
             match reload_with(&shared, c).await {
                 Ok(()) => {
-                    if swept.elapsed() >= shared.dictionary.refresh {
-                        crate::moves::sweep(&shared, c).await;
-                        swept = Instant::now();
-                    }
                     if crate::moves::fencing_soon(&shared, c).await {
                         next = next.min(FENCE_POLL);
+                    }
+                    if acknowledging(&shared) {
+                        next = next.min(ACKNOWLEDGE_POLL);
                     }
                 }
                 Err(e) => {
@@ -259,8 +322,45 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
     }
 }
 
+/// Takes over moves whose owner stopped and drops retired tables, every
+/// `refresh_ms`, apart from the refresh: a claim that waits for a row lock
+/// (an instance frozen inside a dictionary transaction holds it until it
+/// runs again) must not keep this instance from confirming its lease.
+pub async fn sweep_loop(shared: Arc<Shared>) {
+    let mut conn: Option<Box<BackendConn>> = None;
+    loop {
+        if conn.is_none() {
+            conn = impatient_connection(&shared).await;
+        }
+        if let Some(c) = conn.as_mut() {
+            if !crate::moves::sweep(&shared, c).await {
+                conn = None;
+            }
+        }
+        tokio::time::sleep(shared.dictionary.refresh).await;
+    }
+}
+
+/// A connection to the dictionary whose statements wait for no lock longer
+/// than a second: the loops that keep this instance's lease go on rather
+/// than wait for whoever holds one.
+async fn impatient_connection(shared: &Shared) -> Option<Box<BackendConn>> {
+    let mut conn = own_connection(shared, shared.main).await.ok()?;
+    store::exec(
+        &mut conn,
+        "SET SESSION innodb_lock_wait_timeout = 1, lock_wait_timeout = 1",
+    )
+    .await
+    .ok()?;
+    Some(conn)
+}
+
 /// How often instances poll the dictionary while a move fences.
 pub(crate) const FENCE_POLL: Duration = Duration::from_millis(25);
+
+/// How often an instance looks again whether its sessions left the tables a
+/// fence holds.
+const ACKNOWLEDGE_POLL: Duration = Duration::from_millis(5);
 
 /// Removes this instance's heartbeat at shutdown, so that admin commands do
 /// not wait for it. Best effort: a heartbeat left behind expires with its lease.
@@ -290,7 +390,8 @@ pub async fn wait_for_instances(
         .map(drop)
 }
 
-/// Waits until every live instance has loaded `version`, for at most
+/// Waits until every live instance has loaded `version`, this one
+/// included, and acknowledged it (see `acknowledged`), for at most
 /// `budget`: false if one has not (a move then lifts its fence rather than
 /// go on without it).
 pub async fn all_instances_loaded(
@@ -310,7 +411,7 @@ pub async fn all_instances_loaded(
             handle.lease.as_millis() as u64,
         )
         .await?;
-        if behind.is_empty() {
+        if behind.is_empty() && acknowledged(shared) >= version {
             return Ok(true);
         }
         if Instant::now() >= deadline {
@@ -337,13 +438,17 @@ mod tests {
             Duration::from_millis(20),
         );
         assert!(!handle.fresh(), "never read");
-        handle.confirmed();
+        handle.confirmed(handle.now_ms());
         handle.check_lease();
         assert!(handle.fresh());
         std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            !handle.fresh(),
+            "lease over, before the refresh loop looks (a process stopped and woken)"
+        );
         handle.check_lease();
         assert!(!handle.fresh(), "lease over");
-        handle.confirmed();
+        handle.confirmed(handle.now_ms());
         assert!(handle.fresh(), "read again");
     }
 }

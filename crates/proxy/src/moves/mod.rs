@@ -463,11 +463,18 @@ async fn launch(
                 column,
                 routing,
                 value,
+                keyless,
                 ..
             },
             Ok(moved),
         ) => {
-            ValuesFilter::new(&moved.columns, column, routing.clone(), vec![value.clone()])?;
+            let filter =
+                ValuesFilter::new(&moved.columns, column, routing.clone(), vec![value.clone()]);
+            if let Err(MoveError::Unsupported(why)) = filter {
+                // The fence's copy reads values as the router does.
+                tracing::warn!(table = %job.table, "{why}: its rows move during the split's fence");
+                *keyless = true;
+            }
         }
         (Work::Split { keyless, .. }, Err(ProxyError::Move(MoveError::NoKey(why)))) => {
             tracing::warn!(table = %job.table, "{why}: its rows move during the split's fence");
@@ -625,12 +632,33 @@ async fn create_like(
 /// did before its switch is undone. The rows it took, or why it failed.
 async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u64, MoveError> {
     let work = async {
-        if let Some(phase) = &resumed {
-            if !prepare_resumed(&shared, &job, phase).await? {
-                return Ok(0);
-            }
+        let mut resumed = resumed;
+        loop {
+            let attempt = async {
+                if let Some(phase) = &resumed {
+                    if !prepare_resumed(&shared, &job, phase).await? {
+                        return Ok(0);
+                    }
+                }
+                drive(&shared, &job).await
+            };
+            let lost = match attempt.await {
+                Err(e) if unreachable(&e) => e,
+                outcome => return outcome,
+            };
+            // A server that went away (crashed, restarted) is waited for:
+            // the job goes on from its checkpoint when it is back, as a
+            // takeover would, and a fence it held is undone meanwhile.
+            tracing::warn!(job = job.id, "the move waits for a backend: {lost}");
+            resumed = loop {
+                tokio::time::sleep(BACKEND_RETRY).await;
+                match waiting_phase(&shared, &job, &lost).await {
+                    Ok(phase) => break Some(phase),
+                    Err(e) if unreachable(&e) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
         }
-        drive(&shared, &job).await
     };
     let outcome = tokio::select! {
         outcome = work => outcome,
@@ -666,6 +694,35 @@ async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u
     }
 }
 
+/// How long a job waits after it lost a server before it tries again.
+const BACKEND_RETRY: Duration = Duration::from_secs(1);
+
+/// A server of the job's could not be reached or went away mid-command:
+/// the job waits for it rather than fail.
+fn unreachable(e: &ProxyError) -> bool {
+    use crate::backend::BackendError::{Connect, ConnectTimeout, Lost};
+    matches!(
+        e,
+        ProxyError::Backend(Connect { .. } | ConnectTimeout { .. } | Lost { .. })
+            | ProxyError::BackendMidAnswer { .. }
+    )
+}
+
+/// While a job waits for a server: says why in its row (SHOW_MOVES'
+/// `last_error`), and answers the phase it goes on from. A cancel or a
+/// takeover ends the wait.
+async fn waiting_phase(
+    shared: &Shared,
+    job: &Job,
+    lost: &ProxyError,
+) -> Result<String, ProxyError> {
+    let mut main = own_connection(shared, shared.main).await?;
+    let why = text_literal(&format!("waiting for a server: {lost}"));
+    progress(shared, &mut main, job, &format!("last_error = {why}")).await?;
+    let sql = format!("SELECT phase FROM {} WHERE id = {}", jobs(shared), job.id);
+    Ok(store::text(&exec(&mut main, &sql).await?, 0, 0))
+}
+
 /// The job's heartbeat, every quarter of the lease, for as long as the job
 /// is this owner's; returns when it is not (another instance took it over
 /// after this one stalled).
@@ -691,22 +748,26 @@ async fn keep_alive(shared: &Shared, job: &Job) -> ProxyError {
     }
 }
 
-/// What every instance does for moves with its dictionary refresh: takes
-/// over jobs whose owner stopped, drops retired tables past their
-/// retention. A failure is logged; the refresh goes on.
-pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) {
-    if let Err(e) = take_over(shared, conn).await {
+/// What every instance does for moves as often as it refreshes its
+/// dictionary: takes over jobs whose owner stopped, drops retired tables
+/// past their retention. A failure is logged; false if the connection
+/// failed.
+pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) -> bool {
+    let taken = take_over(shared, conn).await;
+    if let Err(e) = &taken {
         tracing::warn!("cannot look for moves to take over: {e}");
     }
-    if let Err(e) = drop_retired(shared, conn).await {
+    let dropped = drop_retired(shared, conn).await;
+    if let Err(e) = &dropped {
         tracing::warn!("cannot drop retired tables: {e}");
     }
+    // A connection that failed is made again.
+    !matches!(
+        (taken, dropped),
+        (Err(ProxyError::Backend(_)), _) | (_, Err(ProxyError::Backend(_)))
+    )
 }
 
-/// Takes over every job whose owner's heartbeat is older than the lease
-/// (the owner died or stalled) and resumes it here. Every instance runs
-/// this with its dictionary refresh; the epoch's compare-and-set lets one
-/// win.
 /// A move is catching up to its fence or fencing: instances poll the
 /// dictionary often until it has switched.
 pub async fn fencing_soon(shared: &Shared, conn: &mut BackendConn) -> bool {
@@ -717,6 +778,10 @@ pub async fn fencing_soon(shared: &Shared, conn: &mut BackendConn) -> bool {
     exec(conn, &sql).await.is_ok_and(|rows| !rows.is_empty())
 }
 
+/// Takes over every job whose owner's heartbeat is older than the lease
+/// (the owner died or stalled) and resumes it here. Every instance runs
+/// this as often as it refreshes its dictionary; the epoch's
+/// compare-and-set lets one win.
 async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let lease_us = shared.dictionary.lease.as_micros();
     let stale = format!(
@@ -828,22 +893,25 @@ async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
 /// (under its new owner's heartbeat): true if it goes on to `drive`.
 async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool, ProxyError> {
     let mut main = own_connection(shared, shared.main).await?;
-    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    // Only a split needs the source after its switch: a move or a merge
+    // ends while its source is away.
+    let source_slot = slot(shared, job.source)?;
+    let source = || own_connection(shared, source_slot);
     match phase {
         "switched" => {
             forget_progress(shared, job).await;
             if let Work::Split { .. } = job.work {
-                finish_split(shared, &mut main, &mut source, job).await?;
+                finish_split(shared, &mut main, &mut *source().await?, job).await?;
             }
             progress(shared, &mut main, job, "phase = 'done', finished = NOW(6)").await?;
             return Ok(false);
         }
         "fence_moved" => {
-            roll_forward_keyless(shared, &mut main, &mut source, job).await?;
+            roll_forward_keyless(shared, &mut main, &mut *source().await?, job).await?;
             return Ok(false);
         }
-        "fencing" => undo_fence(shared, &mut main, &mut source, job).await?,
-        _ => ensure_created(shared, &mut source, job).await?,
+        "fencing" => undo_fence(shared, &mut main, &mut *source().await?, job).await?,
+        _ => ensure_created(shared, &mut *source().await?, job).await?,
     }
     Ok(true)
 }
@@ -878,7 +946,8 @@ async fn undo_fence(
     if !physical.exists(source).await? && retired.exists(source).await? {
         exec(source, &rename(&retired, &physical)).await?;
     }
-    ensure_created(shared, source, job).await?;
+    // The source serves again before the tables the copy writes are made
+    // again, which waits for their server if it is the one that went away.
     let mut changes = fence_statements(shared, job, false);
     changes.push(format!(
         "UPDATE {} SET phase = 'catching_up' WHERE id = {}",
@@ -886,7 +955,8 @@ async fn undo_fence(
         job.id
     ));
     change_owned(shared, main, job, &changes).await?;
-    crate::dictionary::reload(shared).await
+    crate::dictionary::reload(shared).await?;
+    ensure_created(shared, source, job).await
 }
 
 /// The tables the job writes, made again where they are missing (an owner
@@ -1005,6 +1075,17 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
     if !physical.exists(&mut source).await? && retired.exists(&mut source).await? {
         exec(&mut source, &rename(&retired, &physical)).await?;
     }
+    // The source serves again before the job's tables go: their server may
+    // be the one that is away, and the job then ends when a later owner
+    // finds it again (its heartbeat stops here).
+    change_owned(
+        shared,
+        &mut main,
+        job,
+        &fence_statements(shared, job, false),
+    )
+    .await?;
+    crate::dictionary::reload(shared).await?;
     // Nothing names them: a retry starts clean.
     for (backend, place) in job.created(shared) {
         let mut conn = own_connection(shared, slot(shared, backend)?).await?;
@@ -1014,17 +1095,14 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
         )
         .await?;
     }
-    let mut changes = vec![format!(
+    let ended = format!(
         "UPDATE {} SET phase = {}, last_error = {}, finished = NOW(6) WHERE id = {}",
         jobs(shared),
         text_literal(ends),
         text_literal(error),
         job.id
-    )];
-    changes.extend(fence_statements(shared, job, false));
-    change_owned(shared, &mut main, job, &changes).await?;
-    crate::dictionary::reload(shared).await?;
-    Ok(())
+    );
+    change_owned(shared, &mut main, job, &[ended]).await
 }
 
 /// Sets a partition's state (and backend) as a dictionary change.

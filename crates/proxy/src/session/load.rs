@@ -31,7 +31,7 @@ struct Placed {
 
 impl Session {
     pub(super) async fn load(&mut self, load: Load, needs: Needs) -> Result<(), ProxyError> {
-        if !self.shared.dictionary.fresh() {
+        if !self.handle.on.planned_fresh() {
             return Err(ProxyError::DictionaryStale);
         }
         if !self

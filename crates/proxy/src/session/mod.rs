@@ -26,12 +26,13 @@ use bytes::Bytes;
 use hscale_planner::dictionary::TableNames;
 use hscale_planner::{
     replace_connection_id, sql_mode_has, summarize, ClientCharset, Kill, KillScope, Kind,
-    PlanCache, Quoting, Refusal, SessionChange,
+    PhysicalId, PlanCache, Quoting, Refusal, SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
+use smallvec::SmallVec;
 use tokio::net::TcpStream;
 
 use crate::backend::ConnKey;
@@ -95,6 +96,11 @@ pub struct Session {
     charset: ClientCharset,
     /// Shapes of this client's statements on partitioned tables.
     plans: PlanCache,
+    /// The partitions' tables the open transaction ran on: a move's fence
+    /// lets its statements there through (`Context::passed_fences`).
+    transaction_tables: SmallVec<[PhysicalId; 4]>,
+    /// Those the running command's statement was routed to.
+    statement_tables: SmallVec<[PhysicalId; 4]>,
     /// The client's prepared statements.
     statements: ClientStatements,
     /// A statement may have changed wait_timeout or sql_mode: hscale asks
@@ -199,6 +205,8 @@ impl Session {
             transaction_lost: false,
             reply_seq: 1,
             plans: PlanCache::default(),
+            transaction_tables: SmallVec::new(),
+            statement_tables: SmallVec::new(),
             statements: ClientStatements::default(),
             session_variables_changed: false,
             unread: Vec::new(),
@@ -252,6 +260,13 @@ impl Session {
                 self.session_variables_changed = false;
                 self.read_session_variables().await;
             }
+            let in_transaction = self.slots.iter().any(|s| s.binding.transaction);
+            self.handle.on.ended(
+                in_transaction,
+                &self.statement_tables,
+                &mut self.transaction_tables,
+            );
+            self.statement_tables.clear();
             self.handle.set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
                 packet = self.client.read_packet() => packet,

@@ -27,7 +27,7 @@ const WAIT_STEP: Duration = Duration::from_millis(20);
 impl Session {
     /// Plans a statement against the current dictionary snapshot.
     pub(super) fn plan(&mut self, sql: &[u8]) -> Plan {
-        let dictionary = self.shared.dictionary.snapshot();
+        let dictionary = self.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
@@ -36,7 +36,7 @@ impl Session {
             charset: self.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
-            passes_fences: self.passes_fences(),
+            passed_fences: &self.transaction_tables,
         };
         plan(sql, &ctx, &mut self.plans)
     }
@@ -52,14 +52,33 @@ impl Session {
             charset: self.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
-            passes_fences: self.passes_fences(),
+            passed_fences: &self.transaction_tables,
         }
     }
 
-    /// Whether this session's statements pass a move's fence (see
-    /// `Context::passes_fences`): its transaction has run on a backend.
-    pub(super) fn passes_fences(&self) -> bool {
-        self.slots.iter().any(|s| s.binding.transaction)
+    /// Notes which partitions' tables a planned statement goes to, for the
+    /// fences of moves (see `OnTables`). Statements on a whole table
+    /// (LOCK TABLES, LOAD DATA, maintenance) wait for any fence on it, and
+    /// are counted as possibly on every table while they run.
+    fn note_tables(&mut self, action: &Action) {
+        let tables = &mut self.statement_tables;
+        tables.clear();
+        match action {
+            Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
+            Action::Template(template) => tables.push(template.describing_run().target.physical),
+            Action::Main
+            | Action::Admin
+            | Action::Kill(_)
+            | Action::Exists { .. }
+            | Action::Refuse(_) => {}
+            Action::LockTables(_)
+            | Action::Load(_)
+            | Action::Listing(_)
+            | Action::Schema(_)
+            | Action::Generate(_)
+            | Action::Wait(_) => return,
+        }
+        self.handle.on.runs_on(tables);
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
@@ -153,7 +172,7 @@ impl Session {
             Action::Admin => self.admin(&String::from_utf8_lossy(sql)).await,
             Action::Kill(kill) => self.kill(kill).await,
             Action::Route(route) => {
-                if !self.shared.dictionary.fresh() {
+                if !self.handle.on.planned_fresh() {
                     return Err(ProxyError::DictionaryStale);
                 }
                 if let Some(reason) = plan.binds {
@@ -207,6 +226,7 @@ impl Session {
                 });
             }
             let Action::Wait(table) = &planned.action else {
+                self.note_tables(&planned.action);
                 return Ok(planned);
             };
             self.wait_for_lock(table, &mut waited_since).await?;
@@ -224,6 +244,7 @@ impl Session {
             Counters::add(&self.shared.counters.waited, 1);
             Instant::now()
         });
+        self.handle.on.waits();
         let lock_wait = self.shared.lock_wait;
         if since.elapsed() >= lock_wait {
             return Err(ProxyError::LockWaitTimeout {
@@ -324,6 +345,10 @@ impl Session {
         connection_id: bool,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
+        // An INSERT whose ids hscale wrote was planned again since.
+        if !self.handle.on.planned_fresh() {
+            return Err(ProxyError::DictionaryStale);
+        }
         self.shared.counters.routed.add(1);
         let Some(given) = route.highest_id else {
             return self.run_steps(route, needs, connection_id, generated).await;

@@ -197,7 +197,7 @@ impl Session {
 
     /// Plans a statement being prepared, in the database it was prepared in.
     fn plan_prepared(&self, sql: &[u8], db: Option<&str>) -> Plan {
-        let dictionary = self.shared.dictionary.snapshot();
+        let dictionary = self.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db,
             ..self.context(&dictionary)
@@ -359,9 +359,6 @@ impl Session {
     /// EXECUTE of a statement on a partitioned table: on the partitions its
     /// parameters' values pick, each with the text and parameters that are its.
     async fn execute_routed(&mut self, id: u32, rest: &[u8]) -> Result<(), ProxyError> {
-        if !self.shared.dictionary.fresh() {
-            return Err(ProxyError::DictionaryStale);
-        }
         let routed = self.routed_mut(id).expect("checked");
         let table = routed.template.table().clone();
         if std::mem::take(&mut routed.long_data) {
@@ -456,19 +453,27 @@ impl Session {
         let charset = self.charset;
         let mut waited_since = None;
         let execution = loop {
-            let dictionary = self.shared.dictionary.snapshot();
-            let passes_fences = self.passes_fences();
+            let dictionary = self.handle.on.planning(&self.shared.dictionary);
+            let fresh = self.handle.on.planned_fresh();
+            let passed = self.transaction_tables.clone();
             let routed = self.routed_mut(id).expect("checked");
             let routing = routed
                 .template
-                .route_in(&dictionary, main_backend, passes_fences, |i| {
+                .route_in(&dictionary, main_backend, &passed, |i| {
                     params
                         .get(i)
                         .map_err(|e| e.to_string())
                         .and_then(|param| param_value(param, charset))
                 });
             match routing {
-                Routing::Run(execution) => break execution,
+                Routing::Run(_) if !fresh => return Err(ProxyError::DictionaryStale),
+                Routing::Run(execution) => {
+                    let tables = &mut self.statement_tables;
+                    tables.clear();
+                    tables.extend(execution.runs.iter().map(|run| run.target.physical));
+                    self.handle.on.runs_on(tables);
+                    break execution;
+                }
                 Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
                 Routing::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
                 Routing::Replan => {
