@@ -13,6 +13,7 @@ pub mod lexer;
 mod load;
 mod lock;
 mod maintenance;
+mod messages;
 pub mod plan;
 mod rewrite;
 mod route;
@@ -22,6 +23,7 @@ pub mod set;
 mod shape;
 mod show;
 mod template;
+mod transaction;
 
 pub use auto::{Generate, Upsert};
 pub use cache::{columns_fingerprint, PlanCache};
@@ -36,6 +38,7 @@ pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{placeholders, sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
+pub use messages::{messages_read, MessagesRead};
 pub use plan::{
     plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,
     SchemaEffect, SessionChange, Step,
@@ -46,3 +49,4 @@ pub use set::{
 };
 pub use show::{Combine, Elsewhere, Listing, Maintained, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};
+pub use transaction::{SavepointOp, TxControl, TxEffect};

@@ -13,7 +13,9 @@ use crate::lexer::{
     ansi_identifiers_as_backticks, statements, summarize, summarize_into, target_database, Kind,
     Quoting, Summary, TokenKind,
 };
+use crate::messages::{messages_read, MessagesRead};
 use crate::set::{parse_set, SetItem};
+use crate::transaction::{tx_control, tx_effect, TxControl, TxEffect};
 
 /// What planning needs to know of the session and the proxy.
 pub struct Context<'a> {
@@ -86,12 +88,20 @@ pub struct Plan {
     pub change: SessionChange,
     /// Why the session must keep its backend connection from now on.
     pub binds: Option<&'static str>,
+    /// What the statement does to the transaction in progress where it runs.
+    pub tx_effect: TxEffect,
+    /// SHOW WARNINGS or SHOW ERRORS, which hscale answers itself after a
+    /// statement that ran on several connections.
+    pub messages_read: Option<MessagesRead>,
 }
 
 #[derive(Debug)]
 pub enum Action {
     /// The statement names no partitioned table: it goes to the main backend as it is.
     Main,
+    /// BEGIN, COMMIT, ROLLBACK, savepoints: carried out on every backend the
+    /// transaction reached.
+    Transaction(TxControl),
     /// HSCALE ...: answered by the proxy's admin commands.
     Admin,
     Kill(Kill),
@@ -378,6 +388,8 @@ fn plan_summarized(
                 }),
                 change: SessionChange::Nothing,
                 binds: None,
+                tx_effect: TxEffect::None,
+                messages_read: None,
             }
         }
     };
@@ -415,7 +427,9 @@ fn plan_summarized(
         }
         _ => SessionChange::Nothing,
     };
+    let control = tx_control(sql, &summary, ctx.quoting);
     let action = match summary.kind {
+        _ if control.is_some() => Action::Transaction(control.expect("checked")),
         Kind::Admin => Action::Admin,
         // hscale answers KILL itself, so it cannot be one of several statements.
         Kind::Kill if summary.multi_statement => Action::Refuse(Refusal {
@@ -453,11 +467,21 @@ fn plan_summarized(
     if interprets && !ctx.charset.reads(sql) {
         return unreadable(summary, binds);
     }
+    let tx_effect = match action {
+        Action::Transaction(_) => TxEffect::None,
+        _ => tx_effect(sql, &summary, ctx.quoting),
+    };
+    let messages_read = match summary.reads_diagnostics && !summary.multi_statement {
+        true => messages_read(sql, ctx.quoting),
+        false => None,
+    };
     Plan {
         summary,
         action,
         change,
         binds,
+        tx_effect,
+        messages_read,
     }
 }
 
@@ -489,6 +513,8 @@ fn unreadable(summary: Summary, binds: Option<&'static str>) -> Plan {
         action,
         change: SessionChange::Nothing,
         binds,
+        tx_effect: TxEffect::None,
+        messages_read: None,
     }
 }
 

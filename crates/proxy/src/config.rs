@@ -54,8 +54,9 @@ pub struct ProxyConfig {
     /// How long a statement waits for a free backend connection when a pool is full.
     #[serde(default = "default_queue_timeout_ms")]
     pub queue_timeout_ms: u64,
-    /// "single": a transaction writes on one backend only; "multi": commits
-    /// on each backend it wrote in turn, not atomically.
+    /// "atomic": a statement that writes on several backends commits in two
+    /// phases; "single": a transaction writes on one backend only; "multi":
+    /// commits on each backend it wrote in turn, not atomically.
     #[serde(default)]
     pub transactions: Transactions,
     /// A client that has not logged in this long after connecting is closed,
@@ -104,8 +105,12 @@ impl DefaultAuth {
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Transactions {
+    /// A write over several backends commits with two-phase commit (XA).
     #[default]
+    Atomic,
+    /// A transaction's writes stay on one backend; a write on a second is refused.
     Single,
+    /// Each backend commits in turn: not atomic.
     Multi,
 }
 

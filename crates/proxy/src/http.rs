@@ -95,6 +95,25 @@ pub fn metrics(shared: &Shared) -> String {
         "Statements that waited for a move's fence or a lock on their table.",
         plain(c.waited.load(Ordering::Relaxed)),
     );
+    let xa = &shared.xa;
+    metric(
+        "hscale_xa_committed_total",
+        "counter",
+        "Writes over several backends committed in two phases.",
+        plain(xa.committed.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hscale_xa_recovered_total",
+        "counter",
+        "Prepared branches that recovery committed or rolled back.",
+        plain(xa.recovered.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hscale_xa_unresolved_branches",
+        "gauge",
+        "Prepared branches the last recovery pass left: their owner is at work, or a backend did not answer.",
+        plain(xa.unresolved.load(Ordering::Relaxed)),
+    );
     let pools = shared
         .pools
         .iter()

@@ -18,6 +18,7 @@ pub mod sha2_auth;
 pub mod shared;
 pub mod spool;
 pub mod tls;
+pub mod xa;
 
 pub use server::{run, Server};
 pub use shared::Shared;

@@ -77,7 +77,9 @@ pub fn bind(address: &str, max_connections: usize) -> std::io::Result<TcpListene
     socket.listen(max_connections.clamp(128, 65_535) as u32)
 }
 
-/// Serves clients on `listener` until `shutdown` completes.
+/// Two-phase commit recovery looks for left branches at most this often.
+const RECOVERY_PERIOD_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Serves clients on `listener` until `shutdown` completes, with the
 /// dictionary loaded first and refreshed all along.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future) {
@@ -86,6 +88,10 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
     }
     let refresh = tokio::spawn(crate::dictionary::refresh_loop(shared.clone()));
     let sweep = tokio::spawn(crate::dictionary::sweep_loop(shared.clone()));
+    let recovery = tokio::spawn(crate::xa::recovery_loop(
+        shared.clone(),
+        shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),
+    ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
     let server = Server::new(listener, shared.clone());
     tokio::select! {
@@ -94,6 +100,7 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
     }
     refresh.abort();
     sweep.abort();
+    recovery.abort();
     idle.abort();
     crate::dictionary::leave(&shared).await;
 }

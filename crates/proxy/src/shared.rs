@@ -357,6 +357,8 @@ pub struct Shared {
     /// This instance's blocks of AUTO_INCREMENT ids.
     pub sequences: crate::dictionary::sequences::Sequences,
     pub transactions: Transactions,
+    /// Two-phase commit: this instance's transactions over several backends.
+    pub xa: crate::xa::Coordinator,
     /// How long a statement waits for a partition move on its table.
     pub lock_wait: Duration,
     /// The main backend's global wait_timeout and interactive_timeout, in
@@ -484,6 +486,7 @@ impl Shared {
             counters: Counters::default(),
             sessions: Sessions::default(),
             sequences: Default::default(),
+            xa: Default::default(),
             dictionary: DictionaryHandle::new(
                 config.dictionary.schema.clone(),
                 Duration::from_millis(config.dictionary.refresh_ms.max(1)),

@@ -125,6 +125,14 @@ pub fn status(shared: &Shared) -> AdminAnswer {
         ),
         ("partitioned_tables", dictionary.tables().len().to_string()),
         ("instance", shared.dictionary.instance.clone()),
+        (
+            "xa_committed",
+            shared.xa.committed.load(relaxed).to_string(),
+        ),
+        (
+            "xa_unresolved_branches",
+            shared.xa.unresolved.load(relaxed).to_string(),
+        ),
     ];
     let pools: Vec<(String, String)> = shared
         .pools
@@ -195,7 +203,7 @@ pub fn explain(
             .iter()
             .map(|(backend, sql)| row("(LOCK TABLES)", *backend, None, sql))
             .collect(),
-        Action::Main => vec![row(
+        Action::Main | Action::Transaction(_) => vec![row(
             "(not partitioned)",
             shared.main_backend(),
             None,

@@ -69,6 +69,10 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // The next id of each partitioned table's AUTO_INCREMENT column;
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
+        // Two-phase commit: the outcome of each transaction over several
+        // backends, written after every branch prepared (commit) or by
+        // recovery before it rolls a branch back (abort).
+        format!("CREATE TABLE IF NOT EXISTS {s}.xa_decisions (gtrid VARCHAR(64) NOT NULL PRIMARY KEY, decision VARCHAR(8) NOT NULL, decided DATETIME(6) NOT NULL) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
         // Online moves (MOVE_PARTITION, splits): one row per job, owned by
         // the instance that runs it; its progress as of its last chunk. A

@@ -11,21 +11,13 @@ use hscale_wire::packets::write_result_end;
 use hscale_wire::resultset::text_values;
 
 use super::state::{command, COM_QUERY};
-use super::transaction::with_words;
 use super::Session;
+use hscale_planner::MessagesRead;
 use hscale_wire::WireError;
 
 use crate::backend::BackendConn;
 use crate::error::ProxyError;
 use crate::exec::{read_answer, Answer, RelayError};
-
-/// SHOW WARNINGS or SHOW ERRORS with its LIMIT, as hscale answers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct MessagesRead {
-    errors_only: bool,
-    offset: usize,
-    limit: Option<usize>,
-}
 
 /// The messages the parts of a statement left, in the order of the parts.
 #[derive(Debug, Default)]
@@ -39,32 +31,6 @@ pub(super) struct Gathered {
     /// The session's max_error_count, which caps the list as the server's
     /// own is capped: read once a second list joins the first.
     limit: Option<usize>,
-}
-
-/// The statement's operation when it is SHOW WARNINGS or SHOW ERRORS, with
-/// or without a LIMIT of numbers.
-pub(super) fn messages_read(sql: &[u8]) -> Option<MessagesRead> {
-    let spaced = String::from_utf8_lossy(sql).replace(',', " , ");
-    with_words(spaced.as_bytes(), |words| {
-        let errors_only = match words.get(..2)? {
-            ["show", "warnings"] => false,
-            ["show", "errors"] => true,
-            _ => return None,
-        };
-        let number = |word: &str| word.parse::<usize>().ok();
-        let (offset, limit) = match words[2..] {
-            [] => (0, None),
-            ["limit", count] => (0, Some(number(count)?)),
-            ["limit", offset, ",", count] => (number(offset)?, Some(number(count)?)),
-            ["limit", count, "offset", offset] => (number(offset)?, Some(number(count)?)),
-            _ => return None,
-        };
-        Some(MessagesRead {
-            errors_only,
-            offset,
-            limit,
-        })
-    })
 }
 
 impl Session {
@@ -161,48 +127,4 @@ async fn ask(conn: &mut BackendConn, sql: &str) -> Result<Answer, WireError> {
         .map_err(|e| match e {
             RelayError::Backend { source, .. } | RelayError::Client(source) => source,
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_show_warnings_and_errors_with_their_limits() {
-        let read = |errors_only, offset, limit| {
-            Some(MessagesRead {
-                errors_only,
-                offset,
-                limit,
-            })
-        };
-        assert_eq!(messages_read(b"SHOW WARNINGS"), read(false, 0, None));
-        assert_eq!(messages_read(b"show errors;"), read(true, 0, None));
-        assert_eq!(
-            messages_read(b"SHOW WARNINGS LIMIT 3"),
-            read(false, 0, Some(3))
-        );
-        assert_eq!(
-            messages_read(b"SHOW WARNINGS LIMIT 1,2"),
-            read(false, 1, Some(2))
-        );
-        assert_eq!(
-            messages_read(b"SHOW ERRORS LIMIT 1 , 2"),
-            read(true, 1, Some(2))
-        );
-        assert_eq!(
-            messages_read(b"SHOW WARNINGS LIMIT 2 OFFSET 1"),
-            read(false, 1, Some(2))
-        );
-        for other in [
-            "SHOW COUNT(*) WARNINGS",
-            "SHOW WARNINGS LIMIT @n",
-            "SHOW WARNINGS LIMIT 1,",
-            "SHOW WARNINGS /* why */",
-            "GET DIAGNOSTICS @n = NUMBER",
-            "SHOW TABLES",
-        ] {
-            assert_eq!(messages_read(other.as_bytes()), None, "{other}");
-        }
-    }
 }

@@ -4,6 +4,7 @@
 //! `slots::Binding`; docs/multiplexing.md explains them to users.
 
 mod admin;
+mod atomic;
 mod handshake;
 mod kill;
 mod load;

@@ -7,15 +7,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hscale_planner::{
     plan, Action, Context, Dictionary, Generate, Kind, Merge, Plan, Route, SessionChange, Step,
+    TxEffect,
 };
 use hscale_wire::scan::Expect;
 
-use super::messages::messages_read;
-use super::savepoint::savepoint_statement;
 use super::scatter::Generated;
 use super::slots::{Needs, Previous};
 use super::state::COM_QUERY;
-use super::transaction::{commits_implicitly, hides_transaction_control, plain_begin};
 use super::{may_change_session_variables, Session};
 use crate::error::ProxyError;
 use crate::exec::Command;
@@ -67,6 +65,7 @@ impl Session {
             Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
             Action::Template(template) => tables.push(template.describing_run().target.physical),
             Action::Main
+            | Action::Transaction(_)
             | Action::Admin
             | Action::Kill(_)
             | Action::Exists { .. }
@@ -88,34 +87,22 @@ impl Session {
         let needs = Needs::of(&plan.summary);
         let main = self.shared.main;
         match plan.action {
+            Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
             Action::Main => {
                 let kind = plan.summary.kind;
-                if matches!(kind, Kind::Rollback | Kind::Other) && !plan.summary.multi_statement {
-                    if let Some((op, name)) = savepoint_statement(sql) {
-                        return self.savepoint(op, name, payload, needs).await;
-                    }
-                }
-                if matches!(kind, Kind::Commit | Kind::Rollback) && !plan.summary.multi_statement {
-                    return self.end_transaction(payload, needs).await;
-                }
                 let releases_locks = matches!(kind, Kind::Lock | Kind::Unlock | Kind::Begin)
                     && !plan.summary.multi_statement;
                 if releases_locks {
                     // The main backend's server releases its own.
                     self.unlock_tables(Some(main)).await?;
                 }
-                if kind == Kind::Begin && !self.in_transaction() && plain_begin(sql) {
-                    return self.begin_here(payload).await;
-                }
                 let rereads = (kind == Kind::Set || plan.summary.multi_statement)
                     && may_change_session_variables(sql);
                 let scattered_messages =
                     matches!(self.previous, Previous::Scattered { messages: true, .. });
-                if scattered_messages && needs.diagnostics && !plan.summary.multi_statement {
-                    if let Some(read) = messages_read(sql) {
-                        if self.answer_gathered(read).await? {
-                            return Ok(());
-                        }
+                if let Some(read) = plan.messages_read.filter(|_| scattered_messages) {
+                    if self.answer_gathered(read).await? {
+                        return Ok(());
                     }
                 }
                 let slot = self.slot_for_previous(needs)?.unwrap_or(main);
@@ -125,16 +112,18 @@ impl Session {
                 if kind.writes() {
                     self.check_writers(&[slot])?;
                 }
-                let unseen = hides_transaction_control(&plan.summary, sql);
+                let unseen = match plan.tx_effect {
+                    TxEffect::Hides(what) => Some(what),
+                    _ => None,
+                };
                 match unseen {
                     Some(what) => self.check_unseen_commits(slot, what)?,
-                    None => self.commit_before(slot, kind, sql).await?,
+                    None => self.commit_before(slot, plan.tx_effect, sql).await?,
                 }
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
                 };
-                let opens = kind == Kind::Begin && !plan.summary.multi_statement;
                 let autocommit = self.autocommit;
                 // A procedure may SET any session variable, which hscale does
                 // not see: what it changed is read back and carried to the
@@ -161,9 +150,6 @@ impl Session {
                     self.slots[slot].binding.tables_locked = kind == Kind::Lock;
                 }
                 self.session_variables_changed |= rereads;
-                if opens && self.in_transaction() {
-                    self.begin = Some(payload);
-                }
                 if kind.writes() && self.slots[slot].binding.transaction {
                     self.slots[slot].binding.wrote = true;
                 }
@@ -186,7 +172,7 @@ impl Session {
             Action::Load(load) => self.load(*load, needs).await,
             Action::Listing(listing) => {
                 // Table maintenance, which runs on several backends.
-                if self.in_transaction() && commits_implicitly(plan.summary.kind, sql) {
+                if self.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
                     self.commit_open(None).await?;
                 }
                 self.listing(payload, *listing).await

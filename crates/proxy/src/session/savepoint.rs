@@ -5,11 +5,11 @@
 //! (the next statement there opens the transaction again).
 
 use bytes::Bytes;
+use hscale_planner::SavepointOp;
 use hscale_wire::packets::ErrorPacket;
 
 use super::slots::Needs;
 use super::state::{command, COM_QUERY};
-use super::transaction::with_words;
 use super::Session;
 use crate::error::ProxyError;
 
@@ -20,46 +20,6 @@ const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 pub(super) struct Savepoint {
     name: String,
     slots: Vec<usize>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SavepointOp {
-    Set,
-    RollbackTo,
-    Release,
-}
-
-/// The statement's operation and savepoint name (compared as MariaDB does,
-/// without regard to case), when it is one of the three.
-pub(super) fn savepoint_statement(sql: &[u8]) -> Option<(SavepointOp, String)> {
-    let start = sql.trim_ascii_start();
-    let starts_with = |word: &str| {
-        start
-            .get(..word.len())
-            .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()))
-    };
-    if !["savepoint", "rollback", "release"]
-        .into_iter()
-        .any(starts_with)
-    {
-        return None;
-    }
-    with_words(sql, |words| {
-        let (op, name) = match words {
-            ["savepoint", name] => (SavepointOp::Set, name),
-            ["release", "savepoint", name] => (SavepointOp::Release, name),
-            ["rollback", "to", name]
-            | ["rollback", "to", "savepoint", name]
-            | ["rollback", "work", "to", name]
-            | ["rollback", "work", "to", "savepoint", name] => (SavepointOp::RollbackTo, name),
-            _ => return None,
-        };
-        let name = name
-            .strip_prefix('`')
-            .and_then(|n| n.strip_suffix('`'))
-            .unwrap_or(name);
-        Some((op, name.to_string()))
-    })
 }
 
 impl Session {
@@ -142,44 +102,5 @@ impl Session {
             (_, None) => {}
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_the_three_statements_and_nothing_else() {
-        let read = |sql: &str| savepoint_statement(sql.as_bytes());
-        assert_eq!(read("SAVEPOINT a"), Some((SavepointOp::Set, "a".into())));
-        assert_eq!(
-            read(" savepoint `Sp1`;"),
-            Some((SavepointOp::Set, "sp1".into()))
-        );
-        for rollback in [
-            "ROLLBACK TO a",
-            "rollback to savepoint A",
-            "ROLLBACK WORK TO a",
-            "ROLLBACK WORK TO SAVEPOINT `a`",
-        ] {
-            assert_eq!(read(rollback), Some((SavepointOp::RollbackTo, "a".into())));
-        }
-        assert_eq!(
-            read("RELEASE SAVEPOINT a"),
-            Some((SavepointOp::Release, "a".into()))
-        );
-        for other in [
-            "ROLLBACK",
-            "ROLLBACK WORK",
-            "ROLLBACK AND CHAIN",
-            "RELEASE a",
-            "SAVEPOINT",
-            "rel",
-            "SELECT 1",
-            "SAVEPOINTS a",
-        ] {
-            assert_eq!(read(other), None, "{other}");
-        }
     }
 }

@@ -19,15 +19,18 @@ use hscale_wire::resultset::is_result_end;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
+use super::atomic::Parts;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
+use crate::config::Transactions;
 use crate::error::ProxyError;
 use crate::exec::{command_payload, end_completion, Command, StatementKey, FLUSH_AT};
 use crate::spool::Spool;
+use crate::xa::Running;
 
 /// How long a scan runs before hscale watches its client's socket for a
 /// disconnect: most scans end sooner, and the watch costs a handful of system
@@ -688,8 +691,9 @@ impl Session {
 
     /// Writes on several partitions as one statement, their affected rows
     /// and warnings summed. Outside a transaction the partitions' statements
-    /// run in one transaction per backend, committed in turn once every one
-    /// succeeded. `ids_written`: hscale wrote AUTO_INCREMENT ids into them,
+    /// run in one transaction per backend, committed once every one
+    /// succeeded: in two phases where they span backends and
+    /// `transactions = "atomic"` (`commit_atomic`), else in turn. `ids_written`: hscale wrote AUTO_INCREMENT ids into them,
     /// which LAST_INSERT_ID() on their connections does not know.
     pub(super) async fn write_each(
         &mut self,
@@ -700,19 +704,31 @@ impl Session {
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.in_transaction() && slots.len() > 1;
+        let shared = self.shared.clone();
+        let spans_backends = slots.iter().any(|&slot| slot != slots[0]);
+        let running = (implicit && spans_backends && shared.transactions == Transactions::Atomic)
+            .then(|| shared.xa.begin(&shared.dictionary.instance));
         self.gather_from_here();
-        let mut leases: BTreeMap<usize, (Lease, Completion)> = BTreeMap::new();
+        let mut leases: Parts = BTreeMap::new();
         let outcome = self
-            .run_each(slots, parts, needs, implicit, &mut leases)
+            .run_each(slots, parts, needs, implicit, running.as_ref(), &mut leases)
             .await;
-        let outcome = match (outcome, implicit) {
-            (Ok(total), true) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
-            (Ok(total), false) => Ok(total),
-            (Err(e), true) => {
+        let outcome = match (outcome, implicit, &running) {
+            (Ok(total), true, Some(running)) => self
+                .commit_atomic(&mut leases, running)
+                .await
+                .map(|_| total),
+            (Err(e), true, Some(running)) => {
+                self.roll_back_atomic(&mut leases, running).await;
+                Err(e)
+            }
+            (Ok(total), true, None) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
+            (Ok(total), false, _) => Ok(total),
+            (Err(e), true, None) => {
                 let _ = self.finish_each(&mut leases, "ROLLBACK").await;
                 Err(e)
             }
-            (Err(e), false) => Err(e),
+            (Err(e), false, _) => Err(e),
         };
         let broken = matches!(&outcome, Err(e) if breaks_connection(e));
         for (slot, (lease, completion)) in std::mem::take(&mut leases) {
@@ -759,15 +775,20 @@ impl Session {
         parts: &[Part<'_>],
         needs: Needs,
         implicit: bool,
-        leases: &mut BTreeMap<usize, (Lease, Completion)>,
+        running: Option<&Running<'_>>,
+        leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         let mut total = OkInfo::default();
         for (&slot, &part) in slots.iter().zip(parts) {
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
-                let begun = match implicit {
-                    true => run_query(&mut lease, "BEGIN").await,
-                    false => Ok(Completion::default()),
+                let begun = match (implicit, running) {
+                    (true, Some(running)) => {
+                        self.start_branch(&mut lease, slot, running);
+                        Ok(Completion::default())
+                    }
+                    (true, None) => run_query(&mut lease, "BEGIN").await,
+                    (false, _) => Ok(Completion::default()),
                 };
                 vacant.insert((lease, Completion::default()));
                 begun?;
@@ -802,11 +823,7 @@ impl Session {
     }
 
     /// COMMIT or ROLLBACK on every connection of an implicit transaction.
-    async fn finish_each(
-        &mut self,
-        leases: &mut BTreeMap<usize, (Lease, Completion)>,
-        what: &str,
-    ) -> Result<(), ProxyError> {
+    async fn finish_each(&mut self, leases: &mut Parts, what: &str) -> Result<(), ProxyError> {
         let mut first_error = None;
         for (lease, last) in leases.values_mut() {
             match run_query(lease, what).await {

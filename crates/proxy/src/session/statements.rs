@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use hscale_planner::{
     plan_prepared, Action, ClientCharset, Context, Kind, Merge, Plan, Routing, Run, SessionChange,
-    Template, Value,
+    Template, TxEffect, Value,
 };
 use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
@@ -37,6 +37,9 @@ pub(super) struct Prepared {
     change: SessionChange,
     needs: Needs,
     kind: Kind,
+    /// BEGIN, COMMIT, ROLLBACK or a savepoint: run as its text would be.
+    controls: bool,
+    tx_effect: TxEffect,
     /// On a partitioned table: routed by its parameters at each execution.
     routed: Option<Box<Routed>>,
 }
@@ -116,8 +119,9 @@ impl Session {
                 "prepared schema statements on a partitioned table (send it as a query)",
             )
         };
+        let controls = matches!(plan.action, Action::Transaction(_));
         let (statement, slot, routed) = match plan.action {
-            Action::Main | Action::Admin | Action::Kill(_) => {
+            Action::Main | Action::Transaction(_) | Action::Admin | Action::Kill(_) => {
                 (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
             }
             Action::Template(template) => {
@@ -188,6 +192,8 @@ impl Session {
                 change: plan.change,
                 needs: Needs::of(&plan.summary),
                 kind: plan.summary.kind,
+                controls,
+                tx_effect: plan.tx_effect,
                 routed,
             };
             self.statements.by_id.insert(id, prepared);
@@ -292,9 +298,7 @@ impl Session {
         // transaction reaches (sysbench prepares them): they run as their
         // text would.
         let sql = prepared.statement.sql();
-        if matches!(prepared.kind, Kind::Begin | Kind::Commit | Kind::Rollback)
-            || super::savepoint::savepoint_statement(sql).is_some()
-        {
+        if prepared.controls {
             let mut text = Vec::with_capacity(1 + sql.len());
             text.push(COM_QUERY);
             text.extend_from_slice(sql);
@@ -321,14 +325,14 @@ impl Session {
         rest: &[u8],
     ) -> Result<(), ProxyError> {
         let prepared = &self.statements.by_id[&id];
-        let (binds, change, needs, kind, writes) = (
+        let (binds, change, needs, tx_effect, writes) = (
             prepared.binds,
             prepared.change.clone(),
             match prepared.routed {
                 Some(_) => prepared.needs.routed(),
                 None => prepared.needs,
             },
-            prepared.kind,
+            prepared.tx_effect,
             prepared.kind.writes()
                 || prepared
                     .routed
@@ -341,7 +345,7 @@ impl Session {
         if writes {
             self.check_writers(&[slot])?;
         }
-        self.commit_before(slot, kind, statement.sql()).await?;
+        self.commit_before(slot, tx_effect, statement.sql()).await?;
         let command = Command::Statement {
             statement: &statement,
             client_id: id,

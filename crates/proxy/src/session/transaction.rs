@@ -6,9 +6,7 @@
 //! connection). `transactions = "single"` keeps its writes on one backend.
 
 use bytes::Bytes;
-use hscale_planner::{
-    assigns_user_variable, autocommit_after, Autocommit, Kind, Refusal, SessionChange, Summary,
-};
+use hscale_planner::{Autocommit, Refusal, SessionChange, TxControl, TxEffect};
 use hscale_wire::scan::Expect;
 use hscale_wire::StatusFlags;
 
@@ -20,6 +18,46 @@ use crate::config::Transactions;
 use crate::error::ProxyError;
 
 impl Session {
+    /// BEGIN, COMMIT, ROLLBACK, savepoints, as the planner read them.
+    pub(super) async fn transaction_control(
+        &mut self,
+        control: TxControl,
+        payload: Bytes,
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        match control {
+            TxControl::Begin { deferred } => self.begin(deferred, payload, needs).await,
+            TxControl::End { plain, .. } => self.end_transaction(payload, plain, needs).await,
+            TxControl::Savepoint { op, name } => self.savepoint(op, name, payload, needs).await,
+            TxControl::UnreadSavepoint => self.unread_savepoint(payload, needs).await,
+        }
+    }
+
+    /// BEGIN / START TRANSACTION: commits the transaction in progress (the
+    /// server does, and hscale on the other backends), releases table
+    /// locks, and opens a new one.
+    async fn begin(
+        &mut self,
+        deferred: bool,
+        payload: Bytes,
+        needs: Needs,
+    ) -> Result<(), ProxyError> {
+        let main = self.shared.main;
+        // The main backend's server releases its own.
+        self.unlock_tables(Some(main)).await?;
+        if deferred && !self.in_transaction() {
+            return self.begin_here(payload).await;
+        }
+        self.commit_before(main, TxEffect::CommitsFirst, &payload[1..])
+            .await?;
+        self.each_then_answer(&[], main, &payload, needs).await?;
+        self.slots[main].binding.tables_locked = false;
+        if self.in_transaction() {
+            self.begin = Some(payload);
+        }
+        Ok(())
+    }
+
     /// A BEGIN outside a transaction, answered by hscale: each backend the
     /// transaction reaches gets it with its first statement there, a read in
     /// the same write (Vitess does the same), so that no backend pays a round
@@ -39,8 +77,11 @@ impl Session {
     /// `transactions = "single"`: the backends a transaction writes on,
     /// with these, must be one.
     pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
-        if self.shared.transactions == Transactions::Multi {
-            return Ok(());
+        match self.shared.transactions {
+            Transactions::Multi => return Ok(()),
+            // A statement outside a transaction commits in two phases.
+            Transactions::Atomic if !self.in_transaction() => return Ok(()),
+            Transactions::Atomic | Transactions::Single => {}
         }
         let mut writers: Vec<usize> = self
             .slots
@@ -65,13 +106,14 @@ impl Session {
 
     /// COMMIT / ROLLBACK go to every backend the transaction reached; the
     /// client sees the last one's answer. Each commits in turn: not atomic
-    /// across backends.
+    /// across backends. `plain`: no AND CHAIN or RELEASE.
     pub(super) async fn end_transaction(
         &mut self,
         payload: Bytes,
+        plain: bool,
         needs: Needs,
     ) -> Result<(), ProxyError> {
-        if self.begun_here && plain_end(&payload[1..]) {
+        if self.begun_here && plain {
             // No backend has the transaction: there is nothing to end.
             self.begun_here = false;
             self.begin = None;
@@ -79,26 +121,7 @@ impl Session {
             return self.send_ok().await;
         }
         let mut open = self.transaction_slots();
-        // A ROLLBACK TO that `savepoint_statement` could not read: only
-        // where the main backend alone has the transaction.
-        let to_savepoint = String::from_utf8_lossy(&payload[1..])
-            .to_ascii_lowercase()
-            .split_whitespace()
-            .take(3)
-            .any(|word| word == "to");
-        if to_savepoint && open.iter().any(|&slot| slot != self.shared.main) {
-            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-                table: None,
-                reason: "a ROLLBACK TO SAVEPOINT hscale cannot read, in a transaction on several backends".into(),
-            }));
-        }
-        let last = match open.pop() {
-            Some(last) if !to_savepoint => last,
-            _ => {
-                open.clear();
-                self.shared.main
-            }
-        };
+        let last = open.pop().unwrap_or(self.shared.main);
         let quiet: Vec<(usize, &[u8])> =
             open.into_iter().map(|slot| (slot, &payload[..])).collect();
         // `begin` goes once no backend is in a transaction (`after`): after
@@ -114,13 +137,28 @@ impl Session {
         Ok(())
     }
 
+    /// A ROLLBACK TO SAVEPOINT hscale cannot read: only where the main
+    /// backend alone has the transaction, whose server answers it.
+    async fn unread_savepoint(&mut self, payload: Bytes, needs: Needs) -> Result<(), ProxyError> {
+        let main = self.shared.main;
+        if self.transaction_slots().iter().any(|&slot| slot != main) {
+            return Err(ProxyError::Unroutable(Refusal {
+                table: None,
+                reason: "a ROLLBACK TO SAVEPOINT hscale cannot read, in a transaction on several backends".into(),
+            }));
+        }
+        self.each_then_answer(&[], main, &payload, needs)
+            .await
+            .map(drop)
+    }
+
     /// Before a statement on `slot` that the server commits the transaction
     /// for, commits it on the other backends (on `slot` the server does),
     /// so that the client's answer comes after every backend committed.
     pub(super) async fn commit_before(
         &mut self,
         slot: usize,
-        kind: Kind,
+        effect: TxEffect,
         sql: &[u8],
     ) -> Result<(), ProxyError> {
         let others_open = (self.slots.iter().enumerate())
@@ -128,13 +166,14 @@ impl Session {
         if !others_open {
             return Ok(());
         }
-        if kind == Kind::Set && !self.autocommit {
-            return self.turn_autocommit_on_everywhere(slot, sql).await;
+        match effect {
+            TxEffect::SetsAutocommit { to, user_variable } if !self.autocommit => {
+                self.turn_autocommit_on_everywhere(slot, sql, to, user_variable)
+                    .await
+            }
+            TxEffect::CommitsFirst => self.commit_open(Some(slot)).await,
+            _ => Ok(()),
         }
-        if commits_implicitly(kind, sql) {
-            self.commit_open(Some(slot)).await?;
-        }
-        Ok(())
     }
 
     /// A SET that turns autocommit on commits the transaction (MariaDB does
@@ -146,8 +185,9 @@ impl Session {
         &mut self,
         slot: usize,
         sql: &[u8],
+        to: Autocommit,
+        user_variable: bool,
     ) -> Result<(), ProxyError> {
-        let text = String::from_utf8_lossy(sql);
         let open: Vec<String> = (0..self.slots.len())
             .filter(|&other| other != slot && self.slots[other].binding.open)
             .map(|other| self.shared.pools[other].id().to_string())
@@ -165,14 +205,16 @@ impl Session {
             })),
         }
         };
-        match autocommit_after(&text, self.quoting) {
-            None | Some(Autocommit::Off) => Ok(()),
-            Some(Autocommit::Unread) => refuse("to a value hscale cannot read"),
-            Some(Autocommit::On) if assigns_user_variable(&text, self.quoting) => {
+        match to {
+            Autocommit::Off => Ok(()),
+            Autocommit::Unread => refuse("to a value hscale cannot read"),
+            Autocommit::On if user_variable => {
                 refuse("beside a user variable, which only one connection keeps")
             }
-            Some(Autocommit::On) => {
-                let set = command(COM_QUERY, &text);
+            Autocommit::On => {
+                let mut set = Vec::with_capacity(sql.len() + 1);
+                set.push(COM_QUERY);
+                set.extend_from_slice(sql);
                 for other in self.transaction_slots() {
                     if other != slot {
                         self.run_quietly(other, &set).await?;
@@ -316,88 +358,4 @@ impl Session {
             self.begin = None;
         }
     }
-}
-
-/// BEGIN [WORK] or START TRANSACTION alone: no snapshot taken at once (WITH
-/// CONSISTENT SNAPSHOT), no access mode that could refuse it.
-pub(super) fn plain_begin(sql: &[u8]) -> bool {
-    with_words(sql, |words| {
-        matches!(
-            words,
-            ["begin"] | ["begin", "work"] | ["start", "transaction"]
-        )
-    })
-}
-
-/// Statements before which the server commits the transaction in
-/// progress: BEGIN, LOCK TABLES, DDL (not on temporary tables), table
-/// maintenance, FLUSH and the other administration statements MariaDB
-/// lists.
-pub(super) fn commits_implicitly(kind: Kind, sql: &[u8]) -> bool {
-    match kind {
-        Kind::Begin | Kind::Lock | Kind::DropDatabase => true,
-        Kind::Other => with_words(sql, |words| match words {
-            ["drop", "temporary", ..] => false,
-            // ANALYZE SELECT runs a query.
-            ["analyze", next, ..] => {
-                matches!(*next, "table" | "tables" | "no_write_to_binlog" | "local")
-            }
-            ["load", next, ..] => *next == "index",
-            [first, ..] => matches!(
-                *first,
-                "create"
-                    | "alter"
-                    | "drop"
-                    | "rename"
-                    | "truncate"
-                    | "grant"
-                    | "revoke"
-                    | "check"
-                    | "optimize"
-                    | "repair"
-                    | "flush"
-                    | "cache"
-                    | "reset"
-                    | "install"
-                    | "uninstall"
-            ),
-            [] => false,
-        }),
-        _ => false,
-    }
-}
-
-/// What may run COMMIT, ROLLBACK or SET autocommit where hscale cannot
-/// see it: several statements in one query, a stored procedure, a
-/// statement prepared in SQL.
-pub(super) fn hides_transaction_control(summary: &Summary, sql: &[u8]) -> Option<&'static str> {
-    match summary.kind {
-        _ if summary.multi_statement => Some("several statements in one query"),
-        Kind::Call => Some("CALL"),
-        Kind::SqlPrepared if with_words(sql, |words| words.first() == Some(&"execute")) => {
-            Some("EXECUTE of a statement prepared in SQL")
-        }
-        _ => None,
-    }
-}
-
-/// COMMIT or ROLLBACK [WORK] alone: no chain, release or savepoint.
-fn plain_end(sql: &[u8]) -> bool {
-    with_words(sql, |words| {
-        matches!(
-            words,
-            ["commit" | "rollback"] | ["commit" | "rollback", "work"]
-        )
-    })
-}
-
-/// `read` of a statement's words, lowercase.
-pub(super) fn with_words<T>(sql: &[u8], read: impl FnOnce(&[&str]) -> T) -> T {
-    let text = String::from_utf8_lossy(sql).to_lowercase();
-    let words: Vec<&str> = text
-        .trim()
-        .trim_end_matches(';')
-        .split_whitespace()
-        .collect();
-    read(&words)
 }

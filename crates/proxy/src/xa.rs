@@ -1,0 +1,382 @@
+//! Two-phase commit's I/O (the protocol is `hscale_transaction`'s): this
+//! instance's branch ids and the transactions it is running, the decision
+//! rows in the dictionary (`xa_decisions`), and recovery, which every
+//! instance runs at start and then periodically: `XA RECOVER` on each
+//! backend, and each prepared branch that no running instance is finishing
+//! committed or rolled back as its transaction's decision says.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hscale_transaction::{resolve, statements, Decision, Found, Resolution, Xid};
+use hscale_wire::packets::ErrorPacket;
+
+use crate::backend::{BackendConn, ConnKey};
+use crate::dictionary::store::{exec, ident, text};
+use crate::error::ProxyError;
+use crate::shared::Shared;
+
+const ER_DUP_ENTRY: u16 = 1062;
+/// XAER_NOTA: the server knows no such branch (resolved already).
+const ER_XAER_NOTA: u16 = 1397;
+
+/// How long an abort decision is kept: an owner that was stopped for
+/// longer than this and then tries to commit finds its branches gone.
+const ABORT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// A commit decision whose branches are all committed goes after this.
+const COMMIT_RETENTION: Duration = Duration::from_secs(60);
+
+/// This instance's side of two-phase commit.
+#[derive(Default)]
+pub struct Coordinator {
+    sequence: AtomicU64,
+    /// Transactions between their first XA START and their end here:
+    /// recovery leaves their branches alone.
+    in_flight: Mutex<BTreeSet<u64>>,
+    /// Prepared branches the last recovery pass could not resolve.
+    pub unresolved: AtomicU64,
+    /// Transactions committed in two phases, and rolled back by recovery.
+    pub committed: AtomicU64,
+    pub recovered: AtomicU64,
+}
+
+/// A transaction over several backends, running on this instance; its
+/// branches are left to recovery once it is dropped.
+pub struct Running<'a> {
+    coordinator: &'a Coordinator,
+    instance: &'a str,
+    pub sequence: u64,
+}
+
+impl Coordinator {
+    pub fn begin<'a>(&'a self, instance: &'a str) -> Running<'a> {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.in_flight).insert(sequence);
+        Running {
+            coordinator: self,
+            instance,
+            sequence,
+        }
+    }
+}
+
+impl Running<'_> {
+    pub fn xid(&self, backend: u32) -> Xid {
+        Xid {
+            instance: self.instance.to_string(),
+            sequence: self.sequence,
+            backend,
+        }
+    }
+
+    pub fn gtrid(&self) -> String {
+        self.xid(0).gtrid()
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        lock(&self.coordinator.in_flight).remove(&self.sequence);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What recording a decision came to.
+pub enum Recorded {
+    /// It is durable.
+    Durable,
+    /// Another decision was there first (recovery's abort).
+    Preempted(Decision),
+    /// The dictionary refused it: nothing was recorded.
+    Refused(ProxyError),
+    /// The connection was lost before the answer: the row may or may not
+    /// be there; recovery will read it.
+    Unknown(ProxyError),
+}
+
+/// Records a transaction's decision in the dictionary, on a service
+/// connection of the main backend's pool.
+pub async fn record(shared: &Shared, gtrid: &str, decision: Decision) -> Recorded {
+    let pool = &shared.pools[shared.main];
+    let bucket = pool.bucket(ConnKey::service());
+    let mut lease = match pool.acquire(&bucket, None).await {
+        Ok(lease) => lease,
+        Err(e) => return Recorded::Refused(ProxyError::Backend(e)),
+    };
+    let outcome = insert_decision(shared, &mut lease.conn, gtrid, decision).await;
+    if !matches!(outcome, Recorded::Unknown(_)) {
+        pool.release_to(&bucket, lease.conn);
+    }
+    outcome
+}
+
+async fn insert_decision(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    gtrid: &str,
+    decision: Decision,
+) -> Recorded {
+    let table = decisions_table(shared);
+    let insert = format!(
+        "INSERT INTO {table} (gtrid, decision, decided) VALUES ('{gtrid}', '{}', NOW(6))",
+        decision.as_str()
+    );
+    match exec(conn, &insert).await {
+        Ok(_) => Recorded::Durable,
+        Err(ProxyError::Refused(e)) if e.code == ER_DUP_ENTRY => {
+            match read_decisions(shared, conn, &[gtrid]).await {
+                Ok(found) => match found.get(gtrid) {
+                    Some(&earlier) => Recorded::Preempted(earlier),
+                    None => Recorded::Refused(ProxyError::Refused(e)),
+                },
+                Err(e) => Recorded::Unknown(e),
+            }
+        }
+        Err(e @ ProxyError::Refused(_)) => Recorded::Refused(e),
+        Err(e) => Recorded::Unknown(e),
+    }
+}
+
+fn decisions_table(shared: &Shared) -> String {
+    format!("{}.xa_decisions", ident(&shared.dictionary.schema))
+}
+
+async fn read_decisions(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    gtrids: &[&str],
+) -> Result<HashMap<String, Decision>, ProxyError> {
+    if gtrids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let list: Vec<String> = gtrids.iter().map(|g| format!("'{g}'")).collect();
+    let rows = exec(
+        conn,
+        &format!(
+            "SELECT gtrid, decision FROM {} WHERE gtrid IN ({})",
+            decisions_table(shared),
+            list.join(", ")
+        ),
+    )
+    .await?;
+    Ok((0..rows.len())
+        .filter_map(|row| Some((text(&rows, row, 0), Decision::parse(&text(&rows, row, 1))?)))
+        .collect())
+}
+
+/// Runs one of the protocol's statements on a connection; a branch the
+/// server no longer knows was resolved already (by recovery, or by the
+/// server at a restart): not an error here.
+pub async fn run_branch_statement(conn: &mut BackendConn, sql: &str) -> Result<(), ProxyError> {
+    match exec(conn, sql).await {
+        Ok(_) => Ok(()),
+        Err(ProxyError::Refused(e)) if e.code == ER_XAER_NOTA => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error a client gets for a transaction over several backends that
+/// recovery rolled back before it could commit (its instance was taken
+/// for dead).
+pub fn rolled_back_by_recovery() -> ProxyError {
+    ProxyError::Refused(ErrorPacket::new(
+        1402,
+        "XA100",
+        "XA_RBROLLBACK: Transaction branch was rolled back: hscale's recovery rolled back this write over several backends before it committed (this instance was taken for dead); nothing of it was written",
+    ))
+}
+
+/// The error a client gets when the decision's row may or may not have
+/// been written: recovery commits or rolls back every branch as it finds.
+pub fn outcome_unknown(source: &ProxyError) -> ProxyError {
+    ProxyError::Refused(ErrorPacket::new(
+        1180,
+        "HY000",
+        format!("Got error during COMMIT: hscale lost the dictionary while it recorded the commit of a write over several backends ({source}); recovery commits it on every backend or on none"),
+    ))
+}
+
+/// Recovery, at start and then every `period`.
+pub async fn recovery_loop(shared: Arc<Shared>, period: Duration) {
+    let mut failing = false;
+    let mut connections = Connections::default();
+    loop {
+        match recover(&shared, &mut connections).await {
+            Ok(left) => {
+                shared.xa.unresolved.store(left, Ordering::Relaxed);
+                failing = false;
+            }
+            // Said once, not every pass, while the dictionary is away.
+            Err(e) if !failing => {
+                tracing::warn!("two-phase commit recovery: {e}");
+                failing = true;
+            }
+            Err(e) => tracing::debug!("two-phase commit recovery: {e}"),
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// Recovery's own connections, kept from one pass to the next: the
+/// dictionary's, and one per backend (`None` until opened, or once lost).
+#[derive(Default)]
+pub struct Connections {
+    dictionary: Option<Box<BackendConn>>,
+    backends: HashMap<usize, Box<BackendConn>>,
+}
+
+/// One pass of recovery; the number of prepared branches it left
+/// unresolved (their owner is running, or a backend did not answer).
+pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u64, ProxyError> {
+    // A connection that failed is not used again.
+    let mut dictionary = match connections.dictionary.take() {
+        Some(conn) => conn,
+        None => crate::dictionary::own_connection(shared, shared.main).await?,
+    };
+    let mut backends = std::mem::take(&mut connections.backends);
+    let mut branches: Vec<(usize, Vec<Xid>)> = Vec::new();
+    let mut left = 0u64;
+    for slot in 0..shared.pools.len() {
+        let conn = match backends.remove(&slot) {
+            Some(conn) => Ok(conn),
+            None => crate::dictionary::own_connection(shared, slot).await,
+        };
+        match conn {
+            Ok(mut conn) => {
+                branches.push((slot, prepared_branches(&mut conn).await?));
+                backends.insert(slot, conn);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    backend = shared.pools[slot].id(),
+                    "two-phase commit recovery cannot reach the backend: {e}"
+                );
+                left += 1;
+            }
+        }
+    }
+    let instance = &shared.dictionary.instance;
+    let alive = alive_instances(shared, &mut dictionary).await?;
+    let gtrids: HashSet<String> = branches
+        .iter()
+        .flat_map(|(_, xids)| xids.iter().map(Xid::gtrid))
+        .collect();
+    let gtrid_list: Vec<&str> = gtrids.iter().map(String::as_str).collect();
+    let mut decisions = read_decisions(shared, &mut dictionary, &gtrid_list).await?;
+    for (slot, xids) in &branches {
+        for xid in xids {
+            let in_flight =
+                xid.instance == *instance && lock(&shared.xa.in_flight).contains(&xid.sequence);
+            let found = Found {
+                in_flight,
+                owner_alive: xid.instance != *instance && alive.contains(&xid.instance),
+                decision: decisions.get(&xid.gtrid()).copied(),
+            };
+            let mut resolution = resolve(found);
+            if resolution == Resolution::Abort {
+                let gtrid = xid.gtrid();
+                resolution =
+                    match insert_decision(shared, &mut dictionary, &gtrid, Decision::Abort).await {
+                        Recorded::Durable => {
+                            decisions.insert(gtrid, Decision::Abort);
+                            Resolution::Rollback
+                        }
+                        Recorded::Preempted(decision) => {
+                            decisions.insert(gtrid, decision);
+                            resolve(Found {
+                                decision: Some(decision),
+                                ..found
+                            })
+                        }
+                        Recorded::Refused(e) | Recorded::Unknown(e) => return Err(e),
+                    };
+            }
+            let sql = match resolution {
+                Resolution::Leave => {
+                    left += 1;
+                    continue;
+                }
+                Resolution::Commit => statements::commit(xid),
+                Resolution::Rollback => statements::rollback(xid, true).remove(0),
+                Resolution::Abort => unreachable!("decided above"),
+            };
+            let conn = backends.get_mut(slot).expect("listed on it");
+            match run_branch_statement(conn, &sql).await {
+                Ok(()) => {
+                    tracing::info!(branch = %xid, "two-phase commit recovery: {sql}");
+                    shared.xa.recovered.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(branch = %xid, "two-phase commit recovery could not resolve a branch: {e}");
+                    left += 1;
+                }
+            }
+        }
+    }
+    if left == 0 {
+        forget_old_decisions(shared, &mut dictionary, &gtrids).await?;
+    }
+    connections.dictionary = Some(dictionary);
+    connections.backends = backends;
+    Ok(left)
+}
+
+/// hscale's prepared branches on a backend.
+async fn prepared_branches(conn: &mut BackendConn) -> Result<Vec<Xid>, ProxyError> {
+    let rows = exec(conn, "XA RECOVER").await?;
+    Ok((0..rows.len())
+        .filter_map(|row| {
+            let number = |column| text(&rows, row, column).parse::<u32>().ok();
+            let data = rows.get(row)?.get(3)?.as_deref()?;
+            let length = |column| number(column).map(|n| n as usize);
+            Xid::recovered(number(0)?, length(1)?, length(2)?, data)
+        })
+        .collect())
+}
+
+/// The instances whose lease is current.
+async fn alive_instances(
+    shared: &Shared,
+    conn: &mut BackendConn,
+) -> Result<HashSet<String>, ProxyError> {
+    let lease = shared.dictionary.lease.as_micros();
+    let rows = exec(
+        conn,
+        &format!(
+            "SELECT id FROM {}.instances WHERE seen > NOW(6) - INTERVAL {lease} MICROSECOND",
+            ident(&shared.dictionary.schema)
+        ),
+    )
+    .await?;
+    Ok((0..rows.len()).map(|row| text(&rows, row, 0)).collect())
+}
+
+/// Decisions no prepared branch needs any more: commits once every branch
+/// committed, aborts once no owner could still try to commit.
+async fn forget_old_decisions(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    prepared: &HashSet<String>,
+) -> Result<(), ProxyError> {
+    let keep: Vec<String> = prepared.iter().map(|g| format!("'{g}'")).collect();
+    let keep = match keep.is_empty() {
+        true => String::new(),
+        false => format!(" AND gtrid NOT IN ({})", keep.join(", ")),
+    };
+    exec(
+        conn,
+        &format!(
+            "DELETE FROM {} WHERE ((decision = 'commit' AND decided < NOW(6) - INTERVAL {} SECOND) OR (decision = 'abort' AND decided < NOW(6) - INTERVAL {} SECOND)){keep}",
+            decisions_table(shared),
+            COMMIT_RETENTION.as_secs(),
+            ABORT_RETENTION.as_secs()
+        ),
+    )
+    .await?;
+    Ok(())
+}
