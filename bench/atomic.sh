@@ -5,18 +5,27 @@
 # one with transactions = "atomic" (two-phase commit: XA START, END,
 # PREPARE, the decision in the dictionary, XA COMMIT) and one with "multi"
 # (BEGIN and COMMIT on each backend in turn, not atomic). Also a 1-row
-# INSERT (one backend: no XA) through both. Queries per second, medians of
-# --runs interleaved rounds, and the ratio.
+# INSERT (one backend: no XA) and a transaction of one INSERT (one backend:
+# XA START ... XA COMMIT ONE PHASE in atomic mode, BEGIN ... COMMIT in
+# multi) through both. Queries per second, medians of --runs interleaved
+# rounds, and the ratio. Then sysbench oltp_write_only on sbtest1
+# partitioned by MOD(2) of id (its transactions write on both backends),
+# --seconds per cell, atomic and multi interleaved.
 #
-#   bench/atomic.sh [--queries N] [--runs N] [--concurrency N]
+#   bench/atomic.sh [--queries N] [--runs N] [--concurrency N] [--seconds N]
+#                   [--threads N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 QUERIES=2000
 RUNS=3
 CONCURRENCY=1
+SECONDS_EACH=10
+THREADS=8
 while [ $# -gt 0 ]; do
   case "$1" in
+    --seconds) SECONDS_EACH=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
     --queries) QUERIES=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --concurrency) CONCURRENCY=$2; shift 2 ;;
@@ -42,29 +51,56 @@ proxy -e "CREATE DATABASE bench; CREATE TABLE bench.t (id INT PRIMARY KEY, v INT
 ROWS=$(seq 1 10 | sed 's/.*/(&, 0)/' | paste -sd,)
 TEN="INSERT INTO t VALUES $ROWS ON DUPLICATE KEY UPDATE v = v + 1"
 ONE="INSERT INTO t VALUES (2, 0) ON DUPLICATE KEY UPDATE v = v + 1"
+TX="BEGIN;$ONE;COMMIT"
 
-qps() { # port query
-  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$2" \
-    --number-of-queries="$QUERIES" --concurrency="$CONCURRENCY" --iterations=1 2>&1 |
+qps() { # port query [statements per query]
+  local per=${3:-1}
+  mariadb-slap -h127.0.0.1 -P"$1" -uroot --create-schema=bench --query="$2" --delimiter=";" \
+    --number-of-queries="$((QUERIES * per))" --concurrency="$CONCURRENCY" --iterations=1 2>&1 |
     sed -n 's/.*Average number of seconds to run all queries: \([0-9.]*\) seconds/\1/p' |
     awk -v q="$QUERIES" '{printf "%.0f", q / $1}'
 }
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(proxy -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version); $QUERIES statements, concurrency $CONCURRENCY, median of $RUNS interleaved rounds"
-for name in TEN ONE; do
+for name in TEN ONE TX; do
   query=${!name}
+  per=1
+  [ "$name" = TX ] && per=3
   : >"$WORK/atomic" && : >"$WORK/multi"
   for _ in $(seq 1 "$RUNS"); do
-    qps "$PORT" "$query" >>"$WORK/atomic"; echo >>"$WORK/atomic"
-    qps "$MULTI" "$query" >>"$WORK/multi"; echo >>"$WORK/multi"
+    qps "$PORT" "$query" "$per" >>"$WORK/atomic"; echo >>"$WORK/atomic"
+    qps "$MULTI" "$query" "$per" >>"$WORK/multi"; echo >>"$WORK/multi"
   done
   a=$(median <"$WORK/atomic"); m=$(median <"$WORK/multi")
   case $name in
-    TEN) what="10 rows over two backends" ;;
-    ONE) what="1 row, one backend        " ;;
+    TEN) what="10 rows over two backends (statements/s)" ;;
+    ONE) what="1 row, one backend (statements/s)       " ;;
+    TX) what="BEGIN, 1 row, COMMIT on one backend (tps)" ;;
   esac
   echo "$what: atomic $a q/s, multi $m q/s, atomic/multi $(awk -v a="$a" -v m="$m" 'BEGIN {printf "%.2f", a / m}')"
 done
-xa() { mariadb -h127.0.0.1 -P"$1" -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_xa_commit'" | awk '{print $2}'; }
-echo "XA COMMITs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"
+xa() { mariadb -h127.0.0.1 -P"$1" -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_xa_prepare'" | awk '{print $2}'; }
+echo "XA PREPAREs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"
+
+# sysbench oltp_write_only, 10,000 rows by MOD(2) of id over both backends.
+sb() { # port more...
+  local port=$1; shift
+  sysbench oltp_write_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" \
+    --mysql-user=root --mysql-password= --mysql-db=sb --tables=1 --table-size=10000 "$@"
+}
+tps() { sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p'; }
+errors() { sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p'; }
+if command -v sysbench >/dev/null; then
+  mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE sb"
+  mariadb -h127.0.0.1 -P"$DIRECT2" -uroot -e "CREATE DATABASE sb"
+  sb "$DIRECT" prepare >/dev/null
+  proxy sb -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)'); HSCALE ADD_PARTITION('sbtest1', 'odd', 1, 2)"
+  : >"$WORK/atomic" && : >"$WORK/multi"
+  for _ in $(seq 1 "$RUNS"); do
+    sb "$PORT" --threads="$THREADS" --time="$SECONDS_EACH" --db-ps-mode=disable run | tps >>"$WORK/atomic"
+    sb "$MULTI" --threads="$THREADS" --time="$SECONDS_EACH" --db-ps-mode=disable run | tps >>"$WORK/multi"
+  done
+  a=$(median <"$WORK/atomic"); m=$(median <"$WORK/multi")
+  echo "sysbench oltp_write_only, MOD(2), $THREADS threads (tps): atomic $a, multi $m, atomic/multi $(awk -v a="$a" -v m="$m" 'BEGIN {printf "%.2f", a / m}')"
+fi

@@ -15,8 +15,15 @@ pub enum TxControl {
     /// hscale may answer it and let each backend open the transaction with
     /// its first statement there.
     Begin { deferred: bool },
-    /// COMMIT or ROLLBACK. `plain`: without AND CHAIN or RELEASE.
-    End { commit: bool, plain: bool },
+    /// COMMIT or ROLLBACK. `plain`: without AND CHAIN or RELEASE; `chain`:
+    /// AND CHAIN (a new transaction begins); `release`: RELEASE (the
+    /// client's connection ends).
+    End {
+        commit: bool,
+        plain: bool,
+        chain: bool,
+        release: bool,
+    },
     /// SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT, and the name,
     /// lowercase (MariaDB compares savepoint names without regard to case).
     Savepoint { op: SavepointOp, name: String },
@@ -48,6 +55,10 @@ pub enum TxEffect {
     /// It may run COMMIT, ROLLBACK or SET autocommit where hscale cannot
     /// see it; what it is, for messages.
     Hides(&'static str),
+    /// XA START, END, PREPARE, COMMIT, ROLLBACK of the client's own: its
+    /// transaction stays on the backend it runs on, and hscale opens none
+    /// there for it.
+    ClientXa,
 }
 
 /// A token as transaction control reads it.
@@ -131,10 +142,20 @@ pub(crate) fn tx_control(sql: &[u8], summary: &Summary, quoting: Quoting) -> Opt
                     };
                     savepoint(SavepointOp::RollbackTo, at).or(Some(TxControl::UnreadSavepoint))
                 }
-                _ => Some(TxControl::End {
-                    commit: end == "commit",
-                    plain: rest.is_empty(),
-                }),
+                _ => {
+                    let negated = |at: usize| at > 0 && rest[at - 1] == Some("no");
+                    let said = |word: &str| {
+                        rest.iter()
+                            .position(|w| *w == Some(word))
+                            .is_some_and(|at| !negated(at))
+                    };
+                    Some(TxControl::End {
+                        commit: end == "commit",
+                        plain: rest.is_empty(),
+                        chain: said("chain"),
+                        release: said("release"),
+                    })
+                }
             }
         }
         _ => None,
@@ -158,6 +179,7 @@ pub(crate) fn tx_effect(sql: &[u8], summary: &Summary, quoting: Quoting) -> TxEf
     match summary.kind {
         Kind::Begin | Kind::Lock | Kind::DropDatabase => TxEffect::CommitsFirst,
         Kind::Call => TxEffect::Hides("CALL"),
+        Kind::Xa => TxEffect::ClientXa,
         Kind::SqlPrepared if first_two().0 == "execute" => {
             TxEffect::Hides("EXECUTE of a statement prepared in SQL")
         }
@@ -260,13 +282,27 @@ mod tests {
 
     #[test]
     fn reads_commit_and_rollback_and_whether_they_chain_or_release() {
-        let end = |commit, plain| Some(TxControl::End { commit, plain });
-        assert_eq!(control("COMMIT"), end(true, true));
-        assert_eq!(control("commit work ;"), end(true, true));
-        assert_eq!(control("ROLLBACK"), end(false, true));
-        assert_eq!(control("ROLLBACK WORK"), end(false, true));
-        assert_eq!(control("COMMIT AND CHAIN"), end(true, false));
-        assert_eq!(control("ROLLBACK AND NO CHAIN RELEASE"), end(false, false));
+        let end = |commit, plain, chain, release| {
+            Some(TxControl::End {
+                commit,
+                plain,
+                chain,
+                release,
+            })
+        };
+        assert_eq!(control("COMMIT"), end(true, true, false, false));
+        assert_eq!(control("commit work ;"), end(true, true, false, false));
+        assert_eq!(control("ROLLBACK"), end(false, true, false, false));
+        assert_eq!(control("ROLLBACK WORK"), end(false, true, false, false));
+        assert_eq!(control("COMMIT AND CHAIN"), end(true, false, true, false));
+        assert_eq!(
+            control("ROLLBACK AND NO CHAIN RELEASE"),
+            end(false, false, false, true)
+        );
+        assert_eq!(
+            control("COMMIT WORK AND CHAIN NO RELEASE"),
+            end(true, false, true, false)
+        );
         assert_eq!(control("COMMIT; COMMIT"), None);
     }
 
@@ -309,6 +345,7 @@ mod tests {
                 "{unread}"
             );
         }
+        assert_eq!(control("START SLAVE"), None, "not a transaction");
         for other in [
             "RELEASE a",
             "SAVEPOINT",
@@ -348,6 +385,7 @@ mod tests {
             assert_eq!(effect(not), TxEffect::None, "{not}");
         }
         assert_eq!(effect("CALL p()"), TxEffect::Hides("CALL"));
+        assert_eq!(effect("XA START 'x'"), TxEffect::ClientXa);
         assert_eq!(
             effect("EXECUTE s"),
             TxEffect::Hides("EXECUTE of a statement prepared in SQL")

@@ -7,6 +7,7 @@ pub mod config;
 pub mod dictionary;
 pub mod error;
 pub mod exec;
+pub mod failpoint;
 pub mod http;
 pub mod logging;
 pub mod mariadb;

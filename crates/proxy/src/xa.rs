@@ -44,28 +44,29 @@ pub struct Coordinator {
 
 /// A transaction over several backends, running on this instance; its
 /// branches are left to recovery once it is dropped.
-pub struct Running<'a> {
-    coordinator: &'a Coordinator,
-    instance: &'a str,
+pub struct Running {
+    shared: Arc<Shared>,
     pub sequence: u64,
 }
 
-impl Coordinator {
-    pub fn begin<'a>(&'a self, instance: &'a str) -> Running<'a> {
-        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
-        lock(&self.in_flight).insert(sequence);
-        Running {
-            coordinator: self,
-            instance,
-            sequence,
-        }
+/// Numbers a new transaction over several backends on this instance.
+pub fn begin(shared: &Arc<Shared>) -> Running {
+    let sequence = shared.xa.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+    lock(&shared.xa.in_flight).insert(sequence);
+    Running {
+        shared: Arc::clone(shared),
+        sequence,
     }
 }
 
-impl Running<'_> {
+impl Running {
+    pub fn instance(&self) -> &str {
+        &self.shared.dictionary.instance
+    }
+
     pub fn xid(&self, backend: u32) -> Xid {
         Xid {
-            instance: self.instance.to_string(),
+            instance: self.instance().to_string(),
             sequence: self.sequence,
             backend,
         }
@@ -76,9 +77,15 @@ impl Running<'_> {
     }
 }
 
-impl Drop for Running<'_> {
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Running({})", self.gtrid())
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
-        lock(&self.coordinator.in_flight).remove(&self.sequence);
+        lock(&self.shared.xa.in_flight).remove(&self.sequence);
     }
 }
 

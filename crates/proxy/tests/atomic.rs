@@ -39,11 +39,12 @@ fn ids(backend: usize, db: &str, table: &str) -> Vec<u32> {
         .unwrap()
 }
 
-/// The XA statements a backend ran so far, by kind.
+/// The XA statements a backend ran so far, by kind (but XA RECOVER, which
+/// every instance's recovery runs on its own).
 fn xa_counts(backend: usize) -> Vec<(String, u64)> {
     cluster()
         .direct(backend, None)
-        .query("SHOW GLOBAL STATUS LIKE 'Com_xa_%'")
+        .query("SHOW GLOBAL STATUS WHERE Variable_name LIKE 'Com_xa_%' AND Variable_name <> 'Com_xa_recover'")
         .unwrap()
 }
 
@@ -124,7 +125,7 @@ fn a_write_over_two_backends_that_fails_on_one_writes_nothing() {
 }
 
 #[test]
-fn writes_on_one_backend_send_no_xa_statement() {
+fn writes_on_one_backend_send_no_xa_statement_and_prepare_nothing() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let (_proxy, db, mut c) = setup("atomic_one");
     let before = [xa_counts(1), xa_counts(2)];
@@ -133,18 +134,108 @@ fn writes_on_one_backend_send_no_xa_statement() {
     // Several rows, one backend.
     c.query_drop("INSERT INTO orders VALUES (4, 4, 4.00), (6, 6, 6.00)")
         .unwrap();
+    c.query_drop("UPDATE orders SET total = 0 WHERE id IN (2, 4)")
+        .unwrap();
+    assert_eq!(before, [xa_counts(1), xa_counts(2)], "no XA statement");
+    // A transaction's branch is an XA branch from its first statement (a
+    // plain transaction could not be prepared, were a second backend
+    // written later); written on one backend, it commits in one phase.
     c.query_drop("BEGIN").unwrap();
     c.query_drop("INSERT INTO orders VALUES (1, 1, 1.00)")
         .unwrap();
     c.query_drop("UPDATE orders SET total = 9 WHERE id = 1")
         .unwrap();
     c.query_drop("COMMIT").unwrap();
-    c.query_drop("UPDATE orders SET total = 0 WHERE id IN (2, 4)")
-        .unwrap();
     let after = [xa_counts(1), xa_counts(2)];
-    assert_eq!(before, after, "no XA statement");
+    let ran = |backend: usize, what: &str| {
+        xa_count(&after[backend - 1], what) - xa_count(&before[backend - 1], what)
+    };
+    assert_eq!(
+        (
+            ran(2, "Com_xa_start"),
+            ran(2, "Com_xa_commit"),
+            ran(2, "Com_xa_prepare")
+        ),
+        (1, 1, 0),
+        "one phase"
+    );
+    assert_eq!(before[0], after[0], "backend 1 was not reached");
     assert_eq!(ids(1, &db, "orders_even"), [2, 4, 6]);
     assert_eq!(ids(2, &db, "orders_odd"), [1]);
+}
+
+/// Transactions the client begins, over two backends: written on both,
+/// COMMIT prepares both, records the decision and commits both; ROLLBACK
+/// and ROLLBACK TO SAVEPOINT undo on both; AND CHAIN goes on in XA.
+#[test]
+fn a_transaction_over_two_backends_commits_in_two_phases() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_tx");
+    let mut other = proxy.connect(Some(&db));
+    let before = [xa_counts(1), xa_counts(2)];
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO orders VALUES (1, 1, 1.00)")
+        .unwrap();
+    c.query_drop("INSERT INTO orders VALUES (2, 2, 2.00)")
+        .unwrap();
+    let seen: Vec<u32> = other.query("SELECT id FROM orders").unwrap();
+    assert!(seen.is_empty(), "not before COMMIT");
+    c.query_drop("COMMIT").unwrap();
+    let after = [xa_counts(1), xa_counts(2)];
+    for backend in 0..2 {
+        let ran = |what| xa_count(&after[backend], what) - xa_count(&before[backend], what);
+        assert_eq!(
+            (ran("Com_xa_prepare"), ran("Com_xa_commit")),
+            (1, 1),
+            "backend {}",
+            backend + 1
+        );
+    }
+    assert_eq!(ids(1, &db, "orders_even"), [2]);
+    assert_eq!(ids(2, &db, "orders_odd"), [1]);
+    // ROLLBACK, and ROLLBACK TO a savepoint set before one backend wrote.
+    c.query_drop("START TRANSACTION").unwrap();
+    c.query_drop("INSERT INTO orders VALUES (3, 3, 3.00), (4, 4, 4.00)")
+        .unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("UPDATE orders SET total = 5 WHERE id = 1")
+        .unwrap();
+    c.query_drop("SAVEPOINT a").unwrap();
+    c.query_drop("INSERT INTO orders VALUES (6, 6, 6.00), (7, 7, 7.00)")
+        .unwrap();
+    c.query_drop("ROLLBACK TO SAVEPOINT a").unwrap();
+    c.query_drop("COMMIT AND CHAIN").unwrap();
+    c.query_drop("INSERT INTO orders VALUES (8, 8, 8.00), (9, 9, 9.00)")
+        .unwrap();
+    c.query_drop("COMMIT").unwrap();
+    let rows: Vec<(u32, String)> = other
+        .query("SELECT id, CAST(total AS CHAR) FROM orders ORDER BY id")
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (1, "5.00".into()),
+            (2, "2.00".into()),
+            (8, "8.00".into()),
+            (9, "9.00".into())
+        ]
+    );
+    // Autocommit off: each transaction's branches are XA branches too.
+    c.query_drop("SET autocommit = 0").unwrap();
+    c.query_drop("UPDATE orders SET total = total + 1 WHERE id IN (8, 9)")
+        .unwrap();
+    c.query_drop("COMMIT").unwrap();
+    c.query_drop("UPDATE orders SET total = 0").unwrap();
+    c.query_drop("ROLLBACK").unwrap();
+    c.query_drop("SET autocommit = 1").unwrap();
+    let totals: Vec<String> = other
+        .query("SELECT CAST(total AS CHAR) FROM orders WHERE id IN (8, 9) ORDER BY id")
+        .unwrap();
+    assert_eq!(totals, ["9.00", "10.00"]);
+    for backend in 1..=2 {
+        assert!(prepared(backend).is_empty(), "nothing left prepared");
+    }
 }
 
 #[test]
@@ -215,4 +306,366 @@ fn recovery_resolves_branches_a_dead_instance_left_prepared() {
         .direct(1, None)
         .query_drop("XA ROLLBACK 'client-branch'")
         .unwrap();
+}
+
+/// A `hscale serve` process of the test's own on the cluster's backends and
+/// dictionary, with `HSCALE_FAILPOINT` set; ended with the test however it
+/// ends.
+struct Serve {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Serve {
+    fn start(name: &str, failpoint: &str) -> Serve {
+        Serve::start_with(name, failpoint, "", "hscale")
+    }
+
+    /// `more`: more backends' sections; `schema`: the dictionary's.
+    fn start_with(name: &str, failpoint: &str, more: &str, schema: &str) -> Serve {
+        let port = hscale::mariadb::free_port().unwrap();
+        let config = hscale_testkit::serve_config(name, port, more, schema, 2000);
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hscale"))
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .env("HSCALE_FAILPOINT", failpoint)
+            .spawn()
+            .unwrap();
+        Serve { child, port }
+    }
+
+    fn connect(&self, db: &str) -> Conn {
+        let started = Instant::now();
+        loop {
+            match hscale_testkit::try_connect(self.port, "root", "", Some(db)) {
+                Ok(conn) => return conn,
+                Err(e) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "hscale serve: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// The prefix of its branches' ids: its instance name begins with its
+    /// process id.
+    fn branches(&self) -> String {
+        format!("{}-", self.child.id())
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Moves `amount` from account `from` to `to` in one autocommitted
+/// statement: with `from` even and `to` odd, a write over both backends.
+fn transfer_sql(from: u32, to: u32, amount: u32) -> String {
+    format!(
+        "UPDATE orders SET total = total + CASE id WHEN {from} THEN -{amount} WHEN {to} THEN {amount} END WHERE id IN ({from}, {to})"
+    )
+}
+
+/// The same inside a transaction the client begins and commits, one
+/// UPDATE per account: the COMMIT writes over both backends.
+fn transfer_in_transaction(c: &mut Conn, from: u32, to: u32, amount: u32) -> mysql::Result<()> {
+    let moved = (|| {
+        c.query_drop("BEGIN")?;
+        c.query_drop(format!(
+            "UPDATE orders SET total = total - {amount} WHERE id = {from}"
+        ))?;
+        c.query_drop(format!(
+            "UPDATE orders SET total = total + {amount} WHERE id = {to}"
+        ))?;
+        c.query_drop("COMMIT")
+    })();
+    if moved.is_err() {
+        let _ = c.query_drop("ROLLBACK");
+    }
+    moved
+}
+
+fn balances(c: &mut Conn) -> Vec<(u32, i64)> {
+    c.query("SELECT id, CAST(total AS SIGNED) FROM orders ORDER BY id")
+        .unwrap()
+}
+
+/// Waits until no branch whose id begins with `prefix` is prepared on
+/// either backend: recovery resolved them.
+fn wait_for_recovery(prefix: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let left = || {
+        (1..=2)
+            .flat_map(prepared)
+            .filter(|data| data.starts_with(prefix))
+            .count()
+    };
+    while left() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "branches of {prefix} left prepared"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// XA statements of the client's own run on the main backend, where its
+/// transaction stays: a write it would take to another backend is refused
+/// (1235), and so is an XA statement while hscale's transaction is open on
+/// another backend; with autocommit off hscale opens no branch under it.
+#[test]
+fn the_clients_own_xa_transaction_stays_on_one_backend() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (_proxy, db, mut c) = setup("atomic_client_xa");
+    for autocommit in [1, 0] {
+        c.query_drop(format!("SET autocommit = {autocommit}"))
+            .unwrap();
+        c.query_drop("XA START 'client'").unwrap();
+        c.query_drop(format!(
+            "INSERT INTO orders VALUES ({}, 0, 0)",
+            10 + 2 * autocommit
+        ))
+        .unwrap_or_else(|e| panic!("autocommit {autocommit}: {e}"));
+        let refused = c.query_drop("INSERT INTO orders VALUES (13, 0, 0)");
+        assert!(
+            matches!(&refused, Err(mysql::Error::MySqlError(e)) if e.code == 1235),
+            "{refused:?}"
+        );
+        c.query_drop("XA END 'client'").unwrap();
+        c.query_drop("XA PREPARE 'client'").unwrap();
+        c.query_drop("XA COMMIT 'client'").unwrap();
+    }
+    c.query_drop("SET autocommit = 1").unwrap();
+    assert_eq!(ids(1, &db, "orders_even"), [10, 12]);
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("INSERT INTO orders VALUES (21, 0, 0)")
+        .unwrap();
+    let refused = c.query_drop("XA START 'late'");
+    assert!(
+        matches!(&refused, Err(mysql::Error::MySqlError(e)) if e.code == 1235),
+        "{refused:?}"
+    );
+    c.query_drop("COMMIT").unwrap();
+    assert_eq!(ids(2, &db, "orders_odd"), [21]);
+}
+
+/// hscale killed (SIGKILL) at each step of a write over two backends, one
+/// statement or a transaction's COMMIT (before the decision, after it,
+/// between two XA COMMITs) and a backend
+/// connection dropped while it prepares, while clients of another instance
+/// move money between accounts over both backends: after recovery the total
+/// is unchanged, every transfer a client saw succeed is there and none that
+/// failed, the killed write is whole or absent as its decision says, and
+/// nothing is left prepared.
+#[test]
+fn writes_over_two_backends_survive_hscale_killed_at_every_step() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_killed");
+    let accounts: Vec<String> = (1..=10).map(|id| format!("({id}, {id}, 1000)")).collect();
+    c.query_drop(format!("INSERT INTO orders VALUES {}", accounts.join(", ")))
+        .unwrap();
+    let mut expected: Vec<i64> = vec![1000; 11];
+
+    // A backend connection dropped while the write prepares: rolled back.
+    let paused = Serve::start("atomic_killed_pause", "xa_before_prepare:1500");
+    let mut through = paused.connect(&db);
+    let writer = std::thread::spawn(move || through.query_drop(transfer_sql(1, 2, 10)));
+    std::thread::sleep(Duration::from_millis(700));
+    let mut backend2 = cluster().direct(2, None);
+    let ids: Vec<u64> = backend2
+        .exec(
+            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+            (&db,),
+        )
+        .unwrap();
+    assert!(!ids.is_empty(), "the write's connection to backend 2");
+    for id in ids {
+        let _ = backend2.query_drop(format!("KILL {id}"));
+    }
+    assert!(writer.join().unwrap().is_err(), "the client gets an error");
+    wait_for_recovery(&paused.branches());
+    assert_eq!(
+        balances(&mut c)[..2],
+        [(1, 1000), (2, 1000)],
+        "nothing of it"
+    );
+    drop(paused);
+
+    // Clients of the test's instance move money among accounts 3..=10 all
+    // along; what they saw succeed is what must be there.
+    let stop = Arc::new(AtomicBool::new(false));
+    let movers: Vec<_> = (0..2u64)
+        .map(|k| {
+            let stop = Arc::clone(&stop);
+            let mut conn = proxy.connect(Some(&db));
+            std::thread::spawn(move || {
+                let mut moved: Vec<(u32, u32, i64)> = Vec::new();
+                let mut n = k;
+                while !stop.load(Ordering::Relaxed) {
+                    n = n
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let from = 4 + 2 * ((n >> 33) % 4) as u32;
+                    let to = 3 + 2 * ((n >> 40) % 4) as u32;
+                    let amount = 1 + (n >> 50) as u32 % 20;
+                    let done = match n >> 60 & 1 {
+                        0 => conn.query_drop(transfer_sql(from, to, amount)),
+                        _ => transfer_in_transaction(&mut conn, from, to, amount),
+                    };
+                    if done.is_ok() {
+                        moved.push((from, to, i64::from(amount)));
+                    }
+                }
+                moved
+            })
+        })
+        .collect();
+
+    for (point, commits) in [
+        ("xa_after_prepare", false),
+        ("xa_after_decision", true),
+        ("xa_between_commits", true),
+    ] {
+        let mut killed = Serve::start(&format!("atomic_killed_{point}"), point);
+        let mut through = killed.connect(&db);
+        // The first in one statement, the others in a transaction whose
+        // COMMIT writes both backends.
+        let died = match point {
+            "xa_after_prepare" => through.query_drop(transfer_sql(2, 1, 7)),
+            _ => transfer_in_transaction(&mut through, 2, 1, 7),
+        };
+        assert!(died.is_err(), "{point}: the process died under the client");
+        let status = killed.child.wait().unwrap();
+        assert!(!status.success(), "{point}: killed");
+        wait_for_recovery(&killed.branches());
+        if commits {
+            expected[2] -= 7;
+            expected[1] += 7;
+        }
+        let now = balances(&mut c);
+        assert_eq!(
+            now[..2],
+            [(1, expected[1]), (2, expected[2])],
+            "{point}: the decision's outcome, on both backends"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for mover in movers {
+        for (from, to, amount) in mover.join().unwrap() {
+            expected[from as usize] -= amount;
+            expected[to as usize] += amount;
+        }
+    }
+    let now = balances(&mut c);
+    let wanted: Vec<(u32, i64)> = (1..=10).map(|id| (id, expected[id as usize])).collect();
+    assert_eq!(now, wanted, "every acknowledged transfer, nothing else");
+    assert_eq!(now.iter().map(|(_, b)| b).sum::<i64>(), 10_000);
+    let hscale_branches: usize = (1..=2)
+        .flat_map(prepared)
+        .filter(|data| data.contains(':'))
+        .count();
+    assert_eq!(hscale_branches, 0, "XA RECOVER empty of hscale's branches");
+}
+
+/// A backend killed (SIGKILL) while a write over it and another backend is
+/// prepared, and started again on its data: MariaDB kept the prepared
+/// branch; hscale records the decision, commits the other branch, and the
+/// client gets OK; the killed backend's branch is committed by recovery
+/// once it is back.
+#[test]
+fn a_backend_killed_after_prepare_commits_its_branch_when_it_is_back() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut server, dir) = hscale_testkit::scratch_server("atomic_backend_killed");
+    let third = format!(
+        "[[backends]]\nid = 3\naddress = \"{}\"\nuser = \"root\"\n",
+        server.address()
+    );
+    // A dictionary of its own: other tests' instances know no backend 3.
+    let serve = Serve::start_with(
+        "atomic_backend_killed",
+        "xa_after_prepare:3000",
+        &third,
+        "hscale_xa_backend_killed",
+    );
+    let db = cluster().database("atomic_backend_killed");
+    cluster().direct(1, Some(&db)).query_drop(ORDERS).unwrap();
+    let mut on_third = mysql::Conn::new(
+        mysql::OptsBuilder::new()
+            .socket(Some(server.socket()))
+            .user(Some("root")),
+    )
+    .unwrap();
+    on_third
+        .query_drop(format!("CREATE DATABASE IF NOT EXISTS {db}"))
+        .unwrap();
+    let mut c = serve.connect(&db);
+    c.query_drop("HSCALE SETUP_TABLE('orders', 'id', 'orders_even', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('orders', 'odd', 1, 3)")
+        .unwrap();
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("INSERT INTO orders_even VALUES (2, 2, 1000)")
+        .unwrap();
+    on_third
+        .query_drop(format!("INSERT INTO {db}.orders_odd VALUES (1, 1, 1000)"))
+        .unwrap();
+    drop(on_third);
+    let writer = std::thread::spawn(move || {
+        let outcome = c.query_drop(transfer_sql(2, 1, 7));
+        (outcome, c)
+    });
+    // In the pause after both branches prepared.
+    std::thread::sleep(Duration::from_millis(1000));
+    server.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    server.restart().unwrap();
+    let (outcome, _c) = writer.join().unwrap();
+    outcome.expect("OK: the decision was durable");
+    let mut third_again = mysql::Conn::new(
+        mysql::OptsBuilder::new()
+            .socket(Some(server.socket()))
+            .user(Some("root")),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows: Vec<(u32, u32, u32, Vec<u8>)> = third_again.query("XA RECOVER").unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the branch left prepared: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let odd: Vec<(u32, i64)> = third_again
+        .query(format!(
+            "SELECT id, CAST(total AS SIGNED) FROM {db}.orders_odd"
+        ))
+        .unwrap();
+    let even: Vec<(u32, i64)> = cluster()
+        .direct(1, Some(&db))
+        .query("SELECT id, CAST(total AS SIGNED) FROM orders_even")
+        .unwrap();
+    assert_eq!(
+        (even, odd),
+        (vec![(2, 993)], vec![(1, 1007)]),
+        "both branches committed"
+    );
+    assert!(prepared(1)
+        .iter()
+        .all(|data| !data.starts_with(&serve.branches())));
+    drop(serve);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }

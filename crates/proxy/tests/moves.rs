@@ -1693,26 +1693,7 @@ fn an_instance_stopped_past_its_lease_is_fenced_out_and_loses_nothing() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     load(&mut admin, &mut oracle, &mut rng, 4000);
     let port = hscale::mariadb::free_port().unwrap();
-    let dir = hscale_testkit::scratch("moves_stopped_instance");
-    let config = dir.join("hscale.toml");
-    let backends: String = cluster()
-        .config()
-        .backends
-        .iter()
-        .map(|b| {
-            format!(
-                "[[backends]]\nid = {}\naddress = \"{}\"\nuser = \"root\"\n",
-                b.id, b.address
-            )
-        })
-        .collect();
-    std::fs::write(
-        &config,
-        format!(
-            "[proxy]\nlisten = \"127.0.0.1:{port}\"\n\n[[users]]\nname = \"root\"\npassword = \"\"\nadmin = true\n\n{backends}\n[dictionary]\nrefresh_ms = 50\nlease_ms = 5000\n\n[log]\nlevel = \"warn\"\n"
-        ),
-    )
-    .unwrap();
+    let config = hscale_testkit::serve_config("moves_stopped_instance", port, "", "hscale", 5000);
     /// The instance's process, ended with the test however it ends.
     struct Serve(std::process::Child);
     impl Drop for Serve {
@@ -1849,7 +1830,7 @@ fn an_instance_stopped_past_its_lease_is_fenced_out_and_loses_nothing() {
     stop.store(true, Ordering::Relaxed);
     let (writes, refused, log) = written.join().unwrap();
     drop(stopped);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(config.parent().expect("its folder"));
     assert!(writes > 0, "{writes} writes, {refused} refused");
     let ids = |conn: &mut Conn, table: &str| -> Vec<i64> {
         conn.query(format!("SELECT id FROM {table} ORDER BY id"))

@@ -919,17 +919,29 @@ fn random_point_statements_answer_like_one_plain_table() {
 /// the same rows seen inside the transaction and by another client.
 #[test]
 fn random_transactions_answer_like_one_plain_table() {
-    random_transactions("part_tx_oracle", false);
+    random_transactions("part_tx_oracle", false, Transactions::Multi);
+}
+
+/// The same in `transactions = "atomic"`: every backend a transaction
+/// reaches is an XA branch, and its writes over both commit in two phases.
+#[test]
+fn random_atomic_transactions_answer_like_one_plain_table() {
+    random_transactions("part_tx_oracle_xa", false, Transactions::Atomic);
+}
+
+#[test]
+fn random_prepared_atomic_transactions_answer_like_one_plain_table() {
+    random_transactions("part_tx_oracle_xa_ps", true, Transactions::Atomic);
 }
 
 /// The same with every statement prepared (COM_STMT_PREPARE and EXECUTE).
 #[test]
 fn random_prepared_transactions_answer_like_one_plain_table() {
-    random_transactions("part_tx_oracle_ps", true);
+    random_transactions("part_tx_oracle_ps", true, Transactions::Multi);
 }
 
-fn random_transactions(name: &str, prepared: bool) {
-    let (proxy, db) = setup_with(name, Transactions::Multi);
+fn random_transactions(name: &str, prepared: bool, mode: Transactions) {
+    let (proxy, db) = setup_with(name, mode);
     let oracle_db = cluster().database(&format!("{name}_plain"));
     let mut oracle = cluster().direct(1, Some(&oracle_db));
     oracle.query_drop(USERS).unwrap();

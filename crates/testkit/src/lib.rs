@@ -318,6 +318,33 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Writes a configuration for a `hscale serve` process of a test's own in
+/// the scratch folder `name`: the cluster's backends and `more` (other
+/// backends' sections), the dictionary's `schema`, a lease of `lease_ms`;
+/// its path.
+pub fn serve_config(name: &str, port: u16, more: &str, schema: &str, lease_ms: u64) -> PathBuf {
+    let path = scratch(name).join("hscale.toml");
+    let backends: String = cluster()
+        .config()
+        .backends
+        .iter()
+        .map(|b| {
+            format!(
+                "[[backends]]\nid = {}\naddress = \"{}\"\nuser = \"root\"\n",
+                b.id, b.address
+            )
+        })
+        .collect();
+    std::fs::write(
+        &path,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{port}\"\nconnect_timeout_ms = 1000\n\n[[users]]\nname = \"root\"\npassword = \"\"\nadmin = true\n\n{backends}{more}\n[dictionary]\nschema = \"{schema}\"\nrefresh_ms = 50\nlease_ms = {lease_ms}\n\n[log]\nlevel = \"warn\"\n"
+        ),
+    )
+    .expect("the config");
+    path
+}
+
 /// A MariaDB server of the test's own, in the scratch folder `name` (its
 /// data directory copied from one installed there once), for a test that
 /// kills and restarts it; the folder, to remove at the end.

@@ -115,6 +115,103 @@ pub mod statements {
     }
 }
 
+/// A backend a transaction reached, as its end sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Branch {
+    pub backend: u32,
+    /// Opened with XA START; otherwise a plain transaction (BEGIN, or
+    /// autocommit off), which cannot be prepared.
+    pub xa: bool,
+    /// It changed rows.
+    pub wrote: bool,
+}
+
+/// One step of ending a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Statements for each backend, the backends at once; each backend's in
+    /// order, one write. An error fails the step.
+    Run(Vec<(u32, Vec<String>)>),
+    /// The commit decision, made durable in the dictionary: past it, the
+    /// transaction commits whatever fails.
+    Record,
+}
+
+/// How a transaction that reached `branches` commits: in one phase when
+/// at most one branch wrote (no XA round trip: a branch that only read
+/// commits beside it), in two when several did. `None` when two or more
+/// wrote and one of them is plain: nothing can make that atomic (the
+/// session refuses the write that would lead there).
+pub fn commit_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Option<Vec<Step>> {
+    let xid = |branch: &Branch| Xid {
+        instance: instance.to_string(),
+        sequence,
+        backend: branch.backend,
+    };
+    let writers = branches.iter().filter(|b| b.wrote).count();
+    if writers <= 1 {
+        let each = branches
+            .iter()
+            .map(|branch| {
+                let statements = match branch.xa {
+                    true => vec![
+                        format!("XA END {}", xid(branch).sql()),
+                        format!("XA COMMIT {} ONE PHASE", xid(branch).sql()),
+                    ],
+                    false => vec!["COMMIT".to_string()],
+                };
+                (branch.backend, statements)
+            })
+            .collect();
+        return Some(vec![Step::Run(each)]);
+    }
+    if branches.iter().any(|b| b.wrote && !b.xa) {
+        return None;
+    }
+    let prepare = branches
+        .iter()
+        .map(|branch| {
+            let statements = match (branch.xa, branch.wrote) {
+                (true, true) => statements::prepare(&xid(branch)).to_vec(),
+                // What only read has nothing to make durable.
+                (true, false) => statements::rollback(&xid(branch), false),
+                (false, _) => vec!["COMMIT".to_string()],
+            };
+            (branch.backend, statements)
+        })
+        .collect();
+    let commit = branches
+        .iter()
+        .filter(|b| b.wrote)
+        .map(|branch| (branch.backend, vec![statements::commit(&xid(branch))]))
+        .collect();
+    Some(vec![Step::Run(prepare), Step::Record, Step::Run(commit)])
+}
+
+/// How a transaction that reached `branches` rolls back. An XA branch's
+/// XA END may fail (a deadlock left it rollback-only, or it ended): its
+/// XA ROLLBACK is what counts.
+pub fn rollback_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Vec<Step> {
+    let each = branches
+        .iter()
+        .map(|branch| {
+            let statements = match branch.xa {
+                true => statements::rollback(
+                    &Xid {
+                        instance: instance.to_string(),
+                        sequence,
+                        backend: branch.backend,
+                    },
+                    false,
+                ),
+                false => vec!["ROLLBACK".to_string()],
+            };
+            (branch.backend, statements)
+        })
+        .collect();
+    vec![Step::Run(each)]
+}
+
 /// A transaction's outcome as the dictionary records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -256,6 +353,97 @@ mod tests {
         );
         // Presumed abort: no decision is a rollback, fenced by a record.
         assert_eq!(resolve(found(false, false, None)), Resolution::Abort);
+    }
+
+    fn branch(backend: u32, xa: bool, wrote: bool) -> Branch {
+        Branch { backend, xa, wrote }
+    }
+
+    fn run(steps: &[Step], at: usize) -> Vec<(u32, Vec<String>)> {
+        match &steps[at] {
+            Step::Run(each) => each.clone(),
+            Step::Record => panic!("step {at} is the record"),
+        }
+    }
+
+    #[test]
+    fn a_transaction_on_one_backend_commits_in_one_phase() {
+        let plain = commit_steps("i", 1, &[branch(1, false, true)]).unwrap();
+        assert_eq!(plain, [Step::Run(vec![(1, vec!["COMMIT".into()])])]);
+        let xa = commit_steps("i", 1, &[branch(2, true, true)]).unwrap();
+        let x = format!("'i:1','2',{FORMAT_ID}");
+        assert_eq!(
+            xa,
+            [Step::Run(vec![(
+                2,
+                vec![format!("XA END {x}"), format!("XA COMMIT {x} ONE PHASE")]
+            )])]
+        );
+    }
+
+    #[test]
+    fn branches_that_only_read_do_not_make_a_second_phase() {
+        let steps = commit_steps(
+            "i",
+            3,
+            &[
+                branch(1, true, false),
+                branch(2, true, true),
+                branch(3, false, false),
+            ],
+        )
+        .unwrap();
+        assert_eq!(steps.len(), 1, "one phase: one writer");
+        let each = run(&steps, 0);
+        assert!(each[0].1[1].starts_with("XA COMMIT") && each[0].1[1].ends_with("ONE PHASE"));
+        assert_eq!(each[2].1, ["COMMIT"]);
+        // Nothing written anywhere: each ends in one phase too.
+        let none = commit_steps("i", 3, &[branch(1, true, false), branch(2, true, false)]).unwrap();
+        assert_eq!(none.len(), 1);
+    }
+
+    #[test]
+    fn two_writers_prepare_then_record_then_commit() {
+        let steps = commit_steps(
+            "i",
+            4,
+            &[
+                branch(1, true, true),
+                branch(2, true, true),
+                branch(3, true, false),
+            ],
+        )
+        .unwrap();
+        assert_eq!(steps.len(), 3);
+        assert_eq!(steps[1], Step::Record);
+        let prepare = run(&steps, 0);
+        assert!(prepare[0].1[0].starts_with("XA END") && prepare[0].1[1].starts_with("XA PREPARE"));
+        assert!(
+            prepare[2].1[1].starts_with("XA ROLLBACK"),
+            "the reader ends"
+        );
+        let commit = run(&steps, 2);
+        assert_eq!(commit.iter().map(|(b, _)| *b).collect::<Vec<_>>(), [1, 2]);
+        assert!(commit
+            .iter()
+            .all(|(_, s)| s.len() == 1 && s[0].starts_with("XA COMMIT '")));
+    }
+
+    #[test]
+    fn a_plain_writer_beside_another_writer_cannot_commit_atomically() {
+        assert_eq!(
+            commit_steps("i", 5, &[branch(1, false, true), branch(2, true, true)]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_rollback_ends_every_branch_as_it_began() {
+        let steps = rollback_steps("i", 6, &[branch(1, false, true), branch(2, true, false)]);
+        let each = run(&steps, 0);
+        assert_eq!(each[0].1, ["ROLLBACK"]);
+        assert_eq!(each[1].1.len(), 2);
+        assert!(each[1].1[1].starts_with("XA ROLLBACK"));
     }
 
     #[test]

@@ -1,115 +1,212 @@
-//! An autocommitted statement that writes on several backends (a multi-row
-//! INSERT, an UPDATE or DELETE over partitions, LOAD DATA) as one
-//! transaction committed in two phases (`transactions = "atomic"`): each
-//! backend's part runs in an XA branch; once every part succeeded, every
-//! branch is prepared, the decision is recorded in the dictionary, and
-//! every branch commits. The client gets OK only once the decision is
-//! durable; a branch whose commit fails after it is committed by recovery.
+//! Ending a transaction whose branches are XA branches
+//! (`transactions = "atomic"`): the steps `hscale_transaction` plans — in
+//! one phase where at most one branch wrote, else every branch prepared,
+//! the decision recorded in the dictionary, every branch committed — run
+//! on the branches' connections. The client gets OK only once the decision
+//! is durable; a branch whose commit fails after it is committed by
+//! recovery. Serves an autocommitted statement that writes on several
+//! backends (`write_each`) and a transaction the client ends.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
-use hscale_transaction::{statements, Decision};
+use hscale_transaction::{commit_steps, rollback_steps, statements, Branch, Decision, Step};
 use hscale_wire::scan::Completion;
 
 use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::backend::Lease;
 use crate::error::ProxyError;
+use crate::failpoint;
 use crate::xa::{self, Recorded, Running};
 
-/// The connections of a statement's parts, by slot, with the last answer
-/// each gave.
+/// The connections of a transaction's branches, by slot, with the last
+/// answer each gave.
 pub(super) type Parts = BTreeMap<usize, (Lease, Completion)>;
 
 impl Session {
-    /// Queues the branch's XA START ahead of the part's first statement on
-    /// `slot`'s connection: one round trip for both. Should it fail, the
-    /// connection is taken for lost, and the server ends what it began.
-    pub(super) fn start_branch(&self, lease: &mut Lease, slot: usize, running: &Running) {
+    /// Opens the branch on `slot`'s connection before a write: in a round
+    /// trip of its own, since a write sent behind an XA START that failed
+    /// would run, and commit, outside the branch.
+    pub(super) async fn start_branch(
+        &self,
+        lease: &mut Lease,
+        slot: usize,
+        running: &Running,
+    ) -> Result<Completion, ProxyError> {
         let xid = running.xid(self.shared.pools[slot].id());
-        lease
-            .conn
-            .queue_command(&command(COM_QUERY, &statements::start(&xid)));
+        run_statement(lease, &statements::start(&xid)).await
     }
 
-    /// Prepares every branch, records the decision, commits every branch.
-    /// An error before the decision rolls every branch back; after it, a
-    /// branch that did not commit is left prepared, its connection closed,
-    /// for recovery to commit.
-    pub(super) async fn commit_atomic(
+    /// Commits the transaction `running` on `parts`, whose branches are
+    /// `branches` (in the order of `parts`). An error before the decision
+    /// rolls every branch back and is the answer; after it, a branch that
+    /// did not commit is left prepared, its connection closed, for recovery
+    /// to commit.
+    pub(super) async fn commit_branches(
         &mut self,
         parts: &mut Parts,
-        running: &Running<'_>,
+        running: &Running,
+        branches: &[Branch],
     ) -> Result<(), ProxyError> {
-        let slots: Vec<usize> = parts.keys().copied().collect();
-        for &slot in &slots {
-            let xid = running.xid(self.shared.pools[slot].id());
-            let [end, prepare] = statements::prepare(&xid);
-            let (lease, last) = parts.get_mut(&slot).expect("a part's slot");
-            lease.conn.queue_command(&command(COM_QUERY, &end));
-            match run_statement(lease, &prepare).await {
-                Ok(completion) => *last = completion,
-                Err(e) => {
-                    self.roll_back_atomic(parts, running).await;
+        let Some(steps) = commit_steps(running.instance(), running.sequence, branches) else {
+            self.roll_back_branches(parts, running, branches).await;
+            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
+                table: None,
+                reason: "a transaction that wrote on several backends, one of them in a transaction that cannot be prepared (START TRANSACTION with options, or LOCK TABLES): rolled back".into(),
+            }));
+        };
+        let two_phase = steps.contains(&Step::Record);
+        let mut decided = false;
+        for step in steps {
+            let each = match step {
+                Step::Record => {
+                    failpoint::hit("xa_after_prepare").await;
+                    self.record_commit(parts, running, branches).await?;
+                    decided = true;
+                    failpoint::hit("xa_after_decision").await;
+                    continue;
+                }
+                Step::Run(each) => each,
+            };
+            if two_phase && !decided {
+                failpoint::hit("xa_before_prepare").await;
+            }
+            let failed = self.run_on_each(parts, &each, decided).await;
+            match (failed, decided) {
+                (Ok(()), _) => {}
+                (Err((e, _)), false) => {
+                    self.roll_back_branches(parts, running, branches).await;
                     return Err(e);
+                }
+                // Past the decision: recovery commits what did not.
+                (Err((e, uncommitted)), true) => {
+                    tracing::warn!(
+                        transaction = %running.gtrid(),
+                        "XA COMMIT failed after the decision; recovery commits the branch: {e}"
+                    );
+                    self.leave_to_recovery(parts, &uncommitted);
                 }
             }
         }
+        if two_phase {
+            self.shared
+                .xa
+                .committed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Makes the commit decision durable; when it cannot be, every branch
+    /// is rolled back (or, where the dictionary may have it, left to
+    /// recovery) and the error is the answer.
+    async fn record_commit(
+        &mut self,
+        parts: &mut Parts,
+        running: &Running,
+        branches: &[Branch],
+    ) -> Result<(), ProxyError> {
         let shared = self.shared.clone();
         match xa::record(&shared, &running.gtrid(), Decision::Commit).await {
-            Recorded::Durable | Recorded::Preempted(Decision::Commit) => {}
+            Recorded::Durable | Recorded::Preempted(Decision::Commit) => Ok(()),
             Recorded::Preempted(Decision::Abort) => {
-                self.roll_back_atomic(parts, running).await;
-                return Err(xa::rolled_back_by_recovery());
+                self.roll_back_branches(parts, running, branches).await;
+                Err(xa::rolled_back_by_recovery())
             }
             Recorded::Refused(e) => {
-                self.roll_back_atomic(parts, running).await;
-                return Err(e);
+                self.roll_back_branches(parts, running, branches).await;
+                Err(e)
             }
             Recorded::Unknown(e) => {
                 // Closing the connections leaves the prepared branches to
                 // recovery, which reads the decision once it can.
+                let slots: Vec<usize> = parts.keys().copied().collect();
                 self.leave_to_recovery(parts, &slots);
-                return Err(xa::outcome_unknown(&e));
+                Err(xa::outcome_unknown(&e))
             }
         }
-        let mut uncommitted = Vec::new();
-        for &slot in &slots {
-            let xid = running.xid(self.shared.pools[slot].id());
-            let (lease, last) = parts.get_mut(&slot).expect("a part's slot");
-            match run_statement(lease, &statements::commit(&xid)).await {
-                Ok(completion) => *last = completion,
-                Err(e) => {
-                    tracing::warn!(branch = %xid, "XA COMMIT failed after the decision; recovery commits the branch: {e}");
-                    uncommitted.push(slot);
+    }
+
+    /// Runs each backend's statements of a step, the backends at once; the
+    /// first error, and the slots where one came.
+    async fn run_on_each(
+        &mut self,
+        parts: &mut Parts,
+        each: &[(u32, Vec<String>)],
+        committing: bool,
+    ) -> Result<(), (ProxyError, Vec<usize>)> {
+        let shared = self.shared.clone();
+        let work = parts
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, (&slot, part))| {
+                let backend = shared.pools[slot].id();
+                let (_, statements) = each.iter().find(|(b, _)| *b == backend)?;
+                Some(async move {
+                    if committing && i == 1 {
+                        failpoint::hit("xa_between_commits").await;
+                    }
+                    let (lease, last) = part;
+                    let (queued, final_statement) = statements.split_at(statements.len() - 1);
+                    for statement in queued {
+                        lease.conn.queue_command(&command(COM_QUERY, statement));
+                    }
+                    match run_statement(lease, &final_statement[0]).await {
+                        Ok(completion) => {
+                            *last = completion;
+                            Ok(())
+                        }
+                        Err(e) => Err((slot, e)),
+                    }
+                })
+            });
+        let mut first = None;
+        let mut failed = Vec::new();
+        for outcome in all_at_once(work).await {
+            if let Err((slot, e)) = outcome {
+                failed.push(slot);
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(e) => Err((e, failed)),
+        }
+    }
+
+    /// Rolls back every branch, prepared or not: each statement on its own
+    /// (an XA END fails on a branch that ended or that a deadlock left
+    /// rollback-only, and only the rollback counts). A branch whose
+    /// rollback fails is closed: unprepared, the server ends it; prepared,
+    /// recovery finds no decision and rolls it back.
+    pub(super) async fn roll_back_branches(
+        &mut self,
+        parts: &mut Parts,
+        running: &Running,
+        branches: &[Branch],
+    ) {
+        let steps = rollback_steps(running.instance(), running.sequence, branches);
+        let mut failed = Vec::new();
+        for step in &steps {
+            let Step::Run(each) = step else { continue };
+            for (&slot, (lease, last)) in parts.iter_mut() {
+                let backend = self.shared.pools[slot].id();
+                let Some((_, statements)) = each.iter().find(|(b, _)| *b == backend) else {
+                    continue;
+                };
+                let (before, rollback) = statements.split_at(statements.len() - 1);
+                for statement in before {
+                    let _ = run_statement(lease, statement).await;
+                }
+                match run_statement(lease, &rollback[0]).await {
+                    Ok(completion) => *last = completion,
+                    Err(_) => failed.push(slot),
                 }
             }
         }
-        self.leave_to_recovery(parts, &uncommitted);
-        self.shared
-            .xa
-            .committed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Rolls back every branch, prepared or not.
-    pub(super) async fn roll_back_atomic(&mut self, parts: &mut Parts, running: &Running<'_>) {
-        let slots: Vec<usize> = parts.keys().copied().collect();
-        let mut failed = Vec::new();
-        for &slot in &slots {
-            let xid = running.xid(self.shared.pools[slot].id());
-            let (lease, last) = parts.get_mut(&slot).expect("a part's slot");
-            // XA END fails on a branch that ended already: only ROLLBACK
-            // must succeed.
-            let _ = run_statement(lease, &statements::rollback(&xid, false)[0]).await;
-            match run_statement(lease, &statements::rollback(&xid, true)[0]).await {
-                Ok(completion) => *last = completion,
-                Err(_) => failed.push(slot),
-            }
-        }
-        // An unprepared branch ends with its connection; a prepared one
-        // is then recovery's, which finds no decision and rolls it back.
         self.leave_to_recovery(parts, &failed);
     }
 
@@ -123,6 +220,32 @@ impl Session {
             }
         }
     }
+}
+
+/// Runs futures at once, each to its end; their outputs in their order.
+async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in running.iter_mut().zip(&mut outputs) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        match pending {
+            true => Poll::Pending,
+            false => Poll::Ready(()),
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future ended"))
+        .collect()
 }
 
 async fn run_statement(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {

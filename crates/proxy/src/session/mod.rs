@@ -131,6 +131,11 @@ pub struct Session {
     /// A connection lost in the middle of the transaction took its part
     /// with it: the rest is rolled back before the next command.
     transaction_lost: bool,
+    /// The transaction in progress opens XA branches where it reaches a
+    /// backend (a BEGIN hscale answered, in `transactions = "atomic"`).
+    xa_begin: bool,
+    /// The XA transaction in progress: its branches' ids.
+    running: Option<crate::xa::Running>,
     /// The sequence number of the command's answer: 1, unless the client
     /// sent more than the command (a LOCAL INFILE's packets).
     reply_seq: u8,
@@ -204,6 +209,8 @@ impl Session {
             autocommit: true,
             savepoints: Vec::new(),
             transaction_lost: false,
+            xa_begin: false,
+            running: None,
             reply_seq: 1,
             plans: PlanCache::default(),
             transaction_tables: SmallVec::new(),
@@ -418,6 +425,9 @@ impl Session {
         self.begun_here = false;
         self.savepoints.clear();
         self.transaction_lost = false;
+        self.xa_begin = false;
+        // Their connections went: the servers end the branches.
+        self.running = None;
         self.unread.clear();
         self.settings_listed = None;
         self.autocommit = true;

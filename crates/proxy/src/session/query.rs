@@ -84,7 +84,7 @@ impl Session {
         let sql = &payload[1..];
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
         let plan = self.plan_waiting(|session| session.plan(sql)).await?;
-        let needs = Needs::of(&plan.summary);
+        let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
         let main = self.shared.main;
         match plan.action {
             Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
@@ -116,9 +116,13 @@ impl Session {
                     TxEffect::Hides(what) => Some(what),
                     _ => None,
                 };
-                match unseen {
-                    Some(what) => self.check_unseen_commits(slot, what)?,
-                    None => self.commit_before(slot, plan.tx_effect, sql).await?,
+                match (unseen, plan.tx_effect) {
+                    (Some(what), _) => self.check_unseen_commits(slot, what)?,
+                    (None, TxEffect::ClientXa) => self.check_unseen_commits(
+                        slot,
+                        "an XA statement of the client's (its transaction stays on one backend)",
+                    )?,
+                    (None, effect) => self.commit_before(slot, effect, sql).await?,
                 }
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),

@@ -23,6 +23,26 @@ pub(super) struct Savepoint {
 }
 
 impl Session {
+    /// Rolls back the XA branch on `slot` alone; the transaction's next
+    /// statement there opens it again.
+    async fn roll_back_branch(&mut self, slot: usize) -> Result<(), ProxyError> {
+        let Some(running) = self.running.as_ref() else {
+            return Ok(());
+        };
+        let xid = running.xid(self.shared.pools[slot].id());
+        let [end, rollback] = [
+            format!("XA END {}", xid.sql()),
+            hscale_transaction::statements::rollback(&xid, true).remove(0),
+        ];
+        // XA END fails where the branch ended already; the rollback counts.
+        let _ = self.run_quietly(slot, &command(COM_QUERY, &end)).await;
+        self.run_quietly(slot, &command(COM_QUERY, &rollback))
+            .await?;
+        self.slots[slot].binding.xa = false;
+        self.slots[slot].binding.wrote = false;
+        Ok(())
+    }
+
     pub(super) async fn savepoint(
         &mut self,
         op: SavepointOp,
@@ -75,13 +95,14 @@ impl Session {
         }
         let (last, _) = steps.pop().expect("one step at least");
         let rollback = command(COM_QUERY, "ROLLBACK");
-        let quiet: Vec<(usize, &[u8])> = steps
-            .into_iter()
-            .map(|(slot, whole)| match whole {
-                true => (slot, &rollback[..]),
-                false => (slot, &payload[..]),
-            })
-            .collect();
+        let mut quiet: Vec<(usize, &[u8])> = Vec::with_capacity(steps.len());
+        for (slot, whole) in steps {
+            match whole {
+                true if self.slots[slot].binding.xa => self.roll_back_branch(slot).await?,
+                true => quiet.push((slot, &rollback[..])),
+                false => quiet.push((slot, &payload[..])),
+            }
+        }
         let completion = self.each_then_answer(&quiet, last, &payload, needs).await?;
         if completion.error {
             return Ok(());

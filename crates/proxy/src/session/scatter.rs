@@ -23,7 +23,7 @@ use super::atomic::Parts;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
-use super::state::{breaks_connection, command, COM_QUERY};
+use super::state::{breaks_connection, command, COM_QUERY, UNKNOWN_SETTINGS};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::config::Transactions;
@@ -31,6 +31,18 @@ use crate::error::ProxyError;
 use crate::exec::{command_payload, end_completion, Command, StatementKey, FLUSH_AT};
 use crate::spool::Spool;
 use crate::xa::Running;
+use hscale_transaction::Branch;
+
+/// The needs of a statement that ends the transaction where it runs, or
+/// runs outside one: no XA branch opens for it.
+const ENDING: Needs = Needs {
+    last_insert_id: false,
+    previous_connection: false,
+    diagnostics: false,
+    reads_only: false,
+    logical_columns: false,
+    ends_transaction: true,
+};
 
 /// How long a scan runs before hscale watches its client's socket for a
 /// disconnect: most scans end sooner, and the watch costs a handful of system
@@ -707,19 +719,23 @@ impl Session {
         let shared = self.shared.clone();
         let spans_backends = slots.iter().any(|&slot| slot != slots[0]);
         let running = (implicit && spans_backends && shared.transactions == Transactions::Atomic)
-            .then(|| shared.xa.begin(&shared.dictionary.instance));
+            .then(|| crate::xa::begin(&shared));
         self.gather_from_here();
         let mut leases: Parts = BTreeMap::new();
         let outcome = self
             .run_each(slots, parts, needs, implicit, running.as_ref(), &mut leases)
             .await;
         let outcome = match (outcome, implicit, &running) {
-            (Ok(total), true, Some(running)) => self
-                .commit_atomic(&mut leases, running)
-                .await
-                .map(|_| total),
+            (Ok(total), true, Some(running)) => {
+                let branches = self.written_branches(&leases);
+                self.commit_branches(&mut leases, running, &branches)
+                    .await
+                    .map(|_| total)
+            }
             (Err(e), true, Some(running)) => {
-                self.roll_back_atomic(&mut leases, running).await;
+                let branches = self.written_branches(&leases);
+                self.roll_back_branches(&mut leases, running, &branches)
+                    .await;
                 Err(e)
             }
             (Ok(total), true, None) => self.finish_each(&mut leases, "COMMIT").await.map(|_| total),
@@ -757,6 +773,18 @@ impl Session {
         outcome
     }
 
+    /// The branches of an autocommitted write: each backend wrote, in XA.
+    fn written_branches(&self, parts: &Parts) -> Vec<Branch> {
+        parts
+            .keys()
+            .map(|&slot| Branch {
+                backend: self.shared.pools[slot].id(),
+                xa: true,
+                wrote: true,
+            })
+            .collect()
+    }
+
     /// One OK for statements that ran on several connections.
     pub(super) async fn send_total(&mut self, total: OkInfo) -> Result<(), ProxyError> {
         let mut ok = Vec::with_capacity(16);
@@ -775,7 +803,7 @@ impl Session {
         parts: &[Part<'_>],
         needs: Needs,
         implicit: bool,
-        running: Option<&Running<'_>>,
+        running: Option<&Running>,
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         let mut total = OkInfo::default();
@@ -783,10 +811,7 @@ impl Session {
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
                 let begun = match (implicit, running) {
-                    (true, Some(running)) => {
-                        self.start_branch(&mut lease, slot, running);
-                        Ok(Completion::default())
-                    }
+                    (true, Some(running)) => self.start_branch(&mut lease, slot, running).await,
                     (true, None) => run_query(&mut lease, "BEGIN").await,
                     (false, _) => Ok(Completion::default()),
                 };
@@ -838,33 +863,73 @@ impl Session {
 }
 
 impl Session {
-    /// One command on one slot whose answer the client does not see.
+    /// One command of hscale's own on one slot (COMMIT, SET autocommit,
+    /// LOCK TABLES, XA statements), whose answer the client does not see:
+    /// no transaction opens for it.
     pub(super) async fn run_quietly(
         &mut self,
         slot: usize,
         payload: &[u8],
     ) -> Result<Completion, ProxyError> {
-        self.run_on(slot, payload, false).await
+        self.run_on(slot, payload, false, ENDING, false).await
     }
 
-    /// One part of a statement that runs on several connections, whose
-    /// messages join the statement's.
+    /// A SET of the client's run quietly on one slot ahead of where the
+    /// session records it: the connection's settings are not the session's
+    /// as recorded before or after it, so they are replayed whole before
+    /// its next statement, and it is reset before another client's.
+    pub(super) async fn run_setting_quietly(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+    ) -> Result<Completion, ProxyError> {
+        self.run_on(slot, payload, false, ENDING, true).await
+    }
+
+    /// One part of a statement of the client's, run quietly on one slot
+    /// with the `needs` of the statement (a savepoint on each backend).
+    pub(super) async fn run_quietly_with(
+        &mut self,
+        slot: usize,
+        payload: &[u8],
+        needs: Needs,
+    ) -> Result<Completion, ProxyError> {
+        let needs = Needs {
+            ends_transaction: needs.ends_transaction,
+            ..Needs::default()
+        };
+        self.run_on(slot, payload, false, needs, false).await
+    }
+
+    /// One part of a schema statement that runs on several connections,
+    /// whose messages join the statement's.
     pub(super) async fn run_part(
         &mut self,
         slot: usize,
         payload: &[u8],
     ) -> Result<Completion, ProxyError> {
-        self.run_on(slot, payload, true).await
+        self.run_on(slot, payload, true, ENDING, false).await
     }
 
+    /// `unsettles`: the command changes session variables the session
+    /// records elsewhere (`run_setting_quietly`).
     async fn run_on(
         &mut self,
         slot: usize,
         payload: &[u8],
         gather: bool,
+        needs: Needs,
+        unsettles: bool,
     ) -> Result<Completion, ProxyError> {
-        let mut lease = self.checkout(slot, Needs::default()).await?;
+        let needs = Needs {
+            reads_only: false,
+            ..needs
+        };
+        let mut lease = self.checkout(slot, needs).await?;
         let answer = run(&mut lease, Command::Raw(payload)).await;
+        if unsettles {
+            lease.conn.settings = UNKNOWN_SETTINGS;
+        }
         if gather && left_messages(&answer) {
             if let Err(source) = self.gather_messages(&mut lease.conn).await {
                 let backend = lease.conn.backend;

@@ -4,11 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hscale_planner::{client_charset_after, Kind, SessionChange, Summary};
+use hscale_planner::{client_charset_after, Autocommit, Kind, SessionChange, Summary, TxEffect};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
-use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
+use super::state::{breaks_connection, command, zero_row_count, COM_QUERY, UNKNOWN_SETTINGS};
 use super::{may_change_session_variables, no_backslash_escapes, Session};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
@@ -27,6 +27,10 @@ pub(super) struct Binding {
     /// The server's last word was that a transaction is open here
     /// (SERVER_STATUS_IN_TRANS), or hscale opened one.
     pub open: bool,
+    /// hscale began an XA branch here (XA START) and has not ended it: it
+    /// ends with XA statements, whatever the status says (a deadlock leaves
+    /// it rollback-only, out of the transaction).
+    pub xa: bool,
     /// An error came while `open`: it may have ended the transaction, which
     /// an error packet does not say (`Session::settle_transaction`).
     pub unsure: bool,
@@ -48,12 +52,12 @@ impl Binding {
     /// Holds for more than the last statement's warnings, which the next
     /// statement replaces anyway.
     pub fn pins(&self) -> bool {
-        self.sticky.is_some() || self.transaction || !self.open_statements.is_empty()
+        self.sticky.is_some() || self.transaction || self.xa || !self.open_statements.is_empty()
     }
 
     /// Whether the connection may serve another client once this one leaves.
     fn reusable(&self) -> bool {
-        self.sticky.is_none() && !self.transaction && self.open_statements.is_empty()
+        self.sticky.is_none() && !self.transaction && !self.xa && self.open_statements.is_empty()
     }
 }
 
@@ -179,6 +183,9 @@ pub(super) struct Needs {
     /// answer's columns are given the partitioned table's name
     /// (`ColumnNames`).
     pub logical_columns: bool,
+    /// The statement ends the transaction where it runs (DDL, SET
+    /// autocommit = 1): no transaction is opened for it.
+    pub ends_transaction: bool,
 }
 
 impl Needs {
@@ -189,6 +196,20 @@ impl Needs {
             diagnostics: summary.reads_diagnostics,
             reads_only: summary.kind == Kind::Select,
             logical_columns: false,
+            ends_transaction: false,
+        }
+    }
+
+    /// With what the statement does to the transaction in progress.
+    pub fn with_effect(self, effect: TxEffect) -> Needs {
+        let ends_transaction = match effect {
+            TxEffect::CommitsFirst | TxEffect::ClientXa => true,
+            TxEffect::SetsAutocommit { to, .. } => to == Autocommit::On,
+            TxEffect::None | TxEffect::Hides(_) => false,
+        };
+        Needs {
+            ends_transaction,
+            ..self
         }
     }
 
@@ -291,7 +312,13 @@ impl Session {
         // MySQL keeps warnings until a statement that uses a table: a connection
         // that had any must not show them to the next client.
         let diagnostics_left = self.slots[slot].binding.diagnostics || leaves_messages(completion);
+        // Only a connection that took the session's latest settings tells
+        // the session's autocommit (one that ended a branch may not have).
+        let autocommit = self.autocommit;
         self.after(slot, completion);
+        if lease.conn.settings != self.state.fingerprint() {
+            self.autocommit = autocommit;
+        }
         if diagnostics_left && !self.slots[slot].binding.holds() {
             lease.conn.settings = UNKNOWN_SETTINGS;
         }
@@ -364,6 +391,13 @@ impl Session {
         }
     }
 
+    /// Whether the transactions this session opens are XA branches:
+    /// `transactions = "atomic"` with several backends, and a transaction
+    /// hscale answered the BEGIN of (or autocommit off).
+    pub(super) fn opens_xa_branches(&self) -> bool {
+        self.shared.transactions == crate::config::Transactions::Atomic && self.slots.len() > 1
+    }
+
     pub(super) fn in_transaction(&self) -> bool {
         self.begun_here || self.slots.iter().any(|s| s.binding.transaction)
     }
@@ -392,6 +426,16 @@ impl Session {
                 ),
             }));
         }
+        let binding = &self.slots[slot].binding;
+        // An XA branch opens where a transaction hscale answered the BEGIN
+        // of reaches a backend, and with autocommit off where a backend has
+        // no transaction open yet.
+        let starts_branch = self.opens_xa_branches()
+            && !needs.ends_transaction
+            && !binding.xa
+            && !binding.open
+            && !binding.tables_locked
+            && ((joins_transaction && self.xa_begin) || !self.autocommit);
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn },
@@ -424,7 +468,25 @@ impl Session {
         };
         self.handle
             .set_running(lease.conn.backend, lease.conn.thread_id);
-        let begin = self.begin.clone().filter(|_| joins_transaction);
+        // A statement that ends the transaction opens none (in XA mode a
+        // plain one would be a branch that cannot be prepared).
+        let begin = self.begin.clone().filter(|_| {
+            joins_transaction && !starts_branch && !(self.xa_begin && needs.ends_transaction)
+        });
+        let xa_start = match starts_branch {
+            true => {
+                let shared = self.shared.clone();
+                let running = self
+                    .running
+                    .get_or_insert_with(|| crate::xa::begin(&shared));
+                let xid = running.xid(self.shared.pools[slot].id());
+                Some(command(
+                    COM_QUERY,
+                    &hscale_transaction::statements::start(&xid),
+                ))
+            }
+            false => None,
+        };
         let prepared = async {
             self.state
                 .apply(&mut lease.conn, needs.last_insert_id, held)
@@ -432,13 +494,15 @@ impl Session {
             if like_new {
                 zero_row_count(&mut lease.conn).await?;
             }
-            if let Some(begin) = begin {
+            if let Some(begin) = begin.as_deref().or(xa_start.as_deref()) {
                 match needs.reads_only {
-                    true => lease.conn.queue_command(&begin),
-                    false => super::state::run_command(&mut lease.conn, &begin).await?,
+                    true => lease.conn.queue_command(begin),
+                    false => super::state::run_command(&mut lease.conn, begin).await?,
                 }
-                self.slots[slot].binding.transaction = true;
-                self.slots[slot].binding.open = true;
+                let binding = &mut self.slots[slot].binding;
+                binding.transaction = true;
+                binding.open = true;
+                binding.xa = xa_start.is_some();
                 self.begun_here = false;
             }
             Ok(())

@@ -190,7 +190,7 @@ impl Session {
                 types: None,
                 binds: plan.binds,
                 change: plan.change,
-                needs: Needs::of(&plan.summary),
+                needs: Needs::of(&plan.summary).with_effect(plan.tx_effect),
                 kind: plan.summary.kind,
                 controls,
                 tx_effect: plan.tx_effect,

@@ -25,9 +25,33 @@ impl Session {
         payload: Bytes,
         needs: Needs,
     ) -> Result<(), ProxyError> {
+        // BEGIN, COMMIT and ROLLBACK end what is in progress: no XA branch
+        // opens for them.
+        let ending = Needs {
+            ends_transaction: true,
+            ..needs
+        };
         match control {
-            TxControl::Begin { deferred } => self.begin(deferred, payload, needs).await,
-            TxControl::End { plain, .. } => self.end_transaction(payload, plain, needs).await,
+            TxControl::Begin { deferred } => self.begin(deferred, payload, ending).await,
+            TxControl::End {
+                commit,
+                plain,
+                chain,
+                release,
+            } => {
+                // A chained transaction begins as a BEGIN hscale answered,
+                // so that its branches are XA branches too.
+                let xa =
+                    self.slots.iter().any(|s| s.binding.xa) || (chain && self.opens_xa_branches());
+                match xa {
+                    true => self.end_xa_transaction(commit, chain, release).await,
+                    // AND NO CHAIN, NO RELEASE: as plain.
+                    false => {
+                        let plain = plain || (!chain && !release);
+                        self.end_transaction(payload, plain, ending).await
+                    }
+                }
+            }
             TxControl::Savepoint { op, name } => self.savepoint(op, name, payload, needs).await,
             TxControl::UnreadSavepoint => self.unread_savepoint(payload, needs).await,
         }
@@ -45,6 +69,15 @@ impl Session {
         let main = self.shared.main;
         // The main backend's server releases its own.
         self.unlock_tables(Some(main)).await?;
+        if deferred && self.opens_xa_branches() {
+            // BEGIN commits what is in progress (XA branches only hscale
+            // can), and the new transaction's branches are XA branches,
+            // autocommit on or off.
+            if self.in_transaction() {
+                self.commit_open(None).await?;
+            }
+            return self.begin_here(payload).await;
+        }
         if deferred && !self.in_transaction() {
             return self.begin_here(payload).await;
         }
@@ -66,8 +99,11 @@ impl Session {
     pub(super) async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         self.begin = Some(payload);
         self.begun_here = true;
-        // Autocommit is on, or the session would be in a transaction already.
-        let status = self.status_flags() | StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+        self.xa_begin = self.opens_xa_branches();
+        let mut status = self.status_flags();
+        if self.autocommit {
+            status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+        }
         self.client
             .send_packet(1, &super::handshake::ok_packet(status))
             .await?;
@@ -75,13 +111,16 @@ impl Session {
     }
 
     /// `transactions = "single"`: the backends a transaction writes on,
-    /// with these, must be one.
+    /// with these, must be one. `"atomic"`: so must those whose part
+    /// cannot be prepared (a plain transaction: START TRANSACTION with
+    /// options, LOCK TABLES), if any.
     pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
         match self.shared.transactions {
             Transactions::Multi => return Ok(()),
             // A statement outside a transaction commits in two phases.
             Transactions::Atomic if !self.in_transaction() => return Ok(()),
-            Transactions::Atomic | Transactions::Single => {}
+            Transactions::Atomic => return self.check_preparable_writers(slots),
+            Transactions::Single => {}
         }
         let mut writers: Vec<usize> = self
             .slots
@@ -102,6 +141,127 @@ impl Session {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// `transactions = "atomic"`: a transaction whose writes span backends
+    /// commits in two phases, which a plain transaction cannot take part in.
+    fn check_preparable_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
+        let mut writers: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].binding.wrote && self.slots[i].binding.transaction)
+            .collect();
+        for slot in slots {
+            if !writers.contains(slot) {
+                writers.push(*slot);
+            }
+        }
+        let preparable = |slot: usize| {
+            let binding = &self.slots[slot].binding;
+            binding.xa
+                || (!binding.open
+                    && !binding.tables_locked
+                    && (self.xa_begin || !self.autocommit)
+                    && self.opens_xa_branches())
+        };
+        match writers.iter().find(|&&slot| !preparable(slot)) {
+            Some(&plain) if writers.len() > 1 => {
+                tracing::debug!(
+                    connection_id = self.connection_id,
+                    xa_begin = self.xa_begin,
+                    autocommit = self.autocommit,
+                    bindings = ?self.slots.iter().map(|s| (s.binding.xa, s.binding.open, s.binding.transaction, s.binding.wrote)).collect::<Vec<_>>(),
+                    "refused: a writer that cannot be prepared"
+                );
+                let other = *writers.iter().find(|&&w| w != plain).expect("two writers");
+                Err(ProxyError::Unroutable(Refusal {
+                    table: None,
+                    reason: format!(
+                        "a transaction that writes on backends {} and {}, where the one on backend {} cannot be prepared (it began with START TRANSACTION and options, or under LOCK TABLES): it writes on one backend",
+                        self.shared.pools[plain].id(),
+                        self.shared.pools[other].id(),
+                        self.shared.pools[plain].id(),
+                    ),
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// COMMIT / ROLLBACK of a transaction with XA branches: every backend
+    /// it reached ends it (in two phases where several wrote), then hscale
+    /// answers. AND CHAIN begins the next one as a BEGIN hscale answered;
+    /// RELEASE ends the client's connection after the answer.
+    async fn end_xa_transaction(
+        &mut self,
+        commit: bool,
+        chain: bool,
+        release: bool,
+    ) -> Result<(), ProxyError> {
+        self.end_branches(commit).await?;
+        if chain && self.autocommit {
+            self.begin = Some(command(COM_QUERY, "START TRANSACTION").into());
+            self.begun_here = true;
+            self.xa_begin = true;
+        }
+        self.send_ok().await?;
+        match release {
+            true => Err(ProxyError::Client(hscale_wire::WireError::Closed)),
+            false => Ok(()),
+        }
+    }
+
+    /// Ends the transaction on every backend it reached, some of them XA
+    /// branches: committed by the protocol (`commit_branches`), or rolled
+    /// back. Each connection then goes back to its slot with the status
+    /// its last statement gave.
+    pub(super) async fn end_branches(&mut self, commit: bool) -> Result<(), ProxyError> {
+        let mut parts = super::atomic::Parts::new();
+        let mut branches = Vec::new();
+        for slot in 0..self.slots.len() {
+            let binding = &self.slots[slot].binding;
+            if !binding.xa && !binding.open {
+                continue;
+            }
+            let branch = hscale_transaction::Branch {
+                backend: self.shared.pools[slot].id(),
+                xa: binding.xa,
+                wrote: binding.wrote,
+            };
+            // Gone with its connection, which ended it.
+            let Some(conn) = self.slots[slot].held.take() else {
+                continue;
+            };
+            branches.push(branch);
+            let lease = crate::backend::Lease { conn };
+            parts.insert(slot, (lease, hscale_wire::scan::Completion::default()));
+        }
+        let running = self
+            .running
+            .take()
+            .unwrap_or_else(|| crate::xa::begin(&self.shared));
+        // A connection that ends its branch here may not have taken the
+        // session's latest SET autocommit yet: its status does not change
+        // the session's setting.
+        let autocommit = self.autocommit;
+        let outcome = match commit {
+            true => self.commit_branches(&mut parts, &running, &branches).await,
+            false => {
+                self.roll_back_branches(&mut parts, &running, &branches)
+                    .await;
+                Ok(())
+            }
+        };
+        for (slot, (lease, last)) in parts {
+            let binding = &mut self.slots[slot].binding;
+            binding.xa = false;
+            binding.wrote = false;
+            self.finish_command(slot, lease, &last);
+        }
+        self.autocommit = autocommit;
+        // Ended everywhere, also where a connection went.
+        self.transaction_lost = false;
+        self.savepoints.clear();
+        self.xa_begin = false;
+        outcome
     }
 
     /// COMMIT / ROLLBACK go to every backend the transaction reached; the
@@ -161,6 +321,41 @@ impl Session {
         effect: TxEffect,
         sql: &[u8],
     ) -> Result<(), ProxyError> {
+        let ends = match effect {
+            TxEffect::CommitsFirst => true,
+            TxEffect::SetsAutocommit { to, .. } => to == Autocommit::On && !self.autocommit,
+            TxEffect::None | TxEffect::Hides(_) | TxEffect::ClientXa => false,
+        };
+        if ends && self.xa_begin && self.begun_here {
+            // A BEGIN hscale answered, which reached no backend yet: the
+            // statement ends it before it began anywhere.
+            self.begun_here = false;
+            self.xa_begin = false;
+        }
+        if self.slots.iter().any(|s| s.binding.xa) {
+            return match effect {
+                // The server cannot end an XA branch by itself (1399): hscale
+                // commits every branch first.
+                TxEffect::CommitsFirst => self.end_branches(true).await,
+                TxEffect::SetsAutocommit {
+                    to: Autocommit::On,
+                    user_variable: false,
+                } if !self.autocommit => {
+                    self.end_branches(true).await?;
+                    // The other backends take the setting now, as before.
+                    self.turn_autocommit_on_everywhere(slot, sql, Autocommit::On, false)
+                        .await
+                }
+                TxEffect::SetsAutocommit {
+                    to: Autocommit::On | Autocommit::Unread,
+                    ..
+                } if !self.autocommit => Err(ProxyError::Unroutable(Refusal {
+                    table: None,
+                    reason: "a SET of autocommit to a value hscale cannot read, or beside a user variable, in a transaction over XA branches: COMMIT first, or SET autocommit = 1 alone".into(),
+                })),
+                _ => Ok(()),
+            };
+        }
         let others_open = (self.slots.iter().enumerate())
             .any(|(other, s)| other != slot && s.binding.transaction);
         if !others_open {
@@ -217,7 +412,7 @@ impl Session {
                 set.extend_from_slice(sql);
                 for other in self.transaction_slots() {
                     if other != slot {
-                        self.run_quietly(other, &set).await?;
+                        self.run_setting_quietly(other, &set).await?;
                     }
                 }
                 Ok(())
@@ -267,8 +462,12 @@ impl Session {
         Ok(())
     }
 
-    /// Commits the transaction on every backend it reached but `except`'s.
+    /// Commits the transaction on every backend it reached but `except`'s
+    /// (whose server commits it), or on every one where it has XA branches.
     pub(super) async fn commit_open(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
+        if self.slots.iter().any(|s| s.binding.xa) {
+            return self.end_branches(true).await;
+        }
         let commit = command(COM_QUERY, "COMMIT");
         for slot in self.transaction_slots() {
             if Some(slot) != except {
@@ -297,7 +496,7 @@ impl Session {
         needs: Needs,
     ) -> Result<hscale_wire::scan::Completion, ProxyError> {
         for &(slot, command) in quiet {
-            self.run_quietly(slot, command).await?;
+            self.run_quietly_with(slot, command, needs).await?;
         }
         self.execute(
             last,
@@ -333,6 +532,14 @@ impl Session {
             ended |= !self.slots[slot].binding.open;
         }
         if !ended {
+            return;
+        }
+        if self.slots.iter().any(|s| s.binding.xa) {
+            let _ = self.end_branches(false).await;
+            self.begun_here = false;
+            if !self.in_transaction() {
+                self.begin = None;
+            }
             return;
         }
         let rollback = command(COM_QUERY, "ROLLBACK");
