@@ -808,20 +808,37 @@ impl Session {
     ) -> Result<OkInfo, ProxyError> {
         let mut total = OkInfo::default();
         for (&slot, &part) in slots.iter().zip(parts) {
+            // A text statement takes its branch's XA START in the same query
+            // (the server runs nothing after a statement that fails); others
+            // take it in a round trip of their own.
+            let mut branch_first = None;
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
-                let begun = match (implicit, running) {
-                    (true, Some(running)) => self.start_branch(&mut lease, slot, running).await,
-                    (true, None) => run_query(&mut lease, "BEGIN").await,
-                    (false, _) => Ok(Completion::default()),
+                let begun = match (implicit, running, part) {
+                    (true, Some(running), Part::Command(Command::Raw([COM_QUERY, ..]))) => {
+                        branch_first = Some(running.xid(self.shared.pools[slot].id()));
+                        Ok(Completion::default())
+                    }
+                    (true, Some(running), _) => self.start_branch(&mut lease, slot, running).await,
+                    (true, None, _) => run_query(&mut lease, "BEGIN").await,
+                    (false, _, _) => Ok(Completion::default()),
                 };
                 vacant.insert((lease, Completion::default()));
                 begun?;
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
-            let answer = match part {
-                Part::Command(command) => run(lease, command).await,
-                Part::Load { sql, lines } => refused(
+            let answer = match (part, branch_first) {
+                (Part::Command(Command::Raw([COM_QUERY, sql @ ..])), Some(xid)) => {
+                    let start = hscale_transaction::statements::start(&xid);
+                    let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
+                    both.push(COM_QUERY);
+                    both.extend_from_slice(start.as_bytes());
+                    both.extend_from_slice(b";\n");
+                    both.extend_from_slice(sql);
+                    run(lease, Command::Raw(&both)).await
+                }
+                (Part::Command(command), _) => run(lease, command).await,
+                (Part::Load { sql, lines }, _) => refused(
                     lease
                         .conn
                         .run_with_file(sql, Expect::ResultSets, Some(lines))
