@@ -226,6 +226,9 @@ fn a_transaction_over_two_backends_commits_in_two_phases() {
     c.query_drop("UPDATE orders SET total = total + 1 WHERE id IN (8, 9)")
         .unwrap();
     c.query_drop("COMMIT").unwrap();
+    // No transaction begun yet: the next one's characteristics may be set.
+    c.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .unwrap();
     c.query_drop("UPDATE orders SET total = 0").unwrap();
     c.query_drop("ROLLBACK").unwrap();
     c.query_drop("SET autocommit = 1").unwrap();

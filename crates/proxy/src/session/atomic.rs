@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use hscale_transaction::{commit_steps, rollback_steps, statements, Branch, Decision, Step};
+use hscale_transaction::{commit_steps, rollback_steps, Branch, Decision, Step};
 use hscale_wire::scan::Completion;
 
 use super::state::{command, COM_QUERY};
@@ -27,19 +27,6 @@ use crate::xa::{self, Recorded, Running};
 pub(super) type Parts = BTreeMap<usize, (Lease, Completion)>;
 
 impl Session {
-    /// Opens the branch on `slot`'s connection before a write: in a round
-    /// trip of its own, since a write sent behind an XA START that failed
-    /// would run, and commit, outside the branch.
-    pub(super) async fn start_branch(
-        &self,
-        lease: &mut Lease,
-        slot: usize,
-        running: &Running,
-    ) -> Result<Completion, ProxyError> {
-        let xid = running.xid(self.shared.pools[slot].id());
-        run_statement(lease, &statements::start(&xid)).await
-    }
-
     /// Commits the transaction `running` on `parts`, whose branches are
     /// `branches` (in the order of `parts`). An error before the decision
     /// rolls every branch back and is the answer; after it, a branch that
@@ -223,7 +210,7 @@ impl Session {
 }
 
 /// Runs futures at once, each to its end; their outputs in their order.
-async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
     let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

@@ -42,6 +42,7 @@ const ENDING: Needs = Needs {
     reads_only: false,
     logical_columns: false,
     ends_transaction: true,
+    may_begin: false,
 };
 
 /// How long a scan runs before hscale watches its client's socket for a
@@ -806,39 +807,37 @@ impl Session {
         running: Option<&Running>,
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
+        let distinct = slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| !slots[..i].contains(s));
+        if let (true, Some(running), true) = (implicit, running, distinct) {
+            return self
+                .run_branches_at_once(slots, parts, needs, running, leases)
+                .await;
+        }
         let mut total = OkInfo::default();
         for (&slot, &part) in slots.iter().zip(parts) {
-            // A text statement takes its branch's XA START in the same query
-            // (the server runs nothing after a statement that fails); others
-            // take it in a round trip of their own.
+            // The first part on a backend opens its branch.
             let mut branch_first = None;
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
-                let begun = match (implicit, running, part) {
-                    (true, Some(running), Part::Command(Command::Raw([COM_QUERY, ..]))) => {
+                let begun = match (implicit, running) {
+                    (true, Some(running)) => {
                         branch_first = Some(running.xid(self.shared.pools[slot].id()));
                         Ok(Completion::default())
                     }
-                    (true, Some(running), _) => self.start_branch(&mut lease, slot, running).await,
-                    (true, None, _) => run_query(&mut lease, "BEGIN").await,
-                    (false, _, _) => Ok(Completion::default()),
+                    (true, None) => run_query(&mut lease, "BEGIN").await,
+                    (false, _) => Ok(Completion::default()),
                 };
                 vacant.insert((lease, Completion::default()));
                 begun?;
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
             let answer = match (part, branch_first) {
-                (Part::Command(Command::Raw([COM_QUERY, sql @ ..])), Some(xid)) => {
-                    let start = hscale_transaction::statements::start(&xid);
-                    let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
-                    both.push(COM_QUERY);
-                    both.extend_from_slice(start.as_bytes());
-                    both.extend_from_slice(b";\n");
-                    both.extend_from_slice(sql);
-                    run(lease, Command::Raw(&both)).await
-                }
-                (Part::Command(command), _) => run(lease, command).await,
-                (Part::Load { sql, lines }, _) => refused(
+                (part, Some(xid)) => run_in_branch(lease, part, &xid).await,
+                (Part::Command(command), None) => run(lease, command).await,
+                (Part::Load { sql, lines }, None) => refused(
                     lease
                         .conn
                         .run_with_file(sql, Expect::ResultSets, Some(lines))
@@ -862,6 +861,59 @@ impl Session {
             *last = completion;
         }
         Ok(total)
+    }
+
+    /// The parts of a write over several backends, one per backend, each in
+    /// its XA branch: the backends at once. Their messages are read after
+    /// all ended, from connections that ran nothing since.
+    async fn run_branches_at_once(
+        &mut self,
+        slots: &[usize],
+        parts: &[Part<'_>],
+        needs: Needs,
+        running: &Running,
+        leases: &mut Parts,
+    ) -> Result<OkInfo, ProxyError> {
+        for &slot in slots {
+            let lease = self.checkout(slot, needs).await?;
+            leases.insert(slot, (lease, Completion::default()));
+        }
+        let shared = self.shared.clone();
+        let answers = super::atomic::all_at_once(leases.iter_mut().map(|(&slot, (lease, _))| {
+            let part = parts[slots
+                .iter()
+                .position(|&s| s == slot)
+                .expect("a part's slot")];
+            let xid = running.xid(shared.pools[slot].id());
+            async move { (slot, run_in_branch(lease, part, &xid).await) }
+        }))
+        .await;
+        let mut total = OkInfo::default();
+        let mut first_error = None;
+        for (slot, answer) in answers {
+            let (lease, last) = leases.get_mut(&slot).expect("checked out above");
+            if left_messages(&answer) {
+                let backend = lease.conn.backend;
+                if let Err(source) = self.gather_messages(&mut lease.conn).await {
+                    first_error
+                        .get_or_insert(ProxyError::Backend(BackendError::Lost { backend, source }));
+                }
+            }
+            match answer {
+                Ok(completion) => {
+                    total.affected_rows += completion.affected_rows;
+                    total.warnings = total.warnings.saturating_add(completion.warnings);
+                    if total.last_insert_id == 0 {
+                        total.last_insert_id = completion.last_insert_id;
+                    }
+                    *last = completion;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(total), Err)
     }
 
     /// COMMIT or ROLLBACK on every connection of an implicit transaction.
@@ -1153,6 +1205,40 @@ pub(super) enum Part<'a> {
         sql: &'a [u8],
         lines: &'a Spool,
     },
+}
+
+/// One part of a write over several backends in its XA branch: a text
+/// statement with the branch's XA START in the same query (the server runs
+/// nothing after a statement that fails), any other after it.
+async fn run_in_branch(
+    lease: &mut Lease,
+    part: Part<'_>,
+    xid: &hscale_transaction::Xid,
+) -> Result<Completion, ProxyError> {
+    let start = hscale_transaction::statements::start(xid);
+    match part {
+        Part::Command(Command::Raw([COM_QUERY, sql @ ..])) => {
+            let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
+            both.push(COM_QUERY);
+            both.extend_from_slice(start.as_bytes());
+            both.extend_from_slice(b";\n");
+            both.extend_from_slice(sql);
+            run(lease, Command::Raw(&both)).await
+        }
+        Part::Command(command) => {
+            run_query(lease, &start).await?;
+            run(lease, command).await
+        }
+        Part::Load { sql, lines } => {
+            run_query(lease, &start).await?;
+            refused(
+                lease
+                    .conn
+                    .run_with_file(sql, Expect::ResultSets, Some(lines))
+                    .await,
+            )
+        }
+    }
 }
 
 async fn run(lease: &mut Lease, command: Command<'_>) -> Result<Completion, ProxyError> {

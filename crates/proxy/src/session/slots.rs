@@ -186,6 +186,10 @@ pub(super) struct Needs {
     /// The statement ends the transaction where it runs (DDL, SET
     /// autocommit = 1): no transaction is opened for it.
     pub ends_transaction: bool,
+    /// With autocommit off, MariaDB may begin a transaction with it: SET
+    /// and USE begin none (a `SET TRANSACTION` for the next transaction
+    /// must find none begun).
+    pub may_begin: bool,
 }
 
 impl Needs {
@@ -197,6 +201,10 @@ impl Needs {
             reads_only: summary.kind == Kind::Select,
             logical_columns: false,
             ends_transaction: false,
+            may_begin: !matches!(
+                summary.kind,
+                Kind::Set | Kind::Use | Kind::Kill | Kind::Admin | Kind::Empty
+            ),
         }
     }
 
@@ -435,7 +443,7 @@ impl Session {
             && !binding.xa
             && !binding.open
             && !binding.tables_locked
-            && ((joins_transaction && self.xa_begin) || !self.autocommit);
+            && ((joins_transaction && self.xa_begin) || (!self.autocommit && needs.may_begin));
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn },
