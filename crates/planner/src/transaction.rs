@@ -165,9 +165,6 @@ pub(crate) fn tx_control(sql: &[u8], summary: &Summary, quoting: Quoting) -> Opt
 /// What a statement that is not transaction control does to the
 /// transaction in progress.
 pub(crate) fn tx_effect(sql: &[u8], summary: &Summary, quoting: Quoting) -> TxEffect {
-    if summary.multi_statement {
-        return TxEffect::Hides("several statements in one query");
-    }
     let first_two = || {
         let words = Tokens::new(sql, quoting)
             .filter(|token| token.kind == TokenKind::Word)
@@ -176,6 +173,20 @@ pub(crate) fn tx_effect(sql: &[u8], summary: &Summary, quoting: Quoting) -> TxEf
         let mut words = words;
         (words.next().unwrap_or_default(), words.next())
     };
+    let commits_first = || match summary.kind {
+        Kind::Begin | Kind::Lock | Kind::DropDatabase => true,
+        Kind::Other => commits_implicitly(first_two()),
+        _ => false,
+    };
+    if summary.multi_statement {
+        // What follows the first statement hscale does not see; a first
+        // one that commits (a CREATE PROCEDURE's body reads as several
+        // statements) commits before all of it.
+        return match commits_first() {
+            true => TxEffect::CommitsFirst,
+            false => TxEffect::Hides("several statements in one query"),
+        };
+    }
     match summary.kind {
         Kind::Begin | Kind::Lock | Kind::DropDatabase => TxEffect::CommitsFirst,
         Kind::Call => TxEffect::Hides("CALL"),
@@ -394,6 +405,10 @@ mod tests {
         assert_eq!(
             effect("SELECT 1; SELECT 2"),
             TxEffect::Hides("several statements in one query")
+        );
+        assert_eq!(
+            effect("CREATE PROCEDURE p() BEGIN SELECT 1; SELECT 2; END"),
+            TxEffect::CommitsFirst
         );
         assert_eq!(
             effect("SET autocommit = 1, @a = 2"),

@@ -457,6 +457,48 @@ fn the_clients_own_xa_transaction_stays_on_one_backend() {
     assert_eq!(ids(2, &db, "orders_odd"), [21]);
 }
 
+/// What hscale cannot see into (a procedure's body, several statements in
+/// one query) may commit by itself, which MariaDB refuses inside an XA
+/// branch: it runs in a plain transaction, as MariaDB would run it, with
+/// autocommit off and inside BEGIN.
+#[test]
+fn statements_hscale_cannot_see_into_run_outside_xa_branches() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (_proxy, db, mut c) = setup("atomic_unseen");
+    c.query_drop("SET autocommit = 0").unwrap();
+    c.query_drop("DROP PROCEDURE IF EXISTS twice").unwrap();
+    // An XA branch open, written: the CREATE commits it first, as MariaDB
+    // commits a transaction before DDL.
+    c.query_drop("INSERT INTO orders VALUES (6, 0, 0)").unwrap();
+    c.query_drop("CREATE PROCEDURE twice(arg INT)\nBEGIN\n  SELECT arg * 2;\nEND")
+        .unwrap();
+    assert_eq!(ids(1, &db, "orders_even"), [6], "committed by the CREATE");
+    let twice: Option<i64> = c.query_first("CALL twice(21)").unwrap();
+    assert_eq!(twice, Some(42));
+    c.query_drop("COMMIT").unwrap();
+    c.query_drop("SET autocommit = 1").unwrap();
+    // Several statements in one query, on a table that is not partitioned.
+    c.query_drop("CREATE TABLE notes (id INT PRIMARY KEY)")
+        .unwrap();
+    for end in ["ROLLBACK", "COMMIT"] {
+        c.query_drop("BEGIN").unwrap();
+        c.query_drop("INSERT INTO notes VALUES (2); INSERT INTO notes VALUES (4)")
+            .unwrap();
+        c.query_drop("INSERT INTO orders VALUES (2, 0, 0)").unwrap();
+        // That transaction cannot be prepared: its writes stay on one backend.
+        let refused = c.query_drop("INSERT INTO orders VALUES (1, 0, 0)");
+        assert!(
+            matches!(&refused, Err(mysql::Error::MySqlError(e)) if e.code == 1235),
+            "{refused:?}"
+        );
+        c.query_drop(end).unwrap();
+    }
+    assert_eq!(ids(1, &db, "notes"), [2, 4], "committed once");
+    assert_eq!(ids(1, &db, "orders_even"), [2, 6]);
+    assert!(ids(2, &db, "orders_odd").is_empty());
+    c.query_drop("DROP PROCEDURE twice").unwrap();
+}
+
 /// hscale killed (SIGKILL) at each step of a write over two backends, one
 /// statement or a transaction's COMMIT (before the decision, after it,
 /// between two XA COMMITs) and a backend

@@ -43,6 +43,7 @@ const ENDING: Needs = Needs {
     logical_columns: false,
     ends_transaction: true,
     may_begin: false,
+    plain_branch: false,
 };
 
 /// How long a scan runs before hscale watches its client's socket for a

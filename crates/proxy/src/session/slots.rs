@@ -190,6 +190,10 @@ pub(super) struct Needs {
     /// and USE begin none (a `SET TRANSACTION` for the next transaction
     /// must find none begun).
     pub may_begin: bool,
+    /// It may commit where hscale cannot see (several statements, CALL,
+    /// EXECUTE): a transaction it opens is a plain one, which MariaDB may
+    /// end inside it (an XA branch would refuse that with 1399).
+    pub plain_branch: bool,
 }
 
 impl Needs {
@@ -205,6 +209,7 @@ impl Needs {
                 summary.kind,
                 Kind::Set | Kind::Use | Kind::Kill | Kind::Admin | Kind::Empty
             ),
+            plain_branch: false,
         }
     }
 
@@ -217,6 +222,7 @@ impl Needs {
         };
         Needs {
             ends_transaction,
+            plain_branch: matches!(effect, TxEffect::Hides(_)),
             ..self
         }
     }
@@ -443,7 +449,8 @@ impl Session {
             && !binding.xa
             && !binding.open
             && !binding.tables_locked
-            && ((joins_transaction && self.xa_begin) || (!self.autocommit && needs.may_begin));
+            && ((joins_transaction && self.xa_begin) || (!self.autocommit && needs.may_begin))
+            && !needs.plain_branch;
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn },
