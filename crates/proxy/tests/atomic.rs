@@ -317,6 +317,7 @@ fn recovery_resolves_branches_a_dead_instance_left_prepared() {
 struct Serve {
     child: std::process::Child,
     port: u16,
+    config: std::path::PathBuf,
 }
 
 impl Serve {
@@ -333,7 +334,11 @@ impl Serve {
             .env("HSCALE_FAILPOINT", failpoint)
             .spawn()
             .unwrap();
-        Serve { child, port }
+        Serve {
+            child,
+            port,
+            config,
+        }
     }
 
     fn connect(&self, db: &str) -> Conn {
@@ -363,6 +368,9 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(folder) = self.config.parent() {
+            let _ = std::fs::remove_dir_all(folder);
+        }
     }
 }
 
@@ -635,7 +643,7 @@ fn a_backend_killed_after_prepare_commits_its_branch_when_it_is_back() {
     );
     // A dictionary of its own: other tests' instances know no backend 3.
     let serve = Serve::start_with(
-        "atomic_backend_killed",
+        "atomic_backend_killed_serve",
         "xa_after_prepare:3000",
         &third,
         "hscale_xa_backend_killed",
