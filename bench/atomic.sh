@@ -69,10 +69,19 @@ qps() { # port query [statements per query]
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(proxy -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version); $QUERIES statements, concurrency $CONCURRENCY, median of $RUNS interleaved rounds"
+# Every XA statement but XA RECOVER (recovery's), on both backends.
+xa_statements() {
+  local sum=0 port
+  for port in "$DIRECT" "$DIRECT2"; do
+    sum=$((sum + $(mariadb -h127.0.0.1 -P"$port" -uroot -N -e "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME LIKE 'COM_XA_%' AND VARIABLE_NAME <> 'COM_XA_RECOVER'")))
+  done
+  echo "$sum"
+}
 for name in $([ -n "${SYSBENCH_ONLY:-}" ] || echo TEN ONE TX); do
   query=${!name}
   per=1
   [ "$name" = TX ] && per=3
+  xa_before=$(xa_statements)
   : >"$WORK/atomic" && : >"$WORK/multi"
   for _ in $(seq 1 "$RUNS"); do
     qps "$PORT" "$query" "$per" >>"$WORK/atomic"; echo >>"$WORK/atomic"
@@ -84,7 +93,7 @@ for name in $([ -n "${SYSBENCH_ONLY:-}" ] || echo TEN ONE TX); do
     ONE) what="1 row, one backend (statements/s)       " ;;
     TX) what="BEGIN, 1 row, COMMIT on one backend (tps)" ;;
   esac
-  echo "$what: atomic $a q/s, multi $m q/s, atomic/multi $(awk -v a="$a" -v m="$m" 'BEGIN {printf "%.2f", a / m}')"
+  echo "$what: atomic $a q/s, multi $m q/s, atomic/multi $(awk -v a="$a" -v m="$m" 'BEGIN {printf "%.2f", a / m}'), XA statements on the backends: $(($(xa_statements) - xa_before))"
 done
 xa() { mariadb -h127.0.0.1 -P"$1" -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_xa_prepare'" | awk '{print $2}'; }
 echo "XA PREPAREs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"

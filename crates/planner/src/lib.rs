@@ -24,6 +24,7 @@ mod shape;
 mod show;
 mod template;
 mod transaction;
+mod united;
 
 pub use auto::{Generate, Upsert};
 pub use cache::{columns_fingerprint, PlanCache};
@@ -50,3 +51,4 @@ pub use set::{
 pub use show::{Combine, Elsewhere, Listing, Maintained, NameColumn, Physical, QueryOrder};
 pub use template::{Execution, Routing, Run, Template};
 pub use transaction::{SavepointOp, TxControl, TxEffect};
+pub use united::United;

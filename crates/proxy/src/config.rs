@@ -102,17 +102,7 @@ impl DefaultAuth {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Transactions {
-    /// A write over several backends commits with two-phase commit (XA).
-    #[default]
-    Atomic,
-    /// A transaction's writes stay on one backend; a write on a second is refused.
-    Single,
-    /// Each backend commits in turn: not atomic.
-    Multi,
-}
+pub use hscale_transaction::Transactions;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -55,8 +55,9 @@ pub enum ProxyError {
     /// A statement hscale cannot run correctly on partitioned tables.
     #[error("{}", unroutable_message(.0))]
     Unroutable(Refusal),
-    #[error("hscale: a write on backend {second} in a transaction that wrote on backend {first}: with transactions = \"single\" a transaction writes on one backend")]
-    SecondWriter { first: u32, second: u32 },
+    /// A statement the transaction in progress cannot take.
+    #[error("{}", transaction_message(.0))]
+    Transaction(hscale_transaction::Refused),
     #[error("hscale: table {table} is held by {holder}; waited {waited_ms} ms")]
     LockWaitTimeout {
         table: TableName,
@@ -103,6 +104,13 @@ fn unroutable_message(refusal: &Refusal) -> String {
             "This version of hscale doesn't yet support '{}'",
             refusal.reason
         ),
+    }
+}
+
+fn transaction_message(refused: &hscale_transaction::Refused) -> String {
+    match refused {
+        hscale_transaction::Refused::SecondWriter { .. } => format!("hscale: {refused}"),
+        _ => format!("This version of hscale doesn't yet support '{refused}'"),
     }
 }
 
@@ -236,7 +244,7 @@ impl ProxyError {
                 Reply,
             ),
             ProxyError::Refused(packet) => (Some(packet.clone()), Reply),
-            ProxyError::Unroutable(_) | ProxyError::SecondWriter { .. } => {
+            ProxyError::Unroutable(_) | ProxyError::Transaction(_) => {
                 (reply(ER_NOT_SUPPORTED_YET, "42000", self.to_string()), Reply)
             }
             ProxyError::LockWaitTimeout { .. } => (reply(ER_LOCK_WAIT_TIMEOUT, "HY000", self.to_string()), Reply),
@@ -355,10 +363,10 @@ mod tests {
                 table: Some(table()),
                 reason: "ORDER BY over several partitions".into(),
             }),
-            ProxyError::SecondWriter {
+            ProxyError::Transaction(hscale_transaction::Refused::SecondWriter {
                 first: 1,
                 second: 2,
-            },
+            }),
             ProxyError::LockWaitTimeout {
                 table: table(),
                 holder: "move 7 (HSCALE SHOW_MOVES)".into(),
@@ -399,10 +407,10 @@ mod tests {
         assert_eq!((packet.code, &packet.sqlstate), (1235, b"42000"));
         assert!(packet.message.contains("`app`.`users`") && packet.message.contains("ORDER BY"));
         assert_eq!(disposition, Disposition::Reply);
-        let (packet, _) = ProxyError::SecondWriter {
+        let (packet, _) = ProxyError::Transaction(hscale_transaction::Refused::SecondWriter {
             first: 1,
             second: 2,
-        }
+        })
         .to_client();
         let packet = packet.unwrap();
         assert_eq!(packet.code, 1235);

@@ -13,12 +13,14 @@ use std::time::Duration;
 use hscale_transaction::{resolve, statements, Decision, Found, Resolution, Xid};
 use hscale_wire::packets::ErrorPacket;
 
-use crate::backend::{BackendConn, ConnKey};
-use crate::dictionary::store::{exec, ident, text};
+use crate::backend::accounts::AccountId;
+use crate::backend::{BackendConn, Bucket, ConnKey};
+use crate::dictionary::store::{decisions_ddl, exec, ident, text};
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
-const ER_DUP_ENTRY: u16 = 1062;
+pub const ER_DUP_ENTRY: u16 = 1062;
+const ER_NO_SUCH_TABLE: u16 = 1146;
 /// XAER_NOTA: the server knows no such branch (resolved already).
 const ER_XAER_NOTA: u16 = 1397;
 
@@ -40,6 +42,9 @@ pub struct Coordinator {
     /// Transactions committed in two phases, and rolled back by recovery.
     pub committed: AtomicU64,
     pub recovered: AtomicU64,
+    /// Whether each client account may write decisions on each backend
+    /// (by account and slot), once asked (`may_record`).
+    recordable: Mutex<HashMap<(AccountId, usize), bool>>,
 }
 
 /// A transaction over several backends, running on this instance; its
@@ -47,15 +52,20 @@ pub struct Coordinator {
 pub struct Running {
     shared: Arc<Shared>,
     pub sequence: u64,
+    /// The backend of the transaction's plain part, whose commit may carry
+    /// the decision.
+    decided_on: Option<u32>,
 }
 
-/// Numbers a new transaction over several backends on this instance.
-pub fn begin(shared: &Arc<Shared>) -> Running {
+/// Numbers a new transaction over several backends on this instance;
+/// `decided_on`: the backend of its plain part, if it has one.
+pub fn begin(shared: &Arc<Shared>, decided_on: Option<u32>) -> Running {
     let sequence = shared.xa.sequence.fetch_add(1, Ordering::Relaxed) + 1;
     lock(&shared.xa.in_flight).insert(sequence);
     Running {
         shared: Arc::clone(shared),
         sequence,
+        decided_on,
     }
 }
 
@@ -68,6 +78,7 @@ impl Running {
         Xid {
             instance: self.instance().to_string(),
             sequence: self.sequence,
+            decided_on: self.decided_on,
             backend,
         }
     }
@@ -91,6 +102,58 @@ impl Drop for Running {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the connections in `bucket` (a client account's) may write
+/// decisions on `slot`'s backend: there a transaction's plain part may
+/// carry its decision. Asked once per account and backend, by an INSERT
+/// that inserts nothing; a backend that cannot be asked now is asked again
+/// next time.
+pub async fn may_record(shared: &Shared, slot: usize, bucket: &Bucket) -> bool {
+    let key = (bucket.key.account, slot);
+    if let Some(&known) = lock(&shared.xa.recordable).get(&key) {
+        return known;
+    }
+    let pool = &shared.pools[slot];
+    let Ok(mut lease) = pool.acquire(bucket, None).await else {
+        return false;
+    };
+    let probe = format!(
+        "INSERT INTO {} (gtrid, decision, decided) SELECT 'probe', 'abort', NOW(6) FROM DUAL WHERE FALSE",
+        decisions_table(shared)
+    );
+    let recordable = match exec(&mut lease.conn, &probe).await {
+        Ok(_) => true,
+        // Recovery makes the table on its first pass: asked again later.
+        Err(ProxyError::Refused(e)) if e.code == ER_NO_SUCH_TABLE => {
+            pool.release_to(bucket, lease.conn);
+            return false;
+        }
+        Err(ProxyError::Refused(e)) => {
+            tracing::info!(
+                backend = pool.id(),
+                "a client account cannot write two-phase commit decisions here ({}): its transactions' parts there are XA branches",
+                e.message
+            );
+            false
+        }
+        Err(_) => return false,
+    };
+    // It ran nothing the next client could see.
+    pool.release_to(bucket, lease.conn);
+    lock(&shared.xa.recordable).insert(key, recordable);
+    recordable
+}
+
+/// The query that commits a transaction's plain part with its commit
+/// decision inside: the server runs nothing after a failed statement, so
+/// the COMMIT runs only if the decision went in.
+pub fn commit_with_decision(shared: &Shared, gtrid: &str) -> String {
+    format!(
+        "INSERT INTO {} (gtrid, decision, decided) VALUES ('{gtrid}', '{}', NOW(6));\nCOMMIT",
+        decisions_table(shared),
+        Decision::Commit.as_str()
+    )
 }
 
 /// What recording a decision came to.
@@ -204,7 +267,7 @@ pub fn outcome_unknown(source: &ProxyError) -> ProxyError {
     ProxyError::Refused(ErrorPacket::new(
         1180,
         "HY000",
-        format!("Got error during COMMIT: hscale lost the dictionary while it recorded the commit of a write over several backends ({source}); recovery commits it on every backend or on none"),
+        format!("Got error during COMMIT: hscale lost the connection that recorded the commit of a write over several backends ({source}); recovery commits it on every backend or on none"),
     ))
 }
 
@@ -235,6 +298,19 @@ pub async fn recovery_loop(shared: Arc<Shared>, period: Duration) {
 pub struct Connections {
     dictionary: Option<Box<BackendConn>>,
     backends: HashMap<usize, Box<BackendConn>>,
+    /// Backends other than the main one where the decisions table exists.
+    tables_made: HashSet<usize>,
+}
+
+/// A transaction's decision where its plain part may have carried it:
+/// a commit in either place; an abort only once the plain part's backend
+/// has one (the fence against its commit).
+fn carried(in_dictionary: Option<Decision>, in_part: Option<Decision>) -> Option<Decision> {
+    match (in_dictionary, in_part) {
+        (Some(Decision::Commit), _) | (_, Some(Decision::Commit)) => Some(Decision::Commit),
+        (_, Some(Decision::Abort)) => Some(Decision::Abort),
+        _ => None,
+    }
 }
 
 /// One pass of recovery; the number of prepared branches it left
@@ -252,6 +328,24 @@ pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u
         let conn = match backends.remove(&slot) {
             Some(conn) => Ok(conn),
             None => crate::dictionary::own_connection(shared, slot).await,
+        };
+        let conn = match conn {
+            // A plain part's commit writes its decision there.
+            Ok(mut conn) if slot != shared.main && !connections.tables_made.contains(&slot) => {
+                let schema = &shared.dictionary.schema;
+                let database = format!("CREATE DATABASE IF NOT EXISTS {}", ident(schema));
+                match exec(&mut conn, &database).await {
+                    Ok(_) => match exec(&mut conn, &decisions_ddl(schema)).await {
+                        Ok(_) => {
+                            connections.tables_made.insert(slot);
+                            Ok(conn)
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+            conn => conn,
         };
         match conn {
             Ok(mut conn) => {
@@ -275,18 +369,90 @@ pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u
         .collect();
     let gtrid_list: Vec<&str> = gtrids.iter().map(String::as_str).collect();
     let mut decisions = read_decisions(shared, &mut dictionary, &gtrid_list).await?;
+    // Decisions plain parts carried, by their backend: read where the
+    // branches name one other than the dictionary's.
+    let main_id = shared.pools[shared.main].id();
+    let elsewhere = |xid: &Xid| xid.decided_on.filter(|&on| on != main_id);
+    let mut in_parts: HashMap<u32, HashMap<String, Decision>> = HashMap::new();
+    for (_, xids) in &branches {
+        for xid in xids {
+            let Some(on) = elsewhere(xid) else { continue };
+            if in_parts.contains_key(&on) {
+                continue;
+            }
+            let conn = shared
+                .pool_index(on)
+                .and_then(|slot| backends.get_mut(&slot));
+            let Some(conn) = conn else { continue };
+            let gtrids: Vec<String> = branches
+                .iter()
+                .flat_map(|(_, xids)| xids.iter())
+                .filter(|x| elsewhere(x) == Some(on))
+                .map(Xid::gtrid)
+                .collect();
+            let gtrids: Vec<&str> = gtrids.iter().map(String::as_str).collect();
+            match read_decisions(shared, conn, &gtrids).await {
+                Ok(found) => {
+                    in_parts.insert(on, found);
+                }
+                Err(e) => tracing::warn!(
+                    backend = on,
+                    "two-phase commit recovery cannot read the decisions there: {e}"
+                ),
+            }
+        }
+    }
     for (slot, xids) in &branches {
         for xid in xids {
             let in_flight =
                 xid.instance == *instance && lock(&shared.xa.in_flight).contains(&xid.sequence);
+            let gtrid = xid.gtrid();
+            let in_dictionary = decisions.get(&gtrid).copied();
+            let decision = match elsewhere(xid) {
+                None => in_dictionary,
+                Some(on) => match in_parts.get(&on) {
+                    Some(found) => carried(in_dictionary, found.get(&gtrid).copied()),
+                    // Where the decision may be cannot be read now.
+                    None => {
+                        left += 1;
+                        continue;
+                    }
+                },
+            };
             let found = Found {
                 in_flight,
                 owner_alive: xid.instance != *instance && alive.contains(&xid.instance),
-                decision: decisions.get(&xid.gtrid()).copied(),
+                decision,
             };
             let mut resolution = resolve(found);
+            if let (Resolution::Abort, Some(on)) = (resolution, elsewhere(xid)) {
+                // Fenced where the plain part would write its commit first:
+                // a slow owner's commit finds the abort there and fails.
+                let conn = shared
+                    .pool_index(on)
+                    .and_then(|slot| backends.get_mut(&slot));
+                let recorded = match conn {
+                    Some(conn) => insert_decision(shared, conn, &gtrid, Decision::Abort).await,
+                    None => Recorded::Unknown(ProxyError::UnknownBackend { backend: on }),
+                };
+                match recorded {
+                    Recorded::Durable | Recorded::Preempted(Decision::Abort) => {}
+                    Recorded::Preempted(Decision::Commit) => resolution = Resolution::Commit,
+                    Recorded::Refused(e) | Recorded::Unknown(e) => {
+                        tracing::warn!(branch = %xid, "two-phase commit recovery cannot record an abort where the plain part is: {e}");
+                        left += 1;
+                        continue;
+                    }
+                }
+                if let Some(found) = in_parts.get_mut(&on) {
+                    let decision = match resolution {
+                        Resolution::Commit => Decision::Commit,
+                        _ => Decision::Abort,
+                    };
+                    found.insert(gtrid.clone(), decision);
+                }
+            }
             if resolution == Resolution::Abort {
-                let gtrid = xid.gtrid();
                 resolution =
                     match insert_decision(shared, &mut dictionary, &gtrid, Decision::Abort).await {
                         Recorded::Durable => {
@@ -327,6 +493,11 @@ pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u
     }
     if left == 0 {
         forget_old_decisions(shared, &mut dictionary, &gtrids).await?;
+        for (&slot, conn) in backends.iter_mut() {
+            if slot != shared.main {
+                forget_old_decisions(shared, conn, &gtrids).await?;
+            }
+        }
     }
     connections.dictionary = Some(dictionary);
     connections.backends = backends;
@@ -370,6 +541,15 @@ async fn forget_old_decisions(
     conn: &mut BackendConn,
     prepared: &HashSet<String>,
 ) -> Result<(), ProxyError> {
+    // Read committed, and a range of `decided`: the delete locks only the
+    // rows it deletes, not every row and gap, which would hold up the
+    // decisions being written (a transaction's plain part writes its own
+    // while it holds its row locks).
+    exec(
+        conn,
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    )
+    .await?;
     let keep: Vec<String> = prepared.iter().map(|g| format!("'{g}'")).collect();
     let keep = match keep.is_empty() {
         true => String::new(),
@@ -378,7 +558,7 @@ async fn forget_old_decisions(
     exec(
         conn,
         &format!(
-            "DELETE FROM {} WHERE ((decision = 'commit' AND decided < NOW(6) - INTERVAL {} SECOND) OR (decision = 'abort' AND decided < NOW(6) - INTERVAL {} SECOND)){keep}",
+            "DELETE FROM {} WHERE decided < NOW(6) - INTERVAL {} SECOND AND (decision = 'commit' OR decided < NOW(6) - INTERVAL {} SECOND){keep}",
             decisions_table(shared),
             COMMIT_RETENTION.as_secs(),
             ABORT_RETENTION.as_secs()

@@ -80,17 +80,18 @@ fn a_write_over_two_backends_commits_on_both_in_two_phases() {
     c.query_drop("DELETE FROM orders WHERE user_id > 2")
         .unwrap();
     assert_eq!(c.affected_rows(), 2);
+    // Each statement's first backend runs its part in a plain transaction
+    // whose commit carries the decision; the other's is an XA branch,
+    // prepared before that commit and committed after it.
     let after = [xa_counts(1), xa_counts(2)];
-    for backend in 0..2 {
-        for (what, expected) in [
-            ("Com_xa_start", 3),
-            ("Com_xa_prepare", 3),
-            ("Com_xa_commit", 3),
-        ] {
-            let ran = xa_count(&after[backend], what) - xa_count(&before[backend], what);
-            assert_eq!(ran, expected, "{what} on backend {}", backend + 1);
-        }
-        assert!(prepared(backend + 1).is_empty(), "nothing left prepared");
+    for what in ["Com_xa_start", "Com_xa_prepare", "Com_xa_commit"] {
+        let ran: u64 = (0..2)
+            .map(|backend| xa_count(&after[backend], what) - xa_count(&before[backend], what))
+            .sum();
+        assert_eq!(ran, 3, "{what}: one branch per statement");
+    }
+    for backend in 1..=2 {
+        assert!(prepared(backend).is_empty(), "nothing left prepared");
     }
     let rows: Vec<(u32, String)> = c
         .query("SELECT id, CAST(total AS CHAR) FROM orders ORDER BY id")
@@ -137,36 +138,30 @@ fn writes_on_one_backend_send_no_xa_statement_and_prepare_nothing() {
     c.query_drop("UPDATE orders SET total = 0 WHERE id IN (2, 4)")
         .unwrap();
     assert_eq!(before, [xa_counts(1), xa_counts(2)], "no XA statement");
-    // A transaction's branch is an XA branch from its first statement (a
-    // plain transaction could not be prepared, were a second backend
-    // written later); written on one backend, it commits in one phase.
+    // A transaction's first part is a plain one, which would carry the
+    // commit decision were a second backend written later: on one backend
+    // it is a plain transaction, with autocommit on or off.
     c.query_drop("BEGIN").unwrap();
     c.query_drop("INSERT INTO orders VALUES (1, 1, 1.00)")
         .unwrap();
     c.query_drop("UPDATE orders SET total = 9 WHERE id = 1")
         .unwrap();
     c.query_drop("COMMIT").unwrap();
+    c.query_drop("SET autocommit = 0").unwrap();
+    c.query_drop("UPDATE orders SET total = 8 WHERE id = 1")
+        .unwrap();
+    c.query_drop("COMMIT").unwrap();
+    c.query_drop("SET autocommit = 1").unwrap();
     let after = [xa_counts(1), xa_counts(2)];
-    let ran = |backend: usize, what: &str| {
-        xa_count(&after[backend - 1], what) - xa_count(&before[backend - 1], what)
-    };
-    assert_eq!(
-        (
-            ran(2, "Com_xa_start"),
-            ran(2, "Com_xa_commit"),
-            ran(2, "Com_xa_prepare")
-        ),
-        (1, 1, 0),
-        "one phase"
-    );
-    assert_eq!(before[0], after[0], "backend 1 was not reached");
+    assert_eq!(before, after, "no XA statement");
     assert_eq!(ids(1, &db, "orders_even"), [2, 4, 6]);
     assert_eq!(ids(2, &db, "orders_odd"), [1]);
 }
 
 /// Transactions the client begins, over two backends: written on both,
-/// COMMIT prepares both, records the decision and commits both; ROLLBACK
-/// and ROLLBACK TO SAVEPOINT undo on both; AND CHAIN goes on in XA.
+/// COMMIT prepares the XA branch, commits the first (plain) part with the
+/// decision inside, and commits the branch; ROLLBACK and ROLLBACK TO
+/// SAVEPOINT undo on both; AND CHAIN goes on.
 #[test]
 fn a_transaction_over_two_backends_commits_in_two_phases() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -182,15 +177,18 @@ fn a_transaction_over_two_backends_commits_in_two_phases() {
     assert!(seen.is_empty(), "not before COMMIT");
     c.query_drop("COMMIT").unwrap();
     let after = [xa_counts(1), xa_counts(2)];
-    for backend in 0..2 {
-        let ran = |what| xa_count(&after[backend], what) - xa_count(&before[backend], what);
-        assert_eq!(
-            (ran("Com_xa_prepare"), ran("Com_xa_commit")),
-            (1, 1),
-            "backend {}",
-            backend + 1
-        );
-    }
+    let ran = |backend: usize, what: &str| {
+        xa_count(&after[backend - 1], what) - xa_count(&before[backend - 1], what)
+    };
+    assert_eq!(
+        (ran(1, "Com_xa_prepare"), ran(1, "Com_xa_commit")),
+        (1, 1),
+        "backend 1's part is an XA branch: prepared, committed"
+    );
+    assert_eq!(
+        before[1], after[1],
+        "backend 2's part, the first, is plain: its commit carries the decision"
+    );
     assert_eq!(ids(1, &db, "orders_even"), [2]);
     assert_eq!(ids(2, &db, "orders_odd"), [1]);
     // ROLLBACK, and ROLLBACK TO a savepoint set before one backend wrote.
@@ -581,19 +579,23 @@ fn writes_over_two_backends_survive_hscale_killed_at_every_step() {
         })
         .collect();
 
-    for (point, commits) in [
-        ("xa_after_prepare", false),
-        ("xa_after_decision", true),
-        ("xa_between_commits", true),
+    // One statement (both parts XA branches, the decision in the
+    // dictionary), or a transaction whose COMMIT writes both backends (the
+    // first part plain, its commit the decision).
+    for (point, in_transaction, commits) in [
+        ("xa_after_prepare", false, false),
+        ("xa_after_prepare", true, false),
+        ("xa_after_decision", true, true),
+        ("xa_between_commits", true, true),
     ] {
-        let mut killed = Serve::start(&format!("atomic_killed_{point}"), point);
+        let name = format!("atomic_killed_{point}_{in_transaction}");
+        let mut killed = Serve::start(&name, point);
         let mut through = killed.connect(&db);
-        // The first in one statement, the others in a transaction whose
-        // COMMIT writes both backends.
-        let died = match point {
-            "xa_after_prepare" => through.query_drop(transfer_sql(2, 1, 7)),
-            _ => transfer_in_transaction(&mut through, 2, 1, 7),
+        let died = match in_transaction {
+            false => through.query_drop(transfer_sql(2, 1, 7)),
+            true => transfer_in_transaction(&mut through, 2, 1, 7),
         };
+        let point = format!("{point} (in a transaction: {in_transaction})");
         assert!(died.is_err(), "{point}: the process died under the client");
         let status = killed.child.wait().unwrap();
         assert!(!status.success(), "{point}: killed");

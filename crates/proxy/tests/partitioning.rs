@@ -922,8 +922,9 @@ fn random_transactions_answer_like_one_plain_table() {
     random_transactions("part_tx_oracle", false, Transactions::Multi);
 }
 
-/// The same in `transactions = "atomic"`: every backend a transaction
-/// reaches is an XA branch, and its writes over both commit in two phases.
+/// The same in `transactions = "atomic"`: a transaction's first backend is
+/// a plain part, the others XA branches, and its writes over both commit in
+/// two phases.
 #[test]
 fn random_atomic_transactions_answer_like_one_plain_table() {
     random_transactions("part_tx_oracle_xa", false, Transactions::Atomic);

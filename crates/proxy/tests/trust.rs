@@ -250,6 +250,16 @@ fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_own
         .unwrap()
         .unwrap();
     assert_eq!(account_on_2, "trust_app@localhost", "backend 2 too");
+    // A transaction over both backends by an account that may not write the
+    // commit decision (docs/security.md): every part is an XA branch, and it
+    // commits on both all the same.
+    app.query_drop("BEGIN").unwrap();
+    app.query_drop("INSERT INTO users VALUES (6, 'fay', '2024-01-06')")
+        .unwrap();
+    app.query_drop("INSERT INTO users VALUES (7, 'gus', '2024-01-07')")
+        .unwrap();
+    app.query_drop("COMMIT").unwrap();
+    assert_eq!(all_ids(&mut app), [1, 2, 3, 4, 5, 6, 7]);
 
     let partitions = dictionary_rows("partitions", &db);
     // What hscale refuses itself, before any backend sees it.
@@ -320,7 +330,7 @@ fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_own
     assert_eq!(evil, 0);
     root.query_drop("HSCALE ADD_PARTITION('users', 'even', 0, 2)")
         .unwrap();
-    assert_eq!(all_ids(&mut app), [1, 2, 3, 4, 5]);
+    assert_eq!(all_ids(&mut app), [1, 2, 3, 4, 5, 6, 7]);
     // An admin reaches hscale's tables.
     let version: Option<u64> = root
         .query_first("SELECT version FROM hscale.version")

@@ -1,4 +1,5 @@
-//! Transactions over several backends, as pure logic: which statements a
+//! Transactions over several backends, as pure logic: one client's
+//! transaction as a state value (`Transaction`), which statements a
 //! write that spans backends sends to each (XA START, END, PREPARE, COMMIT,
 //! ROLLBACK), how its branches are named so that any hscale instance can
 //! find them again (`Xid`), and what recovery does with a branch that was
@@ -14,18 +15,27 @@
 
 use std::fmt;
 
+mod machine;
+pub use machine::{
+    Before, BeginPlan, CommitPlan, EndPlan, NoSuchSavepoint, Opening, Part, Reach, Refused,
+    SavepointStep, ServerStatus, Transaction, Transactions,
+};
+
 /// The XA format id of hscale's branches: `XA RECOVER` lists every
 /// prepared branch on a server, those of other coordinators (a client's own
 /// XA statements) too; hscale resolves only its own.
 pub const FORMAT_ID: u32 = 0x6873_6331;
 
 /// The id of one branch: the transaction (`gtrid`: the instance that
-/// coordinates it and its sequence there) and the backend it runs on
-/// (`bqual`).
+/// coordinates it and its sequence there) and the backend it runs on, with
+/// the backend of the transaction's plain part if it has one (`bqual`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Xid {
     pub instance: String,
     pub sequence: u64,
+    /// The backend whose plain part may carry the decision
+    /// (`Step::RecordIn`): recovery looks for it there too.
+    pub decided_on: Option<u32>,
     pub backend: u32,
 }
 
@@ -35,10 +45,18 @@ impl Xid {
         format!("{}:{}", self.instance, self.sequence)
     }
 
+    /// The branch's qualifier: its backend, and where the plain part is.
+    fn bqual(&self) -> String {
+        match self.decided_on {
+            None => self.backend.to_string(),
+            Some(on) => format!("{}:{on}", self.backend),
+        }
+    }
+
     /// The branch's id as XA statements write it. Instance names are made
     /// of letters, digits and dashes (`valid_instance`): no quoting needed.
     pub fn sql(&self) -> String {
-        format!("'{}','{}',{FORMAT_ID}", self.gtrid(), self.backend)
+        format!("'{}','{}',{FORMAT_ID}", self.gtrid(), self.bqual())
     }
 
     /// A branch as `XA RECOVER` lists it: its format id, the lengths of its
@@ -59,10 +77,15 @@ impl Xid {
         if !valid_instance(instance) {
             return None;
         }
+        let (backend, decided_on) = match bqual.split_once(':') {
+            Some((backend, on)) => (backend, Some(on.parse().ok()?)),
+            None => (bqual, None),
+        };
         Some(Xid {
             instance: instance.to_string(),
             sequence: sequence.parse().ok()?,
-            backend: bqual.parse().ok()?,
+            decided_on,
+            backend: backend.parse().ok()?,
         })
     }
 }
@@ -135,18 +158,25 @@ pub enum Step {
     /// The commit decision, made durable in the dictionary: past it, the
     /// transaction commits whatever fails.
     Record,
+    /// The commit decision, written in the plain part on this backend as
+    /// that part commits, in one query: the decision is durable exactly
+    /// when the part is (a last resource: the one writer that is not an XA
+    /// branch commits in one phase between the others' two).
+    RecordIn(u32),
 }
 
-/// How a transaction that reached `branches` commits: in one phase when
-/// at most one branch wrote (no XA round trip: a branch that only read
-/// commits beside it), in two when several did. `None` when two or more
-/// wrote and one of them is plain: nothing can make that atomic (the
-/// session refuses the write that would lead there).
-pub fn commit_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Option<Vec<Step>> {
+/// How a transaction `xid` names (its `backend` aside) that reached
+/// `branches` commits: in one phase when at most one branch wrote (no XA
+/// round trip: a branch that only read commits beside it), in two when
+/// several did: the XA writers prepared, the decision recorded — in the
+/// plain writer's part as it commits if there is one, else in the
+/// dictionary — and the XA writers committed. `None` when two plain parts
+/// wrote: nothing can make that atomic (the session refuses the write that
+/// would lead there).
+pub fn commit_steps(xid: &Xid, branches: &[Branch]) -> Option<Vec<Step>> {
     let xid = |branch: &Branch| Xid {
-        instance: instance.to_string(),
-        sequence,
         backend: branch.backend,
+        ..xid.clone()
     };
     let writers = branches.iter().filter(|b| b.wrote).count();
     if writers <= 1 {
@@ -165,11 +195,19 @@ pub fn commit_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Optio
             .collect();
         return Some(vec![Step::Run(each)]);
     }
-    if branches.iter().any(|b| b.wrote && !b.xa) {
-        return None;
-    }
+    let plain_writers: Vec<u32> = branches
+        .iter()
+        .filter(|b| b.wrote && !b.xa)
+        .map(|b| b.backend)
+        .collect();
+    let record = match plain_writers[..] {
+        [] => Step::Record,
+        [last] => Step::RecordIn(last),
+        _ => return None,
+    };
     let prepare = branches
         .iter()
+        .filter(|branch| branch.xa || !branch.wrote)
         .map(|branch| {
             let statements = match (branch.xa, branch.wrote) {
                 (true, true) => statements::prepare(&xid(branch)).to_vec(),
@@ -182,25 +220,24 @@ pub fn commit_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Optio
         .collect();
     let commit = branches
         .iter()
-        .filter(|b| b.wrote)
+        .filter(|b| b.wrote && b.xa)
         .map(|branch| (branch.backend, vec![statements::commit(&xid(branch))]))
         .collect();
-    Some(vec![Step::Run(prepare), Step::Record, Step::Run(commit)])
+    Some(vec![Step::Run(prepare), record, Step::Run(commit)])
 }
 
-/// How a transaction that reached `branches` rolls back. An XA branch's
-/// XA END may fail (a deadlock left it rollback-only, or it ended): its
-/// XA ROLLBACK is what counts.
-pub fn rollback_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Vec<Step> {
+/// How a transaction `xid` names that reached `branches` rolls back. An
+/// XA branch's XA END may fail (a deadlock left it rollback-only, or it
+/// ended): its XA ROLLBACK is what counts.
+pub fn rollback_steps(xid: &Xid, branches: &[Branch]) -> Vec<Step> {
     let each = branches
         .iter()
         .map(|branch| {
             let statements = match branch.xa {
                 true => statements::rollback(
                     &Xid {
-                        instance: instance.to_string(),
-                        sequence,
                         backend: branch.backend,
+                        ..xid.clone()
                     },
                     false,
                 ),
@@ -210,6 +247,114 @@ pub fn rollback_steps(instance: &str, sequence: u64, branches: &[Branch]) -> Vec
         })
         .collect();
     vec![Step::Run(each)]
+}
+
+/// What became of recording the commit decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Durable,
+    /// Another decision was there first: recovery's abort, or a commit.
+    Preempted(Decision),
+    /// Refused: nothing was recorded.
+    Refused,
+    /// The connection went before the answer: the row may be there.
+    Unknown,
+}
+
+/// How the last step the session ran went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Went {
+    /// Nothing ran yet.
+    Started,
+    /// A `Step::Run`, and the backends where it failed.
+    Ran {
+        failed: Vec<u32>,
+    },
+    Recorded(Recorded),
+}
+
+/// What the session does next to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Statements for each backend, the backends at once.
+    Run(Vec<(u32, Vec<String>)>),
+    /// Record the commit decision.
+    Record,
+    /// Record it in the plain part on this backend as that part commits.
+    RecordIn(u32),
+    /// Nothing is decided and something failed: roll every branch back
+    /// (`rollback_steps`); the failure is the client's answer.
+    RollBack,
+    /// Whether the decision is durable is not known: close every branch's
+    /// connection, recovery reads the decision once it can. The client
+    /// gets an error that says so.
+    Abandon,
+    /// Committed: the client gets OK. `leave`: branches whose commit failed
+    /// after the decision, whose connections are closed for recovery to
+    /// commit them.
+    Finish { leave: Vec<u32> },
+}
+
+/// A commit in progress, as pure logic: given how the last step went,
+/// what the session runs next (`Commit::next`). Before the decision any
+/// failure rolls everything back; after it nothing does.
+#[derive(Debug)]
+pub struct Commit {
+    steps: std::vec::IntoIter<Step>,
+    two_phase: bool,
+    decided: bool,
+    leave: Vec<u32>,
+}
+
+/// Two plain parts wrote: nothing can commit them atomically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAtomic;
+
+impl Commit {
+    pub fn new(xid: &Xid, branches: &[Branch]) -> Result<Commit, NotAtomic> {
+        let steps = commit_steps(xid, branches).ok_or(NotAtomic)?;
+        Ok(Commit {
+            two_phase: steps.len() > 1,
+            steps: steps.into_iter(),
+            decided: false,
+            leave: Vec::new(),
+        })
+    }
+
+    /// In two phases: several branches wrote.
+    pub fn two_phase(&self) -> bool {
+        self.two_phase
+    }
+
+    /// The decision is durable: the transaction commits whatever fails.
+    pub fn decided(&self) -> bool {
+        self.decided
+    }
+
+    pub fn next(&mut self, went: Went) -> Next {
+        match went {
+            Went::Started => {}
+            Went::Ran { failed } if failed.is_empty() => {}
+            Went::Ran { .. } if !self.decided => return Next::RollBack,
+            // Past the decision: recovery commits what did not.
+            Went::Ran { failed } => self.leave.extend(failed),
+            Went::Recorded(Recorded::Durable | Recorded::Preempted(Decision::Commit)) => {
+                self.decided = true
+            }
+            Went::Recorded(Recorded::Preempted(Decision::Abort) | Recorded::Refused) => {
+                return Next::RollBack
+            }
+            Went::Recorded(Recorded::Unknown) => return Next::Abandon,
+        }
+        match self.steps.next() {
+            Some(Step::Run(each)) => Next::Run(each),
+            Some(Step::Record) => Next::Record,
+            Some(Step::RecordIn(backend)) => Next::RecordIn(backend),
+            None => Next::Finish {
+                leave: std::mem::take(&mut self.leave),
+            },
+        }
+    }
 }
 
 /// A transaction's outcome as the dictionary records it.
@@ -288,7 +433,18 @@ mod tests {
         Xid {
             instance: "4242-0a1b2c3d".into(),
             sequence: 17,
+            decided_on: None,
             backend: 2,
+        }
+    }
+
+    /// Transaction `sequence` of instance `i`, decided in the dictionary.
+    fn tx(sequence: u64) -> Xid {
+        Xid {
+            instance: "i".into(),
+            sequence,
+            decided_on: None,
+            backend: 0,
         }
     }
 
@@ -362,15 +518,15 @@ mod tests {
     fn run(steps: &[Step], at: usize) -> Vec<(u32, Vec<String>)> {
         match &steps[at] {
             Step::Run(each) => each.clone(),
-            Step::Record => panic!("step {at} is the record"),
+            Step::Record | Step::RecordIn(_) => panic!("step {at} is the record"),
         }
     }
 
     #[test]
     fn a_transaction_on_one_backend_commits_in_one_phase() {
-        let plain = commit_steps("i", 1, &[branch(1, false, true)]).unwrap();
+        let plain = commit_steps(&tx(1), &[branch(1, false, true)]).unwrap();
         assert_eq!(plain, [Step::Run(vec![(1, vec!["COMMIT".into()])])]);
-        let xa = commit_steps("i", 1, &[branch(2, true, true)]).unwrap();
+        let xa = commit_steps(&tx(1), &[branch(2, true, true)]).unwrap();
         let x = format!("'i:1','2',{FORMAT_ID}");
         assert_eq!(
             xa,
@@ -384,8 +540,7 @@ mod tests {
     #[test]
     fn branches_that_only_read_do_not_make_a_second_phase() {
         let steps = commit_steps(
-            "i",
-            3,
+            &tx(3),
             &[
                 branch(1, true, false),
                 branch(2, true, true),
@@ -398,15 +553,14 @@ mod tests {
         assert!(each[0].1[1].starts_with("XA COMMIT") && each[0].1[1].ends_with("ONE PHASE"));
         assert_eq!(each[2].1, ["COMMIT"]);
         // Nothing written anywhere: each ends in one phase too.
-        let none = commit_steps("i", 3, &[branch(1, true, false), branch(2, true, false)]).unwrap();
+        let none = commit_steps(&tx(3), &[branch(1, true, false), branch(2, true, false)]).unwrap();
         assert_eq!(none.len(), 1);
     }
 
     #[test]
     fn two_writers_prepare_then_record_then_commit() {
         let steps = commit_steps(
-            "i",
-            4,
+            &tx(4),
             &[
                 branch(1, true, true),
                 branch(2, true, true),
@@ -430,20 +584,170 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_writer_beside_another_writer_cannot_commit_atomically() {
+    fn a_plain_writer_beside_xa_writers_commits_last_with_the_decision() {
+        let decided_on_1 = Xid {
+            decided_on: Some(1),
+            ..tx(5)
+        };
+        let steps = commit_steps(
+            &decided_on_1,
+            &[
+                branch(1, false, true),
+                branch(2, true, true),
+                branch(3, true, false),
+            ],
+        )
+        .unwrap();
+        assert_eq!(steps.len(), 3);
+        let prepare = run(&steps, 0);
         assert_eq!(
-            commit_steps("i", 5, &[branch(1, false, true), branch(2, true, true)]),
+            prepare.iter().map(|(b, _)| *b).collect::<Vec<_>>(),
+            [2, 3],
+            "the plain writer waits for the others' PREPARE"
+        );
+        assert!(prepare[0].1[1].starts_with("XA PREPARE 'i:5','2:1'"));
+        assert_eq!(steps[1], Step::RecordIn(1));
+        assert_eq!(
+            run(&steps, 2),
+            [(2, vec![format!("XA COMMIT 'i:5','2:1',{FORMAT_ID}")])]
+        );
+        // Two plain writers: nothing makes them atomic.
+        assert_eq!(
+            commit_steps(
+                &tx(5),
+                &[
+                    branch(1, false, true),
+                    branch(2, false, true),
+                    branch(3, true, true)
+                ]
+            ),
             None
         );
+        // A plain part that only read commits beside the prepares.
+        let steps = commit_steps(
+            &tx(5),
+            &[
+                branch(1, false, false),
+                branch(2, true, true),
+                branch(3, true, true),
+            ],
+        )
+        .unwrap();
+        assert_eq!(run(&steps, 0)[0], (1, vec!["COMMIT".to_string()]));
+        assert_eq!(steps[1], Step::Record);
+    }
+
+    #[test]
+    fn a_decision_in_a_plain_part_reads_back_from_the_branch_ids() {
+        let xid = Xid {
+            decided_on: Some(3),
+            ..xid()
+        };
+        assert_eq!(xid.sql(), format!("'4242-0a1b2c3d:17','2:3',{FORMAT_ID}"));
+        let gtrid = xid.gtrid();
+        let data = format!("{gtrid}2:3");
+        assert_eq!(
+            Xid::recovered(FORMAT_ID, gtrid.len(), 3, data.as_bytes()),
+            Some(xid)
+        );
+        assert_eq!(Xid::recovered(FORMAT_ID, 4, 3, b"a:172:x"), None);
     }
 
     #[test]
     fn a_rollback_ends_every_branch_as_it_began() {
-        let steps = rollback_steps("i", 6, &[branch(1, false, true), branch(2, true, false)]);
+        let steps = rollback_steps(&tx(6), &[branch(1, false, true), branch(2, true, false)]);
         let each = run(&steps, 0);
         assert_eq!(each[0].1, ["ROLLBACK"]);
         assert_eq!(each[1].1.len(), 2);
         assert!(each[1].1[1].starts_with("XA ROLLBACK"));
+    }
+
+    fn two_writers() -> Vec<Branch> {
+        vec![
+            branch(1, true, true),
+            branch(2, true, true),
+            branch(3, true, false),
+        ]
+    }
+
+    #[test]
+    fn a_commit_runs_prepare_record_commit_and_finishes() {
+        let mut commit = Commit::new(&tx(8), &two_writers()).unwrap();
+        assert!(commit.two_phase() && !commit.decided());
+        assert!(matches!(commit.next(Went::Started), Next::Run(each) if each.len() == 3));
+        let ran = || Went::Ran { failed: vec![] };
+        assert_eq!(commit.next(ran()), Next::Record);
+        assert!(
+            matches!(commit.next(Went::Recorded(Recorded::Durable)), Next::Run(each) if each.len() == 2)
+        );
+        assert!(commit.decided());
+        assert_eq!(commit.next(ran()), Next::Finish { leave: vec![] });
+        // One writer: one step, nothing to decide.
+        let mut one =
+            Commit::new(&tx(9), &[branch(1, true, true), branch(2, true, false)]).unwrap();
+        assert!(!one.two_phase());
+        assert!(matches!(one.next(Went::Started), Next::Run(_)));
+        assert_eq!(one.next(ran()), Next::Finish { leave: vec![] });
+        assert_eq!(
+            Commit::new(&tx(10), &[branch(1, false, true), branch(2, false, true)]).err(),
+            Some(NotAtomic)
+        );
+        // A plain writer beside an XA writer: its commit is the decision.
+        let mut last =
+            Commit::new(&tx(10), &[branch(1, false, true), branch(2, true, true)]).unwrap();
+        assert!(last.two_phase());
+        assert!(matches!(last.next(Went::Started), Next::Run(each) if each.len() == 1));
+        assert_eq!(last.next(ran()), Next::RecordIn(1));
+        assert!(matches!(
+            last.next(Went::Recorded(Recorded::Durable)),
+            Next::Run(_)
+        ));
+        assert_eq!(last.next(ran()), Next::Finish { leave: vec![] });
+    }
+
+    #[test]
+    fn an_error_at_prepare_rolls_everything_back() {
+        let mut commit = Commit::new(&tx(11), &two_writers()).unwrap();
+        commit.next(Went::Started);
+        assert_eq!(commit.next(Went::Ran { failed: vec![2] }), Next::RollBack);
+        // The same in one phase: the commit failed, nothing else committed.
+        let mut one = Commit::new(&tx(12), &[branch(1, true, true)]).unwrap();
+        one.next(Went::Started);
+        assert_eq!(one.next(Went::Ran { failed: vec![1] }), Next::RollBack);
+    }
+
+    #[test]
+    fn a_decision_not_made_durable_rolls_back_or_is_left_to_recovery() {
+        for (recorded, next) in [
+            (Recorded::Refused, Next::RollBack),
+            (Recorded::Preempted(Decision::Abort), Next::RollBack),
+            (Recorded::Unknown, Next::Abandon),
+        ] {
+            let mut commit = Commit::new(&tx(13), &two_writers()).unwrap();
+            commit.next(Went::Started);
+            commit.next(Went::Ran { failed: vec![] });
+            assert_eq!(commit.next(Went::Recorded(recorded)), next, "{recorded:?}");
+            assert!(!commit.decided());
+        }
+        // A commit recorded before (recovery found it, a retry): commits.
+        let mut commit = Commit::new(&tx(14), &two_writers()).unwrap();
+        commit.next(Went::Started);
+        commit.next(Went::Ran { failed: vec![] });
+        let next = commit.next(Went::Recorded(Recorded::Preempted(Decision::Commit)));
+        assert!(matches!(next, Next::Run(_)));
+    }
+
+    #[test]
+    fn an_error_at_commit_after_the_decision_is_left_to_recovery() {
+        let mut commit = Commit::new(&tx(15), &two_writers()).unwrap();
+        commit.next(Went::Started);
+        commit.next(Went::Ran { failed: vec![] });
+        commit.next(Went::Recorded(Recorded::Durable));
+        assert_eq!(
+            commit.next(Went::Ran { failed: vec![2] }),
+            Next::Finish { leave: vec![2] },
+            "the client gets OK; recovery commits backend 2's branch"
+        );
     }
 
     #[test]

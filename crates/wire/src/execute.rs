@@ -195,42 +195,6 @@ impl<'a> Parameters<'a> {
     }
 }
 
-/// What follows the statement id for statements joined into one (a `UNION
-/// ALL` of them): each part's parameters in turn, types bound, no cursor
-/// (several statements' rows come as one result set).
-pub fn joined(parts: &[Parameters<'_>]) -> Vec<u8> {
-    let Some(first) = parts.first() else {
-        return Vec::new();
-    };
-    let total: usize = parts.iter().map(|p| p.count).sum();
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.rest.len()).sum());
-    out.extend_from_slice(&first.rest[..BITMAP_AT]);
-    out[0] &= !CURSOR_FLAGS;
-    if total == 0 {
-        return out;
-    }
-    out.resize(BITMAP_AT + total.div_ceil(8), 0);
-    let mut n = 0;
-    for part in parts {
-        for i in 0..part.count {
-            if part.rest[BITMAP_AT + i / 8] & (1 << (i % 8)) != 0 {
-                out[BITMAP_AT + n / 8] |= 1 << (n % 8);
-            }
-            n += 1;
-        }
-    }
-    out.push(1);
-    for part in parts {
-        out.extend_from_slice(&part.rest[part.types_at..part.types_at + 2 * part.count]);
-    }
-    for part in parts {
-        for value in &part.values {
-            out.extend_from_slice(&part.rest[value.clone()]);
-        }
-    }
-    out
-}
-
 /// Where a parameter of a rebuilt command comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -335,35 +299,6 @@ mod tests {
             rest.extend_from_slice(v);
         }
         rest
-    }
-
-    #[test]
-    fn joined_statements_take_each_ones_parameters_in_turn_without_a_cursor() {
-        let a = command(0b10, &[[8, 0], [0xfd, 0]], &[&7i64.to_le_bytes()]);
-        let b = command(0, &[[0xfd, 0]], &[b"\x02xy"]);
-        let none = command(0, &[], &[]);
-        let parts = [
-            Parameters::parse(&a, 2).unwrap(),
-            Parameters::parse(&none[..5], 0).unwrap(),
-            Parameters::parse(&b, 1).unwrap(),
-            Parameters::parse(&a, 2).unwrap(),
-        ];
-        let rest = joined(&parts);
-        assert_eq!(rest[0], 0, "no cursor");
-        let params = Parameters::parse(&rest, 5).unwrap();
-        let values: Vec<Param> = (0..5).map(|i| params.get(i).unwrap()).collect();
-        assert_eq!(
-            values,
-            [
-                Param::Int(7),
-                Param::Null,
-                Param::Bytes(b"xy"),
-                Param::Int(7),
-                Param::Null
-            ]
-        );
-        assert_eq!(params.rebuild(&[], true).len(), 5);
-        assert_eq!(joined(&parts[1..2]), [0, 1, 0, 0, 0]);
     }
 
     #[test]

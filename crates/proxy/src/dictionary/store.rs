@@ -43,9 +43,22 @@ pub fn text(rows: &Rows, row: usize, column: usize) -> String {
         .unwrap_or_default()
 }
 
+const OPTIONS: &str = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+
+/// Two-phase commit: the outcome of each transaction over several
+/// backends, written after every branch prepared (commit) or by recovery
+/// before it rolls a branch back (abort). Every backend has one: a
+/// transaction's plain part writes its commit there as it commits.
+pub fn decisions_ddl(schema: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {}.xa_decisions (gtrid VARCHAR(64) NOT NULL PRIMARY KEY, decision VARCHAR(8) NOT NULL, decided DATETIME(6) NOT NULL, KEY decided (decided)) {OPTIONS}",
+        ident(schema)
+    )
+}
+
 pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
     let s = ident(schema);
-    let options = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+    let options = OPTIONS;
     for sql in [
         format!("CREATE DATABASE IF NOT EXISTS {s}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.version (id TINYINT UNSIGNED PRIMARY KEY, version BIGINT UNSIGNED NOT NULL) {options}"),
@@ -69,10 +82,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // The next id of each partitioned table's AUTO_INCREMENT column;
         // instances take blocks of ids from it.
         format!("CREATE TABLE IF NOT EXISTS {s}.sequences (db VARCHAR(64) NOT NULL, table_name VARCHAR(64) NOT NULL, next_id BIGINT UNSIGNED NOT NULL, PRIMARY KEY (db, table_name)) {options}"),
-        // Two-phase commit: the outcome of each transaction over several
-        // backends, written after every branch prepared (commit) or by
-        // recovery before it rolls a branch back (abort).
-        format!("CREATE TABLE IF NOT EXISTS {s}.xa_decisions (gtrid VARCHAR(64) NOT NULL PRIMARY KEY, decision VARCHAR(8) NOT NULL, decided DATETIME(6) NOT NULL) {options}"),
+        decisions_ddl(schema),
+        // Old decisions are cleared by this, without scanning the table.
+        format!("ALTER TABLE {s}.xa_decisions ADD INDEX IF NOT EXISTS decided (decided)"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
         // Online moves (MOVE_PARTITION, splits): one row per job, owned by
         // the instance that runs it; its progress as of its last chunk. A

@@ -1,18 +1,19 @@
-//! Ending a transaction whose branches are XA branches
-//! (`transactions = "atomic"`): the steps `hscale_transaction` plans — in
-//! one phase where at most one branch wrote, else every branch prepared,
-//! the decision recorded in the dictionary, every branch committed — run
-//! on the branches' connections. The client gets OK only once the decision
-//! is durable; a branch whose commit fails after it is committed by
-//! recovery. Serves an autocommitted statement that writes on several
-//! backends (`write_each`) and a transaction the client ends.
+//! Ending a transaction over several backends (`transactions =
+//! "atomic"`): the steps `hscale_transaction::Commit` gives — in one phase
+//! where at most one part wrote, else every XA branch prepared, the
+//! decision recorded (in the plain part as it commits, or in the
+//! dictionary), every branch committed — run on the parts' connections.
+//! The client gets OK only once the decision is durable; a branch whose
+//! commit fails after it is committed by recovery. Serves an autocommitted
+//! statement that writes on several backends (`write_each`) and a
+//! transaction the client ends.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use hscale_transaction::{commit_steps, rollback_steps, Branch, Decision, Step};
+use hscale_transaction::{rollback_steps, Branch, Commit, Decision, Next, Recorded, Step, Went};
 use hscale_wire::scan::Completion;
 
 use super::state::{command, COM_QUERY};
@@ -20,7 +21,7 @@ use super::Session;
 use crate::backend::Lease;
 use crate::error::ProxyError;
 use crate::failpoint;
-use crate::xa::{self, Recorded, Running};
+use crate::xa::{self, Running};
 
 /// The connections of a transaction's branches, by slot, with the last
 /// answer each gave.
@@ -28,7 +29,8 @@ pub(super) type Parts = BTreeMap<usize, (Lease, Completion)>;
 
 impl Session {
     /// Commits the transaction `running` on `parts`, whose branches are
-    /// `branches` (in the order of `parts`). An error before the decision
+    /// `branches` (in the order of `parts`), step by step as
+    /// `hscale_transaction::Commit` says. An error before the decision
     /// rolls every branch back and is the answer; after it, a branch that
     /// did not commit is left prepared, its connection closed, for recovery
     /// to commit.
@@ -38,82 +40,125 @@ impl Session {
         running: &Running,
         branches: &[Branch],
     ) -> Result<(), ProxyError> {
-        let Some(steps) = commit_steps(running.instance(), running.sequence, branches) else {
+        let Ok(mut commit) = Commit::new(&running.xid(0), branches) else {
             self.roll_back_branches(parts, running, branches).await;
             return Err(ProxyError::Unroutable(hscale_planner::Refusal {
                 table: None,
                 reason: "a transaction that wrote on several backends, one of them in a transaction that cannot be prepared (START TRANSACTION with options, or LOCK TABLES): rolled back".into(),
             }));
         };
-        let two_phase = steps.contains(&Step::Record);
-        let mut decided = false;
-        for step in steps {
-            let each = match step {
-                Step::Record => {
-                    failpoint::hit("xa_after_prepare").await;
-                    self.record_commit(parts, running, branches).await?;
-                    decided = true;
-                    failpoint::hit("xa_after_decision").await;
-                    continue;
-                }
-                Step::Run(each) => each,
-            };
-            if two_phase && !decided {
-                failpoint::hit("xa_before_prepare").await;
-            }
-            let failed = self.run_on_each(parts, &each, decided).await;
-            match (failed, decided) {
-                (Ok(()), _) => {}
-                (Err((e, _)), false) => {
-                    self.roll_back_branches(parts, running, branches).await;
-                    return Err(e);
-                }
-                // Past the decision: recovery commits what did not.
-                (Err((e, uncommitted)), true) => {
-                    tracing::warn!(
-                        transaction = %running.gtrid(),
-                        "XA COMMIT failed after the decision; recovery commits the branch: {e}"
-                    );
-                    self.leave_to_recovery(parts, &uncommitted);
-                }
-            }
-        }
-        if two_phase {
-            self.shared
-                .xa
-                .committed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    /// Makes the commit decision durable; when it cannot be, every branch
-    /// is rolled back (or, where the dictionary may have it, left to
-    /// recovery) and the error is the answer.
-    async fn record_commit(
-        &mut self,
-        parts: &mut Parts,
-        running: &Running,
-        branches: &[Branch],
-    ) -> Result<(), ProxyError> {
         let shared = self.shared.clone();
-        match xa::record(&shared, &running.gtrid(), Decision::Commit).await {
-            Recorded::Durable | Recorded::Preempted(Decision::Commit) => Ok(()),
-            Recorded::Preempted(Decision::Abort) => {
-                self.roll_back_branches(parts, running, branches).await;
-                Err(xa::rolled_back_by_recovery())
-            }
-            Recorded::Refused(e) => {
-                self.roll_back_branches(parts, running, branches).await;
-                Err(e)
-            }
-            Recorded::Unknown(e) => {
-                // Closing the connections leaves the prepared branches to
-                // recovery, which reads the decision once it can.
-                let slots: Vec<usize> = parts.keys().copied().collect();
-                self.leave_to_recovery(parts, &slots);
-                Err(xa::outcome_unknown(&e))
-            }
+        let mut went = Went::Started;
+        let mut error = None;
+        // The decision went in with a plain part's commit: that part
+        // committed already.
+        let mut committed_one = false;
+        loop {
+            went = match commit.next(went) {
+                Next::Run(each) => {
+                    if commit.two_phase() && !commit.decided() {
+                        failpoint::hit("xa_before_prepare").await;
+                    }
+                    if committed_one {
+                        failpoint::hit("xa_between_commits").await;
+                    }
+                    match self.run_on_each(parts, &each, commit.decided()).await {
+                        Ok(()) => Went::Ran { failed: Vec::new() },
+                        Err((e, failed)) => {
+                            if commit.decided() {
+                                tracing::warn!(
+                                    transaction = %running.gtrid(),
+                                    "XA COMMIT failed after the decision; recovery commits the branch: {e}"
+                                );
+                            }
+                            error.get_or_insert(e);
+                            let failed =
+                                failed.iter().map(|&slot| shared.pools[slot].id()).collect();
+                            Went::Ran { failed }
+                        }
+                    }
+                }
+                Next::Record => {
+                    failpoint::hit("xa_after_prepare").await;
+                    let recorded =
+                        match xa::record(&shared, &running.gtrid(), Decision::Commit).await {
+                            xa::Recorded::Durable => Recorded::Durable,
+                            xa::Recorded::Preempted(decision) => {
+                                if decision == Decision::Abort {
+                                    error = Some(xa::rolled_back_by_recovery());
+                                }
+                                Recorded::Preempted(decision)
+                            }
+                            xa::Recorded::Refused(e) => {
+                                error = Some(e);
+                                Recorded::Refused
+                            }
+                            xa::Recorded::Unknown(e) => {
+                                error = Some(xa::outcome_unknown(&e));
+                                Recorded::Unknown
+                            }
+                        };
+                    if recorded == Recorded::Durable {
+                        failpoint::hit("xa_after_decision").await;
+                    }
+                    Went::Recorded(recorded)
+                }
+                Next::RecordIn(backend) => {
+                    failpoint::hit("xa_after_prepare").await;
+                    let slot = shared.pool_index(backend).expect("a branch's backend");
+                    let sql = xa::commit_with_decision(&shared, &running.gtrid());
+                    let (lease, last) = parts.get_mut(&slot).expect("the plain part");
+                    let recorded = match run_statement(lease, &sql).await {
+                        Ok(completion) => {
+                            *last = completion;
+                            committed_one = true;
+                            failpoint::hit("xa_after_decision").await;
+                            Recorded::Durable
+                        }
+                        // Recovery took the transaction for dead and
+                        // recorded its abort first.
+                        Err(ProxyError::Refused(e)) if e.code == xa::ER_DUP_ENTRY => {
+                            error = Some(xa::rolled_back_by_recovery());
+                            Recorded::Preempted(Decision::Abort)
+                        }
+                        Err(e @ ProxyError::Refused(_)) => {
+                            error = Some(e);
+                            Recorded::Refused
+                        }
+                        Err(e) => {
+                            error = Some(xa::outcome_unknown(&e));
+                            Recorded::Unknown
+                        }
+                    };
+                    Went::Recorded(recorded)
+                }
+                Next::RollBack => {
+                    self.roll_back_branches(parts, running, branches).await;
+                    return Err(error.expect("a failure to roll back for"));
+                }
+                Next::Abandon => {
+                    // Closing the connections leaves the prepared branches
+                    // to recovery, which reads the decision once it can.
+                    let slots: Vec<usize> = parts.keys().copied().collect();
+                    self.leave_to_recovery(parts, &slots);
+                    return Err(error.expect("a failure to abandon for"));
+                }
+                Next::Finish { leave } => {
+                    let slots: Vec<usize> = parts
+                        .keys()
+                        .copied()
+                        .filter(|&slot| leave.contains(&shared.pools[slot].id()))
+                        .collect();
+                    self.leave_to_recovery(parts, &slots);
+                    if commit.two_phase() {
+                        shared
+                            .xa
+                            .committed
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+            };
         }
     }
 
@@ -175,7 +220,7 @@ impl Session {
         running: &Running,
         branches: &[Branch],
     ) {
-        let steps = rollback_steps(running.instance(), running.sequence, branches);
+        let steps = rollback_steps(&running.xid(0), branches);
         let mut failed = Vec::new();
         for step in &steps {
             let Step::Run(each) = step else { continue };

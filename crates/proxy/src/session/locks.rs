@@ -17,7 +17,7 @@ impl Session {
     /// committed and the session's earlier table locks released, then each
     /// backend locks its share. If one fails, none is kept.
     pub(super) async fn lock_tables(&mut self, locks: TableLocks) -> Result<(), ProxyError> {
-        if self.in_transaction() {
+        if self.tx.in_transaction() {
             self.commit_open(None).await?;
         }
         self.unlock_tables(None).await?;
@@ -28,7 +28,7 @@ impl Session {
                 self.unlock_tables(None).await?;
                 return Err(e);
             }
-            self.slots[slot].binding.tables_locked = true;
+            self.tx.set_tables_locked(slot, true);
         }
         self.previous = Previous::Nothing;
         self.send_ok().await
@@ -38,10 +38,10 @@ impl Session {
     /// locks, but `except` (where the client's own statement releases them).
     pub(super) async fn unlock_tables(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
         for slot in 0..self.slots.len() {
-            if Some(slot) == except || !self.slots[slot].binding.tables_locked {
+            if Some(slot) == except || !self.tx.part(slot).tables_locked {
                 continue;
             }
-            self.slots[slot].binding.tables_locked = false;
+            self.tx.set_tables_locked(slot, false);
             self.run_quietly(slot, &command(COM_QUERY, "UNLOCK TABLES"))
                 .await?;
         }

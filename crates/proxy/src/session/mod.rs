@@ -40,6 +40,7 @@ use crate::backend::ConnKey;
 use crate::error::{Disposition, ProxyError};
 use crate::shared::{SessionHandle, Shared};
 use crate::tls::ClientStream;
+use hscale_transaction::Transaction;
 use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
 use statements::ClientStatements;
@@ -116,26 +117,8 @@ pub struct Session {
     column_names: crate::dictionary::ColumnNames,
     /// What probes found for unions of partitions, per statement shape.
     probed_columns: probed::ProbedColumns,
-    /// The BEGIN / START TRANSACTION that opened the transaction in progress,
-    /// as a command: each backend the transaction reaches later opens it too.
-    begin: Option<Bytes>,
-    /// hscale answered the BEGIN and no backend has the transaction yet: the
-    /// first backend it reaches opens it (with its first read, in the same
-    /// write). Once one has, the backends' status says whether it is open.
-    begun_here: bool,
-    /// The backends' last word on autocommit: with it off, a backend the
-    /// transaction reaches opens it by itself (the SET is replayed there).
-    autocommit: bool,
-    /// The savepoints of the transaction in progress, oldest first.
-    savepoints: Vec<savepoint::Savepoint>,
-    /// A connection lost in the middle of the transaction took its part
-    /// with it: the rest is rolled back before the next command.
-    transaction_lost: bool,
-    /// The transaction in progress opens XA branches where it reaches a
-    /// backend (a BEGIN hscale answered, in `transactions = "atomic"`).
-    xa_begin: bool,
-    /// The XA transaction in progress: its branches' ids.
-    running: Option<crate::xa::Running>,
+    /// The transaction in progress, over the backends it reached.
+    tx: Transaction<crate::xa::Running>,
     /// The sequence number of the command's answer: 1, unless the client
     /// sent more than the command (a LOCAL INFILE's packets).
     reply_seq: u8,
@@ -177,6 +160,8 @@ impl Session {
             shared.accounts.of_user(&login.user),
         );
         let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
+        let backend_ids = shared.pools.iter().map(|pool| pool.id()).collect();
+        let tx = Transaction::new(shared.transactions, backend_ids, shared.main);
         let slots = shared
             .pools
             .iter()
@@ -204,13 +189,7 @@ impl Session {
             quoting: Quoting::default(),
             no_auto_value_on_zero: false,
             charset: ClientCharset::of_collation(login.collation),
-            begin: None,
-            begun_here: false,
-            autocommit: true,
-            savepoints: Vec::new(),
-            transaction_lost: false,
-            xa_begin: false,
-            running: None,
+            tx,
             reply_seq: 1,
             plans: PlanCache::default(),
             transaction_tables: SmallVec::new(),
@@ -257,7 +236,7 @@ impl Session {
 
     async fn command_loop(&mut self) -> Result<(), ProxyError> {
         loop {
-            if self.transaction_lost || self.slots.iter().any(|s| s.binding.unsure) {
+            if self.tx.unsettled() {
                 self.settle_transaction().await;
             }
             // Before waiting, so that a new wait_timeout bounds the wait;
@@ -268,7 +247,7 @@ impl Session {
                 self.session_variables_changed = false;
                 self.read_session_variables().await;
             }
-            let in_transaction = self.slots.iter().any(|s| s.binding.transaction);
+            let in_transaction = self.tx.reached_any();
             self.handle.on.ended(
                 in_transaction,
                 &self.statement_tables,
@@ -421,16 +400,10 @@ impl Session {
             slot.binding = Binding::default();
         }
         self.previous = Previous::Nothing;
-        self.begin = None;
-        self.begun_here = false;
-        self.savepoints.clear();
-        self.transaction_lost = false;
-        self.xa_begin = false;
-        // Their connections went: the servers end the branches.
-        self.running = None;
+        // Their connections went: the servers ended the transaction.
+        self.tx.reset();
         self.unread.clear();
         self.settings_listed = None;
-        self.autocommit = true;
         self.statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
@@ -571,7 +544,7 @@ impl Session {
     /// The status flags of an answer hscale writes itself.
     fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
-        match self.in_transaction() {
+        match self.tx.in_transaction() {
             true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,
             false => status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT,
         }

@@ -30,7 +30,7 @@ impl Session {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
             no_auto_value_on_zero: self.no_auto_value_on_zero,
-            tables_locked: self.slots.iter().any(|s| s.binding.tables_locked),
+            tables_locked: self.tx.tables_locked(),
             charset: self.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
@@ -46,7 +46,7 @@ impl Session {
             db: self.state.db.as_deref(),
             quoting: self.quoting,
             no_auto_value_on_zero: self.no_auto_value_on_zero,
-            tables_locked: self.slots.iter().any(|s| s.binding.tables_locked),
+            tables_locked: self.tx.tables_locked(),
             charset: self.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
@@ -117,18 +117,24 @@ impl Session {
                     _ => None,
                 };
                 match (unseen, plan.tx_effect) {
-                    (Some(what), _) => self.check_unseen_commits(slot, what)?,
-                    (None, TxEffect::ClientXa) => self.check_unseen_commits(
-                        slot,
-                        "an XA statement of the client's (its transaction stays on one backend)",
-                    )?,
+                    (Some(what), _) => {
+                        self.check_unseen_commits(slot, what)?;
+                        self.tx.runs_unseen(slot);
+                    }
+                    (None, TxEffect::ClientXa) => {
+                        self.check_unseen_commits(
+                            slot,
+                            "an XA statement of the client's (its transaction stays on one backend)",
+                        )?;
+                        self.tx.runs_unseen(slot);
+                    }
                     (None, effect) => self.commit_before(slot, effect, sql).await?,
                 }
                 let payload = match plan.summary.connection_id {
                     true => self.with_own_connection_id(payload),
                     false => payload,
                 };
-                let autocommit = self.autocommit;
+                let autocommit = self.tx.autocommit();
                 // A procedure may SET any session variable, which hscale does
                 // not see: what it changed is read back and carried to the
                 // other backends. Not where listing the variables would
@@ -151,11 +157,11 @@ impl Session {
                     self.commit_after(slot).await?;
                 }
                 if releases_locks {
-                    self.slots[slot].binding.tables_locked = kind == Kind::Lock;
+                    self.tx.set_tables_locked(slot, kind == Kind::Lock);
                 }
                 self.session_variables_changed |= rereads;
-                if kind.writes() && self.slots[slot].binding.transaction {
-                    self.slots[slot].binding.wrote = true;
+                if kind.writes() {
+                    self.tx.wrote(slot);
                 }
                 Ok(())
             }
@@ -176,7 +182,7 @@ impl Session {
             Action::Load(load) => self.load(*load, needs).await,
             Action::Listing(listing) => {
                 // Table maintenance, which runs on several backends.
-                if self.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
+                if self.tx.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
                     self.commit_open(None).await?;
                 }
                 self.listing(payload, *listing).await
@@ -391,12 +397,19 @@ impl Session {
                 Some(_) => {
                     let command = [Command::Raw(&payload)];
                     return self
-                        .run_merged(Merge::AffectedRows, &[slot], &command, needs, generated)
+                        .run_merged(
+                            Merge::AffectedRows,
+                            &[slot],
+                            &command,
+                            needs,
+                            generated,
+                            Vec::new(),
+                        )
                         .await;
                 }
             }
-            if route.writes && self.slots[slot].binding.transaction {
-                self.slots[slot].binding.wrote = true;
+            if route.writes {
+                self.tx.wrote(slot);
             }
             return Ok(());
         }
@@ -407,13 +420,35 @@ impl Session {
         if route.writes {
             self.check_writers(&slots)?;
         }
-        let payloads: Vec<Bytes> = route
-            .steps
-            .into_iter()
-            .map(|step| payload(self, step))
-            .collect();
+        let united = match self.must_unite(&slots) {
+            true => route.united(),
+            false => None,
+        };
+        let (slots, payloads, probes) = match united {
+            Some(united) => {
+                let mut one_each = (Vec::new(), Vec::new(), Vec::new());
+                for united in united {
+                    one_each.0.push(self.slot_of(united.backend)?);
+                    one_each.2.push(united.probe.clone().map(Bytes::from));
+                    let payload = Bytes::from(united.into_command(COM_QUERY));
+                    one_each.1.push(match connection_id {
+                        true => self.with_own_connection_id(payload),
+                        false => payload,
+                    });
+                }
+                one_each
+            }
+            None => {
+                let payloads = route
+                    .steps
+                    .into_iter()
+                    .map(|step| payload(self, step))
+                    .collect();
+                (slots, payloads, Vec::new())
+            }
+        };
         let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
-        self.run_merged(route.merge, &slots, &commands, needs, generated)
+        self.run_merged(route.merge, &slots, &commands, needs, generated, probes)
             .await
     }
 }

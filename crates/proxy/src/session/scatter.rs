@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
-use hscale_planner::{placeholders, KillScope, Merge, Quoting, Refusal, Upsert};
-use hscale_wire::execute::{joined, Parameters};
+use hscale_planner::{KillScope, Merge, Refusal, Upsert};
+use hscale_transaction::Reach;
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{
     write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
@@ -26,9 +26,8 @@ use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, command, COM_QUERY, UNKNOWN_SETTINGS};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
-use crate::config::Transactions;
 use crate::error::ProxyError;
-use crate::exec::{command_payload, end_completion, Command, StatementKey, FLUSH_AT};
+use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
 use crate::spool::Spool;
 use crate::xa::Running;
 use hscale_transaction::Branch;
@@ -41,9 +40,11 @@ const ENDING: Needs = Needs {
     diagnostics: false,
     reads_only: false,
     logical_columns: false,
-    ends_transaction: true,
-    may_begin: false,
-    plain_branch: false,
+    reach: Reach {
+        ends_transaction: true,
+        may_begin: false,
+        plain_branch: false,
+    },
 };
 
 /// How long a scan runs before hscale watches its client's socket for a
@@ -60,6 +61,8 @@ pub(super) struct Generated {
 
 impl Session {
     /// Commands on several partitions, their answers merged into one.
+    /// `probes`: where a command joins several partitions of its backend
+    /// (`Session::must_unite`), one partition's statement.
     pub(super) async fn run_merged(
         &mut self,
         merge: Merge,
@@ -67,15 +70,36 @@ impl Session {
         commands: &[Command<'_>],
         needs: Needs,
         generated: Option<Generated>,
+        probes: Vec<Option<Bytes>>,
     ) -> Result<(), ProxyError> {
         match merge {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
             Merge::Single => {
-                self.merge_rows(Spec::default(), slots, commands, needs)
+                self.merge_rows(Spec::default(), slots, commands, needs, probes)
                     .await
             }
-            Merge::Rows(spec) => self.merge_rows(*spec, slots, commands, needs).await,
+            Merge::Rows(spec) => self.merge_rows(*spec, slots, commands, needs, probes).await,
         }
+    }
+
+    /// Whether partitions on one backend must go as one statement there
+    /// (`Route::united`): an ordered merge reads every partition at once,
+    /// and a transaction (or a connection the session holds) has one
+    /// connection on a backend. Elsewhere each partition takes its own.
+    pub(super) fn must_unite(&self, slots: &[usize]) -> bool {
+        let shared_backend = (1..slots.len()).any(|i| slots[..i].contains(&slots[i]));
+        shared_backend && !self.may_borrow(slots)
+    }
+
+    /// Whether pooled connections may serve the statement's partitions
+    /// besides the session's own: none is in a transaction or holds state.
+    /// A connection held only for the last statement's warnings may take
+    /// part: this statement replaces them.
+    fn may_borrow(&self, slots: &[usize]) -> bool {
+        !self.tx.in_transaction()
+            && slots
+                .iter()
+                .all(|&s| !self.slots[s].binding.pins(self.tx.holds(s)))
     }
 
     /// One result set out of several partitions' result sets, as `spec`
@@ -83,45 +107,17 @@ impl Session {
     /// sent at once, and every answer's columns are read before the client
     /// sees anything, so that an error from any partition is the whole
     /// answer. Partitions on one backend need a connection each when their
-    /// rows are merged in order; otherwise they take turns on the session's.
+    /// rows are merged in order (or come as one statement, `must_unite`);
+    /// otherwise they take turns on the session's.
     async fn merge_rows(
         &mut self,
         spec: Spec,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
+        mut probes: Vec<Option<Bytes>>,
     ) -> Result<(), ProxyError> {
-        let shared_backend = slots
-            .iter()
-            .enumerate()
-            .any(|(i, slot)| slots[..i].contains(slot));
-        // A connection held only for the last statement's warnings may take
-        // part: this statement replaces them.
-        let may_borrow =
-            !self.in_transaction() && slots.iter().all(|&s| !self.slots[s].binding.pins());
-        // An ordered merge reads every partition at once; on the one
-        // connection a transaction has on a backend, its partitions go as
-        // one statement that the backend sorts.
-        let (united, united_commands): (United, Vec<Command>);
-        let mut probes: Vec<Option<Bytes>> = Vec::new();
-        let (slots, commands) = match shared_backend && !may_borrow && !spec.keys.is_empty() {
-            false => (slots, commands),
-            true => {
-                united =
-                    united_by_backend(&spec, slots, commands, self.quoting).ok_or_else(|| {
-                        ProxyError::Unroutable(Refusal {
-                            table: None,
-                            reason: "an ORDER BY over several partitions on one backend \
-                                     inside a transaction or while the session holds a \
-                                     connection there, whose statements hscale cannot join"
-                                .into(),
-                        })
-                    })?;
-                united_commands = united.commands.iter().map(Joined::command).collect();
-                probes = united.probes;
-                (&united.slots[..], &united_commands[..])
-            }
-        };
+        let may_borrow = self.may_borrow(slots);
         // EXECUTE answers with binary rows, a query with text rows.
         let encoding = match commands.first() {
             Some(Command::Statement { .. }) => Encoding::Binary,
@@ -717,25 +713,43 @@ impl Session {
         ids_written: bool,
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
-        let implicit = !self.in_transaction() && slots.len() > 1;
+        let implicit = !self.tx.in_transaction() && slots.len() > 1;
         let shared = self.shared.clone();
-        let spans_backends = slots.iter().any(|&slot| slot != slots[0]);
-        let running = (implicit && spans_backends && shared.transactions == Transactions::Atomic)
-            .then(|| crate::xa::begin(&shared));
+        let atomic = self.tx.statement_is_atomic(slots);
+        // The first backend's part is a plain transaction whose commit
+        // carries the decision, where the account may write it there.
+        let plain = match atomic {
+            true => {
+                let bucket = self.slots[slots[0]].bucket.clone();
+                crate::xa::may_record(&shared, slots[0], &bucket)
+                    .await
+                    .then_some(slots[0])
+            }
+            false => None,
+        };
+        let decided_on = plain.map(|slot| shared.pools[slot].id());
+        let running = atomic.then(|| crate::xa::begin(&shared, decided_on));
         self.gather_from_here();
         let mut leases: Parts = BTreeMap::new();
         let outcome = self
-            .run_each(slots, parts, needs, implicit, running.as_ref(), &mut leases)
+            .run_each(
+                slots,
+                parts,
+                needs,
+                implicit,
+                running.as_ref().map(|running| Atomic { running, plain }),
+                &mut leases,
+            )
             .await;
         let outcome = match (outcome, implicit, &running) {
             (Ok(total), true, Some(running)) => {
-                let branches = self.written_branches(&leases);
+                let branches = self.written_branches(&leases, plain);
                 self.commit_branches(&mut leases, running, &branches)
                     .await
                     .map(|_| total)
             }
             (Err(e), true, Some(running)) => {
-                let branches = self.written_branches(&leases);
+                let branches = self.written_branches(&leases, plain);
                 self.roll_back_branches(&mut leases, running, &branches)
                     .await;
                 Err(e)
@@ -761,9 +775,7 @@ impl Session {
                 lease.conn.last_insert_id = UNKNOWN_ID;
             }
             self.finish_command(slot, lease, &completion);
-            if self.slots[slot].binding.transaction {
-                self.slots[slot].binding.wrote = true;
-            }
+            self.tx.wrote(slot);
         }
         if broken {
             self.gathered = None;
@@ -776,12 +788,12 @@ impl Session {
     }
 
     /// The branches of an autocommitted write: each backend wrote, in XA.
-    fn written_branches(&self, parts: &Parts) -> Vec<Branch> {
+    fn written_branches(&self, parts: &Parts, plain: Option<usize>) -> Vec<Branch> {
         parts
             .keys()
             .map(|&slot| Branch {
                 backend: self.shared.pools[slot].id(),
-                xa: true,
+                xa: Some(slot) != plain,
                 wrote: true,
             })
             .collect()
@@ -805,16 +817,16 @@ impl Session {
         parts: &[Part<'_>],
         needs: Needs,
         implicit: bool,
-        running: Option<&Running>,
+        atomic: Option<Atomic<'_>>,
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         let distinct = slots
             .iter()
             .enumerate()
             .all(|(i, s)| !slots[..i].contains(s));
-        if let (true, Some(running), true) = (implicit, running, distinct) {
+        if let (true, Some(atomic), true) = (implicit, atomic, distinct) {
             return self
-                .run_branches_at_once(slots, parts, needs, running, leases)
+                .run_branches_at_once(slots, parts, needs, atomic, leases)
                 .await;
         }
         let mut total = OkInfo::default();
@@ -823,9 +835,9 @@ impl Session {
             let mut branch_first = None;
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
                 let mut lease = self.checkout(slot, needs).await?;
-                let begun = match (implicit, running) {
-                    (true, Some(running)) => {
-                        branch_first = Some(running.xid(self.shared.pools[slot].id()));
+                let begun = match (implicit, atomic) {
+                    (true, Some(atomic)) => {
+                        branch_first = Some(atomic.opening(slot, &self.shared));
                         Ok(Completion::default())
                     }
                     (true, None) => run_query(&mut lease, "BEGIN").await,
@@ -836,7 +848,7 @@ impl Session {
             }
             let (lease, last) = leases.get_mut(&slot).expect("checked out above");
             let answer = match (part, branch_first) {
-                (part, Some(xid)) => run_in_branch(lease, part, &xid).await,
+                (part, Some(start)) => run_in_branch(lease, part, &start).await,
                 (Part::Command(command), None) => run(lease, command).await,
                 (Part::Load { sql, lines }, None) => refused(
                     lease
@@ -865,14 +877,14 @@ impl Session {
     }
 
     /// The parts of a write over several backends, one per backend, each in
-    /// its XA branch: the backends at once. Their messages are read after
+    /// its XA branch or the plain part: the backends at once. Their messages are read after
     /// all ended, from connections that ran nothing since.
     async fn run_branches_at_once(
         &mut self,
         slots: &[usize],
         parts: &[Part<'_>],
         needs: Needs,
-        running: &Running,
+        atomic: Atomic<'_>,
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         for &slot in slots {
@@ -885,8 +897,8 @@ impl Session {
                 .iter()
                 .position(|&s| s == slot)
                 .expect("a part's slot")];
-            let xid = running.xid(shared.pools[slot].id());
-            async move { (slot, run_in_branch(lease, part, &xid).await) }
+            let start = atomic.opening(slot, &shared);
+            async move { (slot, run_in_branch(lease, part, &start).await) }
         }))
         .await;
         let mut total = OkInfo::default();
@@ -964,8 +976,13 @@ impl Session {
         payload: &[u8],
         needs: Needs,
     ) -> Result<Completion, ProxyError> {
+        // A SAVEPOINT with autocommit off opens the transaction there, as
+        // the client's statement does where it answers.
         let needs = Needs {
-            ends_transaction: needs.ends_transaction,
+            reach: Reach {
+                plain_branch: false,
+                ..needs.reach
+            },
             ..Needs::default()
         };
         self.run_on(slot, payload, false, needs, false).await
@@ -1030,173 +1047,6 @@ impl Session {
     }
 }
 
-/// The partitions' statements of each backend as one: `(p1) UNION ALL (p2)
-/// ... ORDER BY` the merge's keys (the hidden columns' names), so that the
-/// backend sorts its partitions' rows together and one connection answers
-/// for all of them; with the raised LIMIT unless groups are merged, whose
-/// partial rows a LIMIT on the union would cut. Prepared statements join
-/// into one prepared statement that takes each partition's parameters in
-/// turn. `None` where they cannot be joined (a parameter list hscale cannot
-/// read).
-fn united_by_backend(
-    spec: &Spec,
-    slots: &[usize],
-    commands: &[Command<'_>],
-    quoting: Quoting,
-) -> Option<United> {
-    let mut backends: Vec<(usize, Vec<Command<'_>>)> = Vec::new();
-    for (&slot, &command) in slots.iter().zip(commands) {
-        match backends.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, parts)) => parts.push(command),
-            None => backends.push((slot, vec![command])),
-        }
-    }
-    let order: Vec<String> = spec
-        .keys
-        .iter()
-        .map(|key| {
-            let direction = if key.descending { " DESC" } else { "" };
-            format!("{}{direction}", key.value.order_term())
-        })
-        .collect();
-    let limit = match (
-        spec.limit,
-        &spec.groups,
-        &spec.having,
-        spec.reorder.is_empty(),
-    ) {
-        (Some(limit), None, None, true) => format!(" LIMIT {}", spec.offset.saturating_add(limit)),
-        _ => String::new(),
-    };
-    let tail = format!(" ORDER BY {}{limit}", order.join(", "));
-    let mut united = United {
-        slots: Vec::with_capacity(backends.len()),
-        commands: Vec::with_capacity(backends.len()),
-        probes: Vec::with_capacity(backends.len()),
-    };
-    for (slot, parts) in backends {
-        united.slots.push(slot);
-        if let [part] = parts[..] {
-            // Sorted and limited already; in parentheses its columns would
-            // name a derived table.
-            united.commands.push(Joined::of(part)?);
-            united.probes.push(None);
-            continue;
-        }
-        let texts: Vec<&[u8]> = parts
-            .iter()
-            .map(|part| match part {
-                Command::Raw([COM_QUERY, sql @ ..]) => Some(sql),
-                Command::Statement { statement, .. } => Some(statement.sql()),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
-        let mut text = Vec::with_capacity(texts.iter().map(|t| t.len() + 16).sum());
-        for (i, part) in texts.iter().enumerate() {
-            if i > 0 {
-                text.extend_from_slice(b" UNION ALL ");
-            }
-            // On lines of their own: a statement may end in a `--` comment.
-            text.extend_from_slice(b"(\n");
-            text.extend_from_slice(part);
-            text.extend_from_slice(b"\n)");
-        }
-        text.extend_from_slice(tail.as_bytes());
-        united.commands.push(match parts[0] {
-            Command::Statement {
-                statement,
-                client_id,
-                code,
-                ..
-            } => {
-                let params = (parts.iter().zip(&texts))
-                    .map(|(part, text)| match part {
-                        Command::Statement { rest, .. } => {
-                            Parameters::parse(rest, placeholders(text, quoting)).ok()
-                        }
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<_>>>()?;
-                let db = std::str::from_utf8(&statement.key[..statement.db_len]).ok()?;
-                Joined::Execute {
-                    statement: StatementKey::new(Some(db).filter(|db| !db.is_empty()), &text),
-                    client_id,
-                    code,
-                    rest: joined(&params),
-                }
-            }
-            _ => {
-                let mut payload = Vec::with_capacity(text.len() + 1);
-                payload.push(COM_QUERY);
-                payload.extend_from_slice(&text);
-                Joined::Query(payload)
-            }
-        });
-        // Any partition's definitions serve; the least text (mostly: the
-        // least table name) keeps a shape's probe one, wherever its range
-        // starts.
-        let probe = texts.iter().min().copied().unwrap_or_default();
-        united.probes.push(Some(Bytes::copy_from_slice(probe)));
-    }
-    Some(united)
-}
-
-/// One statement per backend: its slot and its command.
-struct United {
-    slots: Vec<usize>,
-    commands: Vec<Joined>,
-    /// For a backend with several partitions, one partition's text.
-    probes: Vec<Option<Bytes>>,
-}
-
-/// A backend's statement for its partitions, owned.
-enum Joined {
-    Query(Vec<u8>),
-    Execute {
-        statement: StatementKey,
-        client_id: u32,
-        code: u8,
-        rest: Vec<u8>,
-    },
-}
-
-impl Joined {
-    fn of(command: Command<'_>) -> Option<Joined> {
-        match command {
-            Command::Raw(payload) => Some(Joined::Query(payload.to_vec())),
-            Command::Statement {
-                statement,
-                client_id,
-                code,
-                rest,
-            } => Some(Joined::Execute {
-                statement: statement.clone(),
-                client_id,
-                code,
-                rest: rest.to_vec(),
-            }),
-            _ => None,
-        }
-    }
-
-    fn command(&self) -> Command<'_> {
-        match self {
-            Joined::Query(payload) => Command::Raw(payload),
-            Joined::Execute {
-                statement,
-                client_id,
-                code,
-                rest,
-            } => Command::Statement {
-                statement,
-                client_id: *client_id,
-                code: *code,
-                rest,
-            },
-        }
-    }
-}
-
 /// One partition's statement in a write over several.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Part<'a> {
@@ -1208,15 +1058,35 @@ pub(super) enum Part<'a> {
     },
 }
 
-/// One part of a write over several backends in its XA branch: a text
-/// statement with the branch's XA START in the same query (the server runs
-/// nothing after a statement that fails), any other after it.
+/// An autocommitted write over several backends as one XA transaction:
+/// its number, and the slot whose part is a plain transaction that carries
+/// the decision, if the account may write it there.
+#[derive(Clone, Copy)]
+struct Atomic<'a> {
+    running: &'a Running,
+    plain: Option<usize>,
+}
+
+impl Atomic<'_> {
+    /// What opens the part on `slot`.
+    fn opening(&self, slot: usize, shared: &crate::shared::Shared) -> String {
+        match Some(slot) == self.plain {
+            true => "BEGIN".to_string(),
+            false => {
+                hscale_transaction::statements::start(&self.running.xid(shared.pools[slot].id()))
+            }
+        }
+    }
+}
+
+/// One part of a write over several backends in its transaction (`start`:
+/// its XA START, or BEGIN): a text statement with it in the same query (the
+/// server runs nothing after a statement that fails), any other after it.
 async fn run_in_branch(
     lease: &mut Lease,
     part: Part<'_>,
-    xid: &hscale_transaction::Xid,
+    start: &str,
 ) -> Result<Completion, ProxyError> {
-    let start = hscale_transaction::statements::start(xid);
     match part {
         Part::Command(Command::Raw([COM_QUERY, sql @ ..])) => {
             let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
@@ -1227,11 +1097,11 @@ async fn run_in_branch(
             run(lease, Command::Raw(&both)).await
         }
         Part::Command(command) => {
-            run_query(lease, &start).await?;
+            run_query(lease, start).await?;
             run(lease, command).await
         }
         Part::Load { sql, lines } => {
-            run_query(lease, &start).await?;
+            run_query(lease, start).await?;
             refused(
                 lease
                     .conn

@@ -14,7 +14,7 @@ use crate::error::ProxyError;
 
 impl Session {
     pub(super) async fn schema_change(&mut self, sql: &[u8]) -> Result<(), ProxyError> {
-        if self.in_transaction() {
+        if self.tx.in_transaction() {
             self.commit_open(None).await?;
         }
         let shared = self.shared.clone();

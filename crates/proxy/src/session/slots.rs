@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use hscale_planner::{client_charset_after, Autocommit, Kind, SessionChange, Summary, TxEffect};
+use hscale_transaction::{Opening, Reach, ServerStatus};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
@@ -20,44 +21,30 @@ pub(super) struct Binding {
     /// State only that connection holds (temporary tables, user variables,
     /// locks, ...): kept until the client leaves or resets.
     pub sticky: Option<&'static str>,
-    /// A transaction is open, or autocommit is off.
-    pub transaction: bool,
-    /// The open transaction changed rows on this backend.
-    pub wrote: bool,
-    /// The server's last word was that a transaction is open here
-    /// (SERVER_STATUS_IN_TRANS), or hscale opened one.
-    pub open: bool,
-    /// hscale began an XA branch here (XA START) and has not ended it: it
-    /// ends with XA statements, whatever the status says (a deadlock leaves
-    /// it rollback-only, out of the transaction).
-    pub xa: bool,
-    /// An error came while `open`: it may have ended the transaction, which
-    /// an error packet does not say (`Session::settle_transaction`).
-    pub unsure: bool,
     /// hscale's prepared statements with a cursor open or long data sent on
     /// this connection, by the client's id.
     pub open_statements: HashSet<u32>,
     /// The session's previous statement ran here and left warnings that
     /// SHOW WARNINGS must find. One slot at most.
     pub diagnostics: bool,
-    /// LOCK TABLES ran here and no UNLOCK TABLES or START TRANSACTION since.
-    pub tables_locked: bool,
 }
 
+/// `transaction`: the connection holds a part of the client's transaction
+/// (`Transaction::holds`).
 impl Binding {
-    pub fn holds(&self) -> bool {
-        self.pins() || self.diagnostics
+    pub fn holds(&self, transaction: bool) -> bool {
+        self.pins(transaction) || self.diagnostics
     }
 
     /// Holds for more than the last statement's warnings, which the next
     /// statement replaces anyway.
-    pub fn pins(&self) -> bool {
-        self.sticky.is_some() || self.transaction || self.xa || !self.open_statements.is_empty()
+    pub fn pins(&self, transaction: bool) -> bool {
+        self.sticky.is_some() || transaction || !self.open_statements.is_empty()
     }
 
     /// Whether the connection may serve another client once this one leaves.
-    fn reusable(&self) -> bool {
-        self.sticky.is_none() && !self.transaction && !self.xa && self.open_statements.is_empty()
+    fn reusable(&self, transaction: bool) -> bool {
+        self.sticky.is_none() && !transaction && self.open_statements.is_empty()
     }
 }
 
@@ -183,17 +170,8 @@ pub(super) struct Needs {
     /// answer's columns are given the partitioned table's name
     /// (`ColumnNames`).
     pub logical_columns: bool,
-    /// The statement ends the transaction where it runs (DDL, SET
-    /// autocommit = 1): no transaction is opened for it.
-    pub ends_transaction: bool,
-    /// With autocommit off, MariaDB may begin a transaction with it: SET
-    /// and USE begin none (a `SET TRANSACTION` for the next transaction
-    /// must find none begun).
-    pub may_begin: bool,
-    /// It may commit where hscale cannot see (several statements, CALL,
-    /// EXECUTE): a transaction it opens is a plain one, which MariaDB may
-    /// end inside it (an XA branch would refuse that with 1399).
-    pub plain_branch: bool,
+    /// What it does to the transaction on the backend it reaches.
+    pub reach: Reach,
 }
 
 impl Needs {
@@ -204,12 +182,15 @@ impl Needs {
             diagnostics: summary.reads_diagnostics,
             reads_only: summary.kind == Kind::Select,
             logical_columns: false,
-            ends_transaction: false,
-            may_begin: !matches!(
-                summary.kind,
-                Kind::Set | Kind::Use | Kind::Kill | Kind::Admin | Kind::Empty
-            ),
-            plain_branch: false,
+            reach: Reach {
+                // SET and USE begin no transaction with autocommit off (a
+                // `SET TRANSACTION` for the next one must find none begun).
+                may_begin: !matches!(
+                    summary.kind,
+                    Kind::Set | Kind::Use | Kind::Kill | Kind::Admin | Kind::Empty
+                ),
+                ..Reach::default()
+            },
         }
     }
 
@@ -221,8 +202,11 @@ impl Needs {
             TxEffect::None | TxEffect::Hides(_) => false,
         };
         Needs {
-            ends_transaction,
-            plain_branch: matches!(effect, TxEffect::Hides(_)),
+            reach: Reach {
+                ends_transaction,
+                plain_branch: matches!(effect, TxEffect::Hides(_)),
+                ..self.reach
+            },
             ..self
         }
     }
@@ -328,12 +312,9 @@ impl Session {
         let diagnostics_left = self.slots[slot].binding.diagnostics || leaves_messages(completion);
         // Only a connection that took the session's latest settings tells
         // the session's autocommit (one that ended a branch may not have).
-        let autocommit = self.autocommit;
-        self.after(slot, completion);
-        if lease.conn.settings != self.state.fingerprint() {
-            self.autocommit = autocommit;
-        }
-        if diagnostics_left && !self.slots[slot].binding.holds() {
+        let current = lease.conn.settings == self.state.fingerprint();
+        self.after(slot, completion, current);
+        if diagnostics_left && !self.holds(slot) {
             lease.conn.settings = UNKNOWN_SETTINGS;
         }
         self.previous = Previous::On {
@@ -344,19 +325,16 @@ impl Session {
         self.checkin(slot, lease.conn);
     }
 
-    /// Updates bindings from what the server said about the session.
-    pub(super) fn after(&mut self, slot: usize, completion: &Completion) {
-        self.take_status(slot, completion.status);
-        // With one backend, its next status says it all: no other backend
-        // can hold a part of the transaction.
-        let several = self.slots.len() > 1;
-        let binding = &mut self.slots[slot].binding;
-        if completion.error && binding.open && several {
-            binding.unsure = true;
+    /// Updates bindings from what the server said about the session;
+    /// `current`: the connection had the session's latest settings.
+    fn after(&mut self, slot: usize, completion: &Completion, current: bool) {
+        self.take_status(slot, completion.status, current);
+        if completion.error {
+            self.tx.failed(slot);
         }
         // Not for an error: the client has it from the error packet, and a
         // client that stops after one would keep a connection from the pool.
-        binding.diagnostics = completion.warnings > 0;
+        self.slots[slot].binding.diagnostics = completion.warnings > 0;
         if completion.last_insert_id != 0 {
             self.state.last_insert_id = completion.last_insert_id;
         }
@@ -370,30 +348,30 @@ impl Session {
         }
     }
 
-    /// What a backend's status says of the session on it.
-    pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>) {
-        if let Some(status) = status {
+    /// What a backend's status says of the session on it; `current`: the
+    /// connection had the session's latest settings.
+    pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>, current: bool) {
+        let status = status.map(|status| {
             let status = StatusFlags::from_bits_truncate(status);
-            let binding = &mut self.slots[slot].binding;
-            binding.open = status.contains(StatusFlags::SERVER_STATUS_IN_TRANS);
-            binding.transaction =
-                binding.open || !status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            self.autocommit = status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            if !binding.transaction {
-                binding.wrote = false;
-            }
             self.quoting.no_backslash_escapes = no_backslash_escapes(status);
-        }
-        if !self.in_transaction() {
-            self.begin = None;
-            self.savepoints.clear();
-        }
+            ServerStatus {
+                in_transaction: status.contains(StatusFlags::SERVER_STATUS_IN_TRANS),
+                autocommit: status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT),
+                settings_current: current,
+            }
+        });
+        self.tx.observe(slot, status);
+    }
+
+    /// The connection on `slot` stays with the client.
+    pub(super) fn holds(&self, slot: usize) -> bool {
+        self.slots[slot].binding.holds(self.tx.holds(slot))
     }
 
     /// Gives a held connection back once nothing holds it. Its diagnostics
     /// are not the next client's: it is reset first.
     pub(super) fn release_unheld(&mut self, slot: usize) {
-        if self.slots[slot].binding.holds() {
+        if self.holds(slot) {
             return;
         }
         if let Some(mut conn) = self.slots[slot].held.take() {
@@ -403,17 +381,6 @@ impl Session {
                 self.handle.set_idle();
             }
         }
-    }
-
-    /// Whether the transactions this session opens are XA branches:
-    /// `transactions = "atomic"` with several backends, and a transaction
-    /// hscale answered the BEGIN of (or autocommit off).
-    pub(super) fn opens_xa_branches(&self) -> bool {
-        self.shared.transactions == crate::config::Transactions::Atomic && self.slots.len() > 1
-    }
-
-    pub(super) fn in_transaction(&self) -> bool {
-        self.begun_here || self.slots.iter().any(|s| s.binding.transaction)
     }
 
     /// The held connection, or one from the pool brought to the session's
@@ -428,29 +395,12 @@ impl Session {
         let like_new = needs.previous_connection
             && self.slots[slot].held.is_none()
             && self.previous == Previous::Nothing;
-        let joins_transaction = !self.slots[slot].binding.transaction && self.in_transaction();
-        if joins_transaction && self.begin.is_none() && self.autocommit {
-            // XA START, a stored procedure, a multi-statement query: what
-            // ran here would run outside the transaction.
-            return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-                table: None,
-                reason: format!(
-                    "a transaction hscale did not see begin (XA START, a stored procedure, a multi-statement query) cannot reach backend {}",
-                    self.shared.pools[slot].id()
-                ),
-            }));
+        if self.tx.asks_recordable(slot) {
+            let bucket = self.slots[slot].bucket.clone();
+            let recordable = crate::xa::may_record(&self.shared, slot, &bucket).await;
+            self.tx.set_recordable(slot, recordable);
         }
-        let binding = &self.slots[slot].binding;
-        // An XA branch opens where a transaction hscale answered the BEGIN
-        // of reaches a backend, and with autocommit off where a backend has
-        // no transaction open yet.
-        let starts_branch = self.opens_xa_branches()
-            && !needs.ends_transaction
-            && !binding.xa
-            && !binding.open
-            && !binding.tables_locked
-            && ((joins_transaction && self.xa_begin) || (!self.autocommit && needs.may_begin))
-            && !needs.plain_branch;
+        let opening = self.tx.opening(slot, needs.reach)?;
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn },
@@ -483,24 +433,20 @@ impl Session {
         };
         self.handle
             .set_running(lease.conn.backend, lease.conn.thread_id);
-        // A statement that ends the transaction opens none (in XA mode a
-        // plain one would be a branch that cannot be prepared).
-        let begin = self.begin.clone().filter(|_| {
-            joins_transaction && !starts_branch && !(self.xa_begin && needs.ends_transaction)
-        });
-        let xa_start = match starts_branch {
-            true => {
+        let xa = opening == Opening::XaStart;
+        let queued = opening == Opening::QueuedBegin;
+        let begin = match opening {
+            Opening::Nothing => None,
+            Opening::QueuedBegin => Some(command(COM_QUERY, "BEGIN").into()),
+            Opening::Begin(begin) => Some(begin),
+            Opening::XaStart => {
                 let shared = self.shared.clone();
-                let running = self
-                    .running
-                    .get_or_insert_with(|| crate::xa::begin(&shared));
+                let decided_on = self.tx.plain_part();
+                let running = self.tx.running_or(|| crate::xa::begin(&shared, decided_on));
                 let xid = running.xid(self.shared.pools[slot].id());
-                Some(command(
-                    COM_QUERY,
-                    &hscale_transaction::statements::start(&xid),
-                ))
+                let start = hscale_transaction::statements::start(&xid);
+                Some(command(COM_QUERY, &start).into())
             }
-            false => None,
         };
         let prepared = async {
             self.state
@@ -509,16 +455,12 @@ impl Session {
             if like_new {
                 zero_row_count(&mut lease.conn).await?;
             }
-            if let Some(begin) = begin.as_deref().or(xa_start.as_deref()) {
-                match needs.reads_only {
+            if let Some(begin) = begin.as_deref() {
+                match needs.reads_only || queued {
                     true => lease.conn.queue_command(begin),
                     false => super::state::run_command(&mut lease.conn, begin).await?,
                 }
-                let binding = &mut self.slots[slot].binding;
-                binding.transaction = true;
-                binding.open = true;
-                binding.xa = xa_start.is_some();
-                self.begun_here = false;
+                self.tx.opened(slot, xa);
             }
             Ok(())
         };
@@ -543,10 +485,11 @@ impl Session {
     }
 
     pub(super) fn checkin(&mut self, slot: usize, conn: Box<BackendConn>) {
+        let holds = self.holds(slot);
         let s = &mut self.slots[slot];
-        if s.binding.holds() && s.held.is_none() {
+        if holds && s.held.is_none() {
             s.held = Some(conn);
-        } else if s.binding.holds() {
+        } else if holds {
             // A scan's second connection to this backend: the session keeps
             // one; this one's diagnostics are not the next client's.
             let mut conn = conn;
@@ -563,8 +506,7 @@ impl Session {
 
     /// The connection that held the session's server-side state is gone.
     pub(super) fn forget_connection_state(&mut self, slot: usize) {
-        // The server rolled back what the transaction did there.
-        self.transaction_lost |= self.slots[slot].binding.open;
+        self.tx.lost(slot);
         self.handle.set_idle();
         self.slots[slot].held = None;
         self.slots[slot].binding = Binding::default();
@@ -742,7 +684,7 @@ impl Session {
     pub(super) fn release_all(&mut self) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(mut conn) = slot.held.take() {
-                if slot.binding.reusable() {
+                if slot.binding.reusable(self.tx.holds(i)) {
                     if slot.binding.diagnostics {
                         conn.settings = UNKNOWN_SETTINGS;
                     }
@@ -877,17 +819,18 @@ mod tests {
     #[test]
     fn a_connection_is_held_for_any_reason_and_reused_only_without_server_state() {
         let mut b = Binding::default();
-        assert!(!b.holds() && b.reusable());
+        assert!(!b.holds(false) && b.reusable(false));
         b.diagnostics = true;
-        assert!(b.holds() && b.reusable());
+        assert!(b.holds(false) && b.reusable(false));
         b.diagnostics = false;
-        b.transaction = true;
-        assert!(b.holds() && !b.reusable());
-        b.transaction = false;
+        assert!(
+            b.holds(true) && !b.reusable(true),
+            "a part of a transaction"
+        );
         b.open_statements.insert(1);
-        assert!(b.holds() && !b.reusable());
+        assert!(b.holds(false) && !b.reusable(false));
         b.open_statements.clear();
         b.sticky = Some("user variables");
-        assert!(b.holds() && !b.reusable());
+        assert!(b.holds(false) && !b.reusable(false));
     }
 }

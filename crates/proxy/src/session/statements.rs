@@ -346,6 +346,9 @@ impl Session {
             self.check_writers(&[slot])?;
         }
         self.commit_before(slot, tx_effect, statement.sql()).await?;
+        if matches!(tx_effect, TxEffect::Hides(_) | TxEffect::ClientXa) {
+            self.tx.runs_unseen(slot);
+        }
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
@@ -354,8 +357,8 @@ impl Session {
         };
         self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
             .await?;
-        if writes && self.slots[slot].binding.transaction {
-            self.slots[slot].binding.wrote = true;
+        if writes {
+            self.tx.wrote(slot);
         }
         Ok(())
     }
@@ -545,6 +548,29 @@ impl Session {
         if execution.writes {
             self.check_writers(&slots)?;
         }
+        let mut probes = Vec::new();
+        if generated.is_none() && self.must_unite(&slots) {
+            let routed = self.routed_mut(id).expect("checked");
+            if let Some(united) = routed
+                .template
+                .united(&execution.runs, &execution.merge, count)
+            {
+                let db = routed.db.clone();
+                runs.clear();
+                slots.clear();
+                for united in united.map_err(|reason| refusal(&reason))? {
+                    let statement = StatementKey::new(db.as_deref(), united.sql.as_bytes());
+                    let which = united.params.unwrap_or_default();
+                    slots.push(self.slot_of(united.backend)?);
+                    probes.push(united.probe.map(Bytes::from));
+                    runs.push((
+                        united.backend,
+                        statement,
+                        Cow::Owned(params.select(&which, false)),
+                    ));
+                }
+            }
+        }
         let commands: Vec<Command> = runs
             .iter()
             .map(|(_, statement, rest)| Command::Statement {
@@ -559,7 +585,7 @@ impl Session {
             Some(_) => Merge::AffectedRows,
             None => execution.merge,
         };
-        self.run_merged(merge, &slots, &commands, needs, generated)
+        self.run_merged(merge, &slots, &commands, needs, generated, probes)
             .await
     }
 
