@@ -120,9 +120,14 @@ impl Analysis<'_> {
         if distinct && aggregates {
             return Err("DISTINCT with aggregates".into());
         }
+        let group_by_texts: Vec<String> = group_by
+            .iter()
+            .map(|e| self.key_text(e, select))
+            .collect::<Result<_, _>>()?;
         // The keys whose equal values make one group, as text.
-        let group_keys: Vec<String> = match (distinct, group_by.is_empty()) {
-            (true, _) => select
+        let distinct_keys: Vec<String> = match distinct {
+            false => Vec::new(),
+            true => select
                 .projection
                 .iter()
                 .map(|item| match item {
@@ -132,10 +137,28 @@ impl Analysis<'_> {
                     _ => Err("DISTINCT *".to_string()),
                 })
                 .collect::<Result<_, _>>()?,
-            (false, _) => group_by
-                .iter()
-                .map(|e| self.key_text(e, select))
-                .collect::<Result<_, _>>()?,
+        };
+        let same = |a: &str, b: &str| normalized(a) == normalized(b);
+        // DISTINCT over the groups of a GROUP BY: the same rows where it
+        // lists the group keys (each group is one row already); over other
+        // columns it would fold groups together after the merge.
+        let distinct = match (distinct, group_by_texts.is_empty()) {
+            (true, false) => {
+                let covered = |keys: &[String], by: &[String]| {
+                    keys.iter().all(|k| by.iter().any(|b| same(k, b)))
+                };
+                match covered(&distinct_keys, &group_by_texts)
+                    && covered(&group_by_texts, &distinct_keys)
+                {
+                    true => false,
+                    false => return Err("DISTINCT over a GROUP BY of other columns".into()),
+                }
+            }
+            (distinct, _) => distinct,
+        };
+        let group_keys = match distinct {
+            true => distinct_keys,
+            false => group_by_texts,
         };
         let grouped = distinct || aggregates || !group_keys.is_empty();
         if grouped && combines.len() < select.projection.len() {
@@ -171,12 +194,19 @@ impl Analysis<'_> {
             }
             order_keys.push((self.key_text(&key.expr, select)?, descending(key)));
         }
+        // A group key read from the select list: DISTINCT's are its columns,
+        // by position (a literal, an alias that names a column too).
+        let group_selected = |i: usize, text: &str| match distinct {
+            true => Some(i),
+            false => selected(text),
+        };
         if grouped && !group_keys.is_empty() {
-            let same = |a: &str, b: &str| normalized(a) == normalized(b);
             // What goes after the partition's WHERE: DISTINCT becomes GROUP BY
             // its columns, since the columns hscale adds would make rows
             // distinct that the client's columns do not (`'a'` and `'a '`
             // differ in weight); without an ORDER BY, the group keys' order.
+            // By position: the text of a literal (`GROUP BY 56`) or of an
+            // alias would read as something else there.
             let mut clauses = String::new();
             if distinct {
                 let word = self.top_level_word(0, &["distinct"]).ok_or_else(lost)?;
@@ -184,14 +214,17 @@ impl Analysis<'_> {
                     at: word,
                     text: EditText::Fixed(String::new()),
                 });
-                clauses.push_str(&format!(" GROUP BY {}", group_keys.join(", ")));
+                let positions: Vec<String> =
+                    (1..=group_keys.len()).map(|p| p.to_string()).collect();
+                clauses.push_str(&format!(" GROUP BY {}", positions.join(", ")));
             }
             match order_keys.is_empty() {
                 // Each partition sorts by the group keys, so that one group's
                 // rows meet in the merge.
                 true => {
-                    for text in &group_keys {
-                        spec.keys.push(hidden.key(text, selected(text), false));
+                    for (i, text) in group_keys.iter().enumerate() {
+                        spec.keys
+                            .push(hidden.key(text, group_selected(i, text), false));
                     }
                     clauses.push_str(&order_by_keys(&spec.keys));
                 }
@@ -203,8 +236,12 @@ impl Analysis<'_> {
                     match covers {
                         true => {
                             for (text, descending) in &order_keys {
-                                spec.keys
-                                    .push(hidden.key(text, selected(text), *descending));
+                                let at = group_keys.iter().position(|g| same(g, text));
+                                let place = match at {
+                                    Some(i) => group_selected(i, text),
+                                    None => selected(text),
+                                };
+                                spec.keys.push(hidden.key(text, place, *descending));
                             }
                         }
                         // ORDER BY an aggregate: the partitions sort by the
@@ -225,8 +262,9 @@ impl Analysis<'_> {
                                     group_key: group_keys.iter().position(|g| same(g, text)),
                                 });
                             }
-                            for text in &group_keys {
-                                spec.keys.push(hidden.key(text, selected(text), false));
+                            for (i, text) in group_keys.iter().enumerate() {
+                                spec.keys
+                                    .push(hidden.key(text, group_selected(i, text), false));
                             }
                             clauses.push_str(&order_by_keys(&spec.keys));
                             // The client's ORDER BY is hscale's to apply.

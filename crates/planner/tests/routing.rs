@@ -378,27 +378,42 @@ fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
          FROM `users_default` AS `users` WHERE id > 1 GROUP BY grp ORDER BY 1 LIMIT 3"
     );
     // DISTINCT: a group per distinct row, grouped by its columns on each
-    // partition (the added columns must not make rows distinct).
+    // partition (the added columns must not make rows distinct), by
+    // position: a literal's text would be a position, an alias's a column.
     let r = route("SELECT DISTINCT nickname FROM users");
     assert_eq!(
         r.steps[0].sql,
         "SELECT  nickname , WEIGHT_STRING((nickname)) AS `__hscale_0`, \
-         COLLATION((nickname)) AS `__hscale_1` FROM `users_default` AS `users` GROUP BY nickname \
+         COLLATION((nickname)) AS `__hscale_1` FROM `users_default` AS `users` GROUP BY 1 \
          ORDER BY 1"
     );
+    first_step_is("SELECT DISTINCT 56, - 11 AS grp, grp FROM users", |sql| {
+        sql.ends_with("GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+    });
+    // Over the GROUP BY's own keys DISTINCT is the groups; over others it
+    // is refused, never a second GROUP BY.
+    first_step_is("SELECT DISTINCT grp FROM users GROUP BY grp", |sql| {
+        sql.ends_with("GROUP BY grp ORDER BY 1")
+    });
+    assert!(matches!(
+        plan_of("SELECT DISTINCT nickname FROM users GROUP BY grp"),
+        Action::Refuse(r) if r.reason.contains("DISTINCT over a GROUP BY")
+    ));
     // A key that is not selected, or past a `*`, goes as a copy.
-    let r = route("SELECT id FROM users GROUP BY grp ORDER BY grp LIMIT 1");
-    assert!(
-        r.steps[0].sql.contains("(grp) AS `__hscale_0`"),
-        "{}",
-        r.steps[0].sql
+    first_step_is(
+        "SELECT id FROM users GROUP BY grp ORDER BY grp LIMIT 1",
+        |sql| sql.contains("(grp) AS `__hscale_0`"),
     );
-    let r = route("SELECT *, LOWER(nickname) AS l FROM users ORDER BY LOWER(nickname)");
-    assert!(
-        r.steps[0].sql.contains("(LOWER(nickname)) AS `__hscale_0`"),
-        "{}",
-        r.steps[0].sql
+    first_step_is(
+        "SELECT *, LOWER(nickname) AS l FROM users ORDER BY LOWER(nickname)",
+        |sql| sql.contains("(LOWER(nickname)) AS `__hscale_0`"),
     );
+}
+
+/// Asserts what the first step's statement of `sql` is like.
+fn first_step_is(sql: &str, holds: impl Fn(&str) -> bool) {
+    let step = &route(sql).steps[0].sql;
+    assert!(holds(step), "{sql}: {step}");
 }
 
 #[test]
