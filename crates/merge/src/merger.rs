@@ -169,7 +169,9 @@ struct Header {
     /// One partition's own definitions, not a union's.
     exact: bool,
     orders: Vec<KeyOrder>,
-    /// How each of `Spec::reorder` compares.
+    /// How each of `Spec::reorder` compares that is not a group key (a
+    /// group key compares as its `orders` entry, once its rows taught it
+    /// the collation).
     reorders: Vec<KeyOrder>,
 }
 
@@ -613,9 +615,11 @@ impl Merger {
     fn compare_ranked(&self, a: &Ranked, b: &Ranked) -> Ordering {
         let header = self.header.as_ref().expect("rows come after columns");
         for (i, (key, order)) in self.spec.reorder.iter().zip(&header.reorders).enumerate() {
-            let (a_bytes, b_bytes) = match key.group_key {
-                Some(_) => (&a.first, &b.first),
-                None => (&a.row, &b.row),
+            // A group key compares as the merge's own key does, with the
+            // collation its rows taught it (PAD SPACE: `'Z'` = `'z '`).
+            let (a_bytes, b_bytes, order) = match key.group_key {
+                Some(k) => (&a.first, &b.first, &header.orders[k]),
+                None => (&a.row, &b.row, order),
             };
             let ordering = match (&a.keys[i], &b.keys[i]) {
                 (None, None) => Ordering::Equal,

@@ -696,3 +696,77 @@ fn combined_groups_sorted_past_the_memory_budget_spill_and_merge_back() {
         "{failed:?}"
     );
 }
+
+/// Combined groups sorted by string group keys compare them in the
+/// collation their rows named, padded: `'Z'` and `'z '` tie (PAD SPACE), so
+/// the next key decides, as on one table.
+#[test]
+fn reordered_string_group_keys_tie_where_the_collation_pads() {
+    use hscale_merge::Combine;
+    let definitions = vec![
+        definition("label", VAR_STRING, GENERAL_CI, 0),
+        definition("name", VAR_STRING, GENERAL_CI, 0),
+        definition("n", LONGLONG, BINARY, 0),
+        definition("w0", VAR_STRING, BINARY, 0),
+        definition("c0", VAR_STRING, GENERAL_CI, 0),
+        definition("w1", VAR_STRING, BINARY, 0),
+        definition("c1", VAR_STRING, GENERAL_CI, 0),
+    ];
+    let key = |value, weight, collation| SortKey {
+        value: Place::Visible(value),
+        weight,
+        collation,
+        descending: false,
+    };
+    // SELECT DISTINCT label, name, n ... ORDER BY label DESC, name: the
+    // partitions sort by the three keys, hscale by two of them.
+    let spec = Spec {
+        keys: vec![key(0, 0, 1), key(1, 2, 3)],
+        hidden: 4,
+        groups: Some(vec![Combine::First, Combine::First, Combine::First]),
+        reorder: vec![
+            Reorder {
+                column: 0,
+                descending: true,
+                group_key: Some(0),
+            },
+            Reorder {
+                column: 1,
+                descending: false,
+                group_key: Some(1),
+            },
+        ],
+        ..Spec::default()
+    };
+    let group = |label: &[u8], name: &[u8], weight: &[u8], name_weight: &[u8]| {
+        row(&[
+            Some(label),
+            Some(name),
+            Some(b"1"),
+            Some(weight),
+            Some(b"upper_ci"),
+            Some(name_weight),
+            Some(b"upper_ci"),
+        ])
+    };
+    let partitions = vec![
+        vec![group(b"z ", b"b", b"Z ", b"B")],
+        vec![group(b"Z", b"", b"Z", b"")],
+    ];
+    let got: Vec<(Vec<u8>, Vec<u8>)> = run(spec, partitions, &definitions)
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let values = parse_text_row(r, 3).unwrap();
+            (values[0].clone().unwrap(), values[1].clone().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (b"Z".to_vec(), b"".to_vec()),
+            (b"z ".to_vec(), b"b".to_vec())
+        ],
+        "the labels tie, the names decide"
+    );
+}

@@ -669,13 +669,20 @@ fn generate(rng: &mut StdRng) -> Generated {
                     columns.push(second);
                 }
             }
-            let folded = (0..columns.len())
-                .filter(|&i| strings.contains(&columns[i]))
-                .collect();
             let order: Vec<String> = columns
                 .iter()
                 .rev()
                 .map(|c| format!("{c}{}", direction(rng)))
+                .collect();
+            // A literal among them now and then: a GROUP BY of its text
+            // would read as a position or a column, and an ORDER BY that
+            // leaves it out sorts the combined groups in hscale.
+            if rng.random_bool(0.3) {
+                let literal = pick(rng, &["56", "- 11 AS minus", "'x'", "1"]);
+                columns.insert(rng.random_range(0..=columns.len()), literal);
+            }
+            let folded = (0..columns.len())
+                .filter(|&i| strings.contains(&columns[i]))
                 .collect();
             Generated {
                 sql: format!(
