@@ -528,6 +528,14 @@ struct Generated {
     folded: Vec<usize>,
 }
 
+/// How a generated statement names its group keys.
+#[derive(Clone, Copy, PartialEq)]
+enum Naming {
+    Column,
+    Position,
+    Alias,
+}
+
 /// A random SELECT over `items`: plain rows in a total order, aggregates,
 /// GROUP BY or DISTINCT, with a random filter and LIMIT.
 fn generate(rng: &mut StdRng) -> Generated {
@@ -626,15 +634,35 @@ fn generate(rng: &mut StdRng) -> Generated {
                     .to_string(),
                 );
             }
+            // The keys as the statement names them: the column, its
+            // position in the select list, or an alias given there.
+            let named = match rng.random_range(0..3) {
+                0 => Naming::Column,
+                1 => Naming::Position,
+                _ => Naming::Alias,
+            };
+            let key_name = |i: usize| match named {
+                Naming::Column => keys[i].to_string(),
+                Naming::Position => (i + 1).to_string(),
+                Naming::Alias => format!("k{i}"),
+            };
+            if named == Naming::Alias {
+                for (i, item) in items.iter_mut().enumerate().take(keys.len()) {
+                    *item = format!("{item} AS k{i}");
+                }
+            }
             let group = match keys.is_empty() {
                 true => String::new(),
-                false => format!(" GROUP BY {}", keys.join(", ")),
+                false => format!(
+                    " GROUP BY {}",
+                    (0..keys.len()).map(key_name).collect::<Vec<_>>().join(", ")
+                ),
             };
             let order = match (keys.is_empty(), rng.random_bool(0.5)) {
                 (false, true) => format!(
                     " ORDER BY {}",
-                    keys.iter()
-                        .map(|k| format!("{k}{}", direction(rng)))
+                    (0..keys.len())
+                        .map(|i| format!("{}{}", key_name(i), direction(rng)))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
