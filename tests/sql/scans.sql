@@ -88,9 +88,9 @@ SELECT grp, MAX(price) FROM items GROUP BY grp ORDER BY grp DESC;
 -- ordered
 SELECT TRIM(LOWER(name)) AS n, COUNT(*) AS c FROM items GROUP BY n ORDER BY c, n DESC LIMIT 2;
 
-# What hscale cannot merge exactly it refuses.
--- error 1235
+# What hscale cannot merge exactly runs on a copy of the table.
 SELECT COUNT(DISTINCT grp) FROM items;
+SELECT grp, COUNT(DISTINCT name), GROUP_CONCAT(DISTINCT id ORDER BY id) FROM items GROUP BY grp;
 
 # ORDER BY an aggregate without LIMIT: hscale sorts every combined group.
 -- ordered
@@ -117,7 +117,6 @@ SELECT grp, SUM(price) / COUNT(*) AS m FROM items GROUP BY grp HAVING m > 0;
 SELECT COUNT(*) / 0, SUM(price) / SUM(price - price) FROM items;
 -- ordered
 SELECT kind, COUNT(*) / 3 AS third FROM events GROUP BY kind ORDER BY third DESC, kind LIMIT 2;
--- error 1235
+# Divisions inside, and AVG in, expressions over aggregates: on a copy.
 SELECT 1 + SUM(price) / COUNT(*) FROM items;
--- error 1235
-SELECT AVG(price) * 2 FROM items;
+SELECT AVG(price) * 2, SUM(price) DIV 7 FROM items;

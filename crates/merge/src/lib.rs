@@ -7,12 +7,14 @@
 //! a memory budget and spills the rest to temporary files (`Budget`).
 
 mod aggregate;
+mod copy;
 mod kept;
 mod merger;
 mod order;
 mod rows;
 
 pub use aggregate::{Arithmetic, Calc, Combine, CompareOp, Having};
+pub use copy::{hex_literal, Inserts, INSERT_BYTES};
 pub use kept::Budget;
 pub use merger::{hidden_name, MergeError, Merger, Next, Place, Reorder, SortKey, Spec};
 pub use order::{Collation, Collations};

@@ -5,6 +5,7 @@
 //! carry their column's character set, so that a key compares by the
 //! column's own collation and its index serves.
 
+use hscale_merge::hex_literal;
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::value::Value;
 
@@ -107,10 +108,10 @@ impl Column {
         match &self.kind {
             ColumnKind::Text { charset }
             | ColumnKind::Enum { charset }
-            | ColumnKind::Set { charset } => introduced(charset, bytes, out),
+            | ColumnKind::Set { charset } => hex_literal(charset, bytes, out),
             // Numbers, dates and times as their text, which the column
             // reads back as it printed it.
-            _ => introduced("binary", bytes, out),
+            _ => hex_literal("binary", bytes, out),
         }
     }
 
@@ -175,26 +176,11 @@ impl Column {
                     .fold(0u64, |bits, byte| (bits << 8) | u64::from(*byte));
                 let _ = write!(out, "{bits}");
             }
-            (Value::Bytes(b), ColumnKind::Text { charset }) => introduced(charset, b, out),
-            (Value::Bytes(b), _) => introduced("binary", b, out),
+            (Value::Bytes(b), ColumnKind::Text { charset }) => hex_literal(charset, b, out),
+            (Value::Bytes(b), _) => hex_literal("binary", b, out),
         }
         Ok(())
     }
-}
-
-/// `_charset X'…'`: the bytes, in the character set, coercible to the
-/// column's collation.
-fn introduced(charset: &str, bytes: &[u8], out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() * 2 + charset.len() + 5);
-    out.push('_');
-    out.push_str(charset);
-    out.push_str(" X'");
-    for b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 15)] as char);
-    }
-    out.push('\'');
 }
 
 fn ascii_number(column: &str, digits: &[u8], out: &mut String) -> Result<(), MoveError> {

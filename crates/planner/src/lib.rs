@@ -7,6 +7,7 @@ mod cache;
 pub mod collation;
 pub mod connection_id;
 pub mod dictionary;
+mod federate;
 pub mod hashing;
 pub mod kill;
 pub mod lexer;
@@ -34,6 +35,9 @@ pub use dictionary::{
     partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
     PhysicalId, TableDefinition, TableName, Target,
 };
+pub use federate::{
+    drop_temporaries, Column, Copy, Federation, Reduce, Reference, Temporary, Used, MOST_KEYS,
+};
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{placeholders, sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
@@ -41,8 +45,8 @@ pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
 pub use messages::{messages_read, MessagesRead};
 pub use plan::{
-    plan, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route, SchemaChange,
-    SchemaEffect, SessionChange, Step,
+    plan, plan_copies, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route,
+    SchemaChange, SchemaEffect, SessionChange, Step,
 };
 pub use rewrite::{quote_identifier, text_literal};
 pub use set::{

@@ -130,6 +130,9 @@ pub enum Action {
     /// LOAD DATA LOCAL INFILE into a partitioned table: hscale reads the
     /// client's file and each partition's backend loads its lines.
     Load(Box<crate::load::Load>),
+    /// A SELECT no partition answers alone: its partitioned tables copied
+    /// to the main backend, where it runs as written.
+    Federate(Box<crate::federate::Federation>),
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
@@ -365,6 +368,15 @@ pub fn plan_prepared(sql: &[u8], ctx: &Context) -> Plan {
     plan
 }
 
+/// A prepared SELECT whose execution reaches partitions whose answers
+/// hscale cannot merge (`reason`): the copies it runs on instead.
+pub fn plan_copies(sql: &[u8], ctx: &Context, reason: String) -> Action {
+    match std::str::from_utf8(sql) {
+        Ok(text) if ctx.charset.reads(sql) => crate::route::copies(text, ctx, reason),
+        _ => Action::Refuse(Refusal::unreadable()),
+    }
+}
+
 fn plan_summarized(
     sql: &[u8],
     summary: Summary,
@@ -530,6 +542,11 @@ fn plan_partitioned(sql: &str, summary: &Summary, ctx: &Context, cache: &mut Pla
             return Some(Action::Wait(joined.clone()));
         }
         let routed = shape.render(sql, table, ctx.main_backend, values, locate);
+        // What the partitions cannot answer alone is planned anew: a SELECT
+        // may run on copies of its tables.
+        if routed.is_err() && !shape.writes {
+            return None;
+        }
         // A merge read from this statement's literals is planned anew.
         if shape.scan_reads_literals && !matches!(&routed, Ok(route) if route.steps.len() == 1) {
             return None;

@@ -111,8 +111,18 @@ pub(crate) fn route(
     if let Some(locked) = tables.find(|t| t.locked()) {
         return Action::Wait(locked.table.clone()).into();
     }
+    // What the partitions cannot answer alone, a SELECT answers from copies
+    // of its tables (`federate`).
+    let answer_elsewhere = |reason: String| -> Routed {
+        match statement {
+            Statement::Query(_) => {
+                crate::federate::federate(sql, statement, &partitioned, ctx, reason).into()
+            }
+            _ => refuse(Some(&table.table), reason),
+        }
+    };
     if let Err(reason) = co_located(table, joined, statement) {
-        return refuse(Some(&table.table), reason);
+        return answer_elsewhere(reason);
     }
     let analysis = Analysis {
         sql,
@@ -155,6 +165,9 @@ pub(crate) fn route(
     };
     let form = match shaped {
         Ok((shape, keys)) => Ok(Form::Keys { shape, keys }),
+        Err(reason) if !reason.is_empty() && matches!(statement, Statement::Query(_)) => {
+            return answer_elsewhere(reason)
+        }
         Err(reason) if !reason.is_empty() => Err(reason),
         Err(_) => match statement {
             Statement::Insert(insert) => analysis.insert(insert),
@@ -176,7 +189,7 @@ pub(crate) fn route(
                     .with_upsert(upsert);
                 Action::Template(Box::new(template)).into()
             }
-            Err(reason) => refuse(Some(&table.table), reason),
+            Err(reason) => answer_elsewhere(reason),
         };
     }
     let (routed, shape) = match form {
@@ -205,7 +218,38 @@ pub(crate) fn route(
         Err(reason) => (Err(reason), None),
     };
     let action = finish(routed, summary, ctx, &table.table);
-    Routed { action, shape }
+    match action {
+        Action::Refuse(refusal) if matches!(statement, Statement::Query(_)) => {
+            answer_elsewhere(refusal.reason)
+        }
+        action => Routed { action, shape },
+    }
+}
+
+/// A SELECT answered from copies of its partitioned tables whatever its
+/// shape: a prepared statement whose execution reaches partitions whose
+/// answers hscale cannot merge (`reason`).
+pub(crate) fn copies(sql: &str, ctx: &Context, reason: String) -> Action {
+    let Ok(statements) = Parser::parse_sql(&MySqlDialect {}, sql) else {
+        return Action::Refuse(Refusal {
+            table: None,
+            reason,
+        });
+    };
+    let mut partitioned = Vec::new();
+    let _ = visit_relations(&statements, |name: &ObjectName| {
+        if let Some(table) = resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name)) {
+            partitioned.push((name.clone(), table));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    match statements.as_slice() {
+        [statement] => crate::federate::federate(sql, statement, &partitioned, ctx, reason),
+        _ => Action::Refuse(Refusal {
+            table: None,
+            reason,
+        }),
+    }
 }
 
 /// A statement that names partitioned tables beside the routed one must be
@@ -1395,7 +1439,7 @@ fn last_ident(name: &ObjectName) -> Option<&Ident> {
     name.0.last().and_then(ObjectNamePart::as_ident)
 }
 
-fn conjuncts(expr: &Expr) -> Vec<&Expr> {
+pub(crate) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     match strip_nesting(expr) {
         Expr::BinaryOp {
             left,
@@ -1410,7 +1454,7 @@ fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     }
 }
 
-fn strip_nesting(expr: &Expr) -> &Expr {
+pub(crate) fn strip_nesting(expr: &Expr) -> &Expr {
     match expr {
         Expr::Nested(inner) => strip_nesting(inner),
         other => other,

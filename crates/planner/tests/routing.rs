@@ -243,6 +243,14 @@ fn refusal(sql: &str) -> String {
     }
 }
 
+/// A SELECT the partitions cannot answer alone: the copies it runs on.
+fn federation(sql: &str) -> hscale_planner::Federation {
+    match plan_of(sql) {
+        Action::Federate(f) => *f,
+        other => panic!("{sql}: expected copies, got {other:?}"),
+    }
+}
+
 #[test]
 fn routes_point_select_to_one_partition() {
     assert_eq!(
@@ -310,7 +318,7 @@ fn a_where_without_the_partition_column_scans_every_partition() {
 }
 
 #[test]
-fn scans_that_need_a_merge_hscale_lacks_are_refused() {
+fn scans_that_need_a_merge_hscale_lacks_run_on_copies() {
     for (sql, what) in [
         (
             "SELECT 1 + SUM(id) / COUNT(*) FROM users",
@@ -332,7 +340,8 @@ fn scans_that_need_a_merge_hscale_lacks_are_refused() {
         ("SELECT * FROM users ORDER BY 3", "position of `*`"),
         ("SELECT id FROM users ORDER BY id NULLS FIRST", "NULLS"),
     ] {
-        assert!(refusal(sql).contains(what), "{sql}: {}", refusal(sql));
+        let reason = federation(sql).reason;
+        assert!(reason.contains(what), "{sql}: {reason}");
     }
     // One partition answers them all itself.
     assert_eq!(
@@ -397,7 +406,7 @@ fn groups_and_aggregates_send_their_parts_and_sort_by_the_group() {
     });
     assert!(matches!(
         plan_of("SELECT DISTINCT nickname FROM users GROUP BY grp"),
-        Action::Refuse(r) if r.reason.contains("DISTINCT over a GROUP BY")
+        Action::Federate(f) if f.reason.contains("DISTINCT over a GROUP BY")
     ));
     // A key that is not selected, or past a `*`, goes as a copy.
     first_step_is(
@@ -524,27 +533,7 @@ fn refuses_what_partitions_cannot_answer() {
             "UPDATE users SET nickname = 'x' WHERE id = 1",
             "changes the partition column",
         ),
-        (
-            "SELECT * FROM orders WHERE user_id = 'abc'",
-            "not a value of the integer",
-        ),
-        (
-            "SELECT * FROM users JOIN orders ON users.id = orders.user_id",
-            "not co-located: `app`.`users` (text column, PREFIX(3)) and `app`.`orders` (integer column, MOD(4)) are not partitioned alike",
-        ),
-        (
-            "SELECT * FROM users WHERE nickname = 'mar' UNION SELECT * FROM t",
-            "UNION",
-        ),
         ("INSERT INTO users SELECT * FROM t", "INSERT ... SELECT"),
-        (
-            "SELECT * FROM t WHERE id IN (SELECT id FROM users)",
-            "subquery",
-        ),
-        (
-            "SELECT * FROM users JOIN plain ON plain.id = users.id WHERE nickname = 'mar'",
-            "not partitioned",
-        ),
         ("DROP TABLE users, plain", "with other tables"),
         (
             "ALTER TABLE users DROP COLUMN nickname",
@@ -596,6 +585,46 @@ fn refuses_what_partitions_cannot_answer() {
             "CHARACTER SET sjis",
         ),
         ("HANDLER users OPEN", "HANDLER on a partitioned table"),
+    ] {
+        let said = refusal(sql);
+        assert!(said.contains(reason), "{sql}: {said}");
+    }
+}
+
+#[test]
+fn selects_the_partitions_cannot_answer_run_on_copies() {
+    for (sql, reason) in [
+        (
+            "SELECT * FROM orders WHERE user_id = 'abc'",
+            "not a value of the integer",
+        ),
+        (
+            "SELECT * FROM users JOIN orders ON users.id = orders.user_id",
+            "not co-located: `app`.`users` (text column, PREFIX(3)) and `app`.`orders` (integer column, MOD(4)) are not partitioned alike",
+        ),
+        (
+            "SELECT * FROM users WHERE nickname = 'mar' UNION SELECT * FROM t",
+            "UNION",
+        ),
+        (
+            "SELECT * FROM t WHERE id IN (SELECT id FROM users)",
+            "subquery",
+        ),
+        (
+            "SELECT * FROM users JOIN plain ON plain.id = users.id WHERE nickname = 'mar'",
+            "not partitioned",
+        ),
+    ] {
+        let said = federation(sql).reason;
+        assert!(said.contains(reason), "{sql}: {said}");
+    }
+    // What no copy helps with stays refused.
+    for (sql, reason) in [
+        ("SELECT * FROM users PROCEDURE ANALYSE()", "cannot parse"),
+        (
+            "SELECT * FROM users JOIN orders ON users.id = orders.user_id FOR UPDATE",
+            "a locking read",
+        ),
     ] {
         let said = refusal(sql);
         assert!(said.contains(reason), "{sql}: {said}");
@@ -1161,10 +1190,11 @@ fn joins_of_co_located_tables_run_partition_by_partition() {
 }
 
 #[test]
-fn joins_that_cannot_run_per_partition_are_refused() {
+fn joins_that_cannot_run_per_partition_run_on_copies() {
     let refused = |sql: &str| match joined_plan(sql, &mut PlanCache::default()) {
-        Action::Refuse(r) => r.reason,
-        other => panic!("{sql}: expected a refusal, got {other:?}"),
+        Action::Refuse(r) if !sql.starts_with("SELECT") => r.reason,
+        Action::Federate(f) if sql.starts_with("SELECT") => f.reason,
+        other => panic!("{sql}: expected copies of a SELECT, else a refusal, got {other:?}"),
     };
     for (sql, reason) in [
         (
@@ -1776,4 +1806,79 @@ fn a_fenced_default_holds_the_values_it_serves_and_no_partition() {
         action("SELECT * FROM users WHERE nickname = 'peter'"),
         Action::Route(_)
     ));
+}
+
+/// A copy's table, its conditions, and the column, earlier copy and its
+/// column that narrow it.
+type CopyPlan = (String, Vec<String>, Option<(String, usize, String)>);
+
+/// Each copy of a federation, in order.
+fn copies(sql: &str) -> Vec<CopyPlan> {
+    federation(sql)
+        .copies
+        .into_iter()
+        .map(|c| {
+            let reduce = c.reduce.map(|r| (r.column, r.from, r.from_column));
+            (c.table.name, c.filters, reduce)
+        })
+        .collect()
+}
+
+#[test]
+fn copies_read_only_what_the_statement_may_need() {
+    // The condition on users alone goes with its copy, which comes first;
+    // orders then reads the rows of the users it found.
+    assert_eq!(
+        copies("SELECT u.nickname, o.total FROM orders o JOIN users u ON o.user_id = u.id WHERE u.id = 5 AND o.total > u.id"),
+        [
+            ("users".into(), vec!["u.id = 5".into()], None),
+            (
+                "orders".into(),
+                vec![],
+                Some(("user_id".into(), 0, "id".into()))
+            ),
+        ]
+    );
+    // A left join's inner table takes its ON's conditions, not the WHERE's,
+    // and narrows nothing on the outer side.
+    assert_eq!(
+        copies("SELECT * FROM users u LEFT JOIN orders o ON o.user_id = u.id AND o.total > 3 WHERE o.total IS NULL AND u.nickname LIKE 'a%'"),
+        [
+            ("users".into(), vec!["u.nickname LIKE 'a%'".into()], None),
+            (
+                "orders".into(),
+                vec!["o.total > 3".into()],
+                Some(("user_id".into(), 0, "id".into()))
+            ),
+        ]
+    );
+    // A right join: the table before it may come as NULLs.
+    assert_eq!(
+        copies("SELECT * FROM orders o RIGHT JOIN users u ON o.user_id = u.id WHERE o.total > 3")
+            [0]
+        .1,
+        Vec::<String>::new()
+    );
+    // Named twice: one copy for both references, whole.
+    assert_eq!(
+        copies("SELECT * FROM users a JOIN users b ON a.nickname = b.id WHERE a.id = 1"),
+        [("users".into(), vec![], None)]
+    );
+    // Unqualified columns are the table's only in the top-level query;
+    // in a subquery they may be the outer query's.
+    assert_eq!(
+        copies("SELECT id FROM users WHERE nickname = 'x' AND id IN (SELECT user_id FROM orders WHERE total > 1)"),
+        [
+            ("users".into(), vec!["nickname = 'x'".into()], None),
+            ("orders".into(), vec![], None),
+        ]
+    );
+    // Conditions whose value may differ on another server stay behind.
+    assert_eq!(
+        copies("SELECT * FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id > RAND() AND o.total > @x AND LOWER(u.nickname) = 'a'")
+            .into_iter()
+            .map(|c| c.1)
+            .collect::<Vec<_>>(),
+        [vec!["LOWER(u.nickname) = 'a'".to_string()], vec![]]
+    );
 }

@@ -89,6 +89,10 @@ pub enum ProxyError {
     /// temporary files failed.
     #[error("hscale: LOAD DATA: {0}")]
     LoadSpill(#[from] crate::spool::SpoolError),
+    /// The rows copied for a statement answered from copies of its tables
+    /// outgrew `[scans] spill_bytes`, or their temporary files failed.
+    #[error("hscale: copying the rows a statement reads: {0}")]
+    CopySpill(crate::spool::SpoolError),
     /// A partition move cannot start or go on.
     #[error("hscale: move: {0}")]
     Move(#[from] hscale_moves::MoveError),
@@ -269,7 +273,7 @@ impl ProxyError {
             ProxyError::MergeSpill(hscale_merge::MergeError::Budget(_)) => {
                 (reply(ER_OUT_OF_SORTMEMORY, "HY001", self.to_string()), Reply)
             }
-            ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) => {
+            ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) | ProxyError::CopySpill(_) => {
                 (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply)
             }
             ProxyError::Move(

@@ -4,38 +4,15 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use hscale_testkit::Proxy;
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap()
-}
+use hscale_testkit::{PeakRss, Proxy};
 
 #[test]
 fn two_million_rows_stream_to_a_slow_client_in_bounded_memory() {
     let db = hscale_testkit::cluster().database("streaming");
     let proxy = Proxy::for_cluster();
-    let baseline = rss_kib();
-    let peak = Arc::new(AtomicU64::new(baseline));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let peak = PeakRss::start();
     let mut client = Command::new("mariadb")
         .args([
             "-h127.0.0.1",
@@ -64,10 +41,8 @@ fn two_million_rows_stream_to_a_slow_client_in_bounded_memory() {
         }
     }
     assert!(client.wait().unwrap().success());
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
     assert_eq!((rows, last), (2_000_000, 2_000_000));
-    let grown_mib = (peak.load(Ordering::Relaxed) - baseline) / 1024;
+    let grown_mib = peak.grown_mib();
     println!("proxy RSS grew by {grown_mib} MiB while streaming ~420 MB");
     assert!(grown_mib < 100, "RSS grew by {grown_mib} MiB");
 }

@@ -56,9 +56,10 @@ struct Query {
 
 /// One statement's answer: column names and types, then rows.
 #[derive(Debug, Clone, PartialEq)]
-struct Answer {
-    columns: Vec<(String, String)>,
-    rows: Vec<Vec<Value>>,
+/// A statement's answer: its columns' names and types, and its rows.
+pub struct Answer {
+    pub columns: Vec<(String, String)>,
+    pub rows: Vec<Vec<Value>>,
 }
 
 impl Case {
@@ -260,7 +261,8 @@ pub fn cases(dir: &Path) -> Vec<Case> {
         .collect()
 }
 
-fn answer(conn: &mut Conn, sql: &str, binary: bool) -> mysql::Result<Answer> {
+/// The answer to `sql`, as a query or (`binary`) a prepared statement.
+pub fn answer(conn: &mut Conn, sql: &str, binary: bool) -> mysql::Result<Answer> {
     fn collect<P: mysql::prelude::Protocol>(
         mut result: mysql::QueryResult<'_, '_, '_, P>,
     ) -> mysql::Result<Answer> {
@@ -297,7 +299,9 @@ fn differ(want: &Answer, got: &Answer, ordered: bool) -> Option<String> {
     }
     let (mut want_rows, mut got_rows) = (want.rows.clone(), got.rows.clone());
     if !ordered {
-        let key = |row: &Vec<Value>| format!("{row:?}");
+        // Whole values: Debug cuts strings short, which would leave rows
+        // with a common start in the order they came.
+        let key = |row: &Vec<Value>| row.iter().map(|v| v.as_sql(false)).collect::<Vec<_>>();
         want_rows.sort_by_cached_key(key);
         got_rows.sort_by_cached_key(key);
     }

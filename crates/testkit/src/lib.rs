@@ -376,3 +376,57 @@ pub fn seed(var: &str) -> u64 {
     println!("seed {seed} ({var}={seed} replays it)");
     seed
 }
+
+/// This process's resident memory (VmRSS), in KiB: a test alone in its
+/// binary measures the proxy it runs.
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS")
+}
+
+/// This process's peak resident memory while a test runs, sampled every
+/// 20 ms from `start` to `grown_mib`.
+pub struct PeakRss {
+    baseline: u64,
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<()>,
+}
+
+impl PeakRss {
+    pub fn start() -> PeakRss {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let baseline = rss_kib();
+        let peak = Arc::new(AtomicU64::new(baseline));
+        let done = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (peak, done) = (peak.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        };
+        PeakRss {
+            baseline,
+            peak,
+            done,
+            sampler,
+        }
+    }
+
+    /// How far the peak rose above the start, in MiB.
+    pub fn grown_mib(self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.done.store(true, Ordering::Relaxed);
+        self.sampler.join().expect("the sampler");
+        (self.peak.load(Ordering::Relaxed) - self.baseline) / 1024
+    }
+}

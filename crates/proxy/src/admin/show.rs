@@ -238,6 +238,29 @@ pub fn explain(
             })
             .collect(),
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
+        Action::Federate(federation) => {
+            let copies = federation.copies.iter().map(|copy| {
+                let mut what = format!("copy of {}", copy.table);
+                if !copy.filters.is_empty() {
+                    what.push_str(&format!(" WHERE {}", copy.filters.join(" AND ")));
+                }
+                if let Some(reduce) = &copy.reduce {
+                    let from = &federation.copies[reduce.from].table;
+                    what.push_str(&format!(
+                        ", `{}` among the values of {from}.`{}`",
+                        reduce.column, reduce.from_column
+                    ));
+                }
+                row(
+                    "(copy)",
+                    shared.main_backend(),
+                    Some(&copy.table.name),
+                    &what,
+                )
+            });
+            let answer = row("(on the copies)", shared.main_backend(), None, statement);
+            copies.chain(std::iter::once(answer)).collect()
+        }
         Action::Generate(generate) => vec![row(
             "(AUTO_INCREMENT ids first)",
             shared.main_backend(),

@@ -115,18 +115,7 @@ impl Session {
             text_literal(&load.table.table.db),
             text_literal(&target.table)
         );
-        let mut lease = self.checkout(slot, Needs::default()).await?;
-        let rows = match lease.conn.query(&sql).await {
-            Ok(answer) => {
-                self.checkin(slot, lease.conn);
-                answer.map_err(ProxyError::Refused)?
-            }
-            Err(e) => {
-                drop(lease);
-                self.forget_connection_state(slot);
-                return Err(e.into());
-            }
-        };
+        let rows = self.query_rows(slot, &sql).await?;
         let count = rows
             .first()
             .and_then(|row| row.first()?.as_ref())

@@ -5,6 +5,7 @@
 
 mod admin;
 mod atomic;
+mod federate;
 mod handshake;
 mod kill;
 mod load;
@@ -117,6 +118,8 @@ pub struct Session {
     column_names: crate::dictionary::ColumnNames,
     /// What probes found for unions of partitions, per statement shape.
     probed_columns: probed::ProbedColumns,
+    /// Definitions of tables copied for statements answered from copies.
+    definitions: federate::Definitions,
     /// The transaction in progress, over the backends it reached.
     tx: Transaction<crate::xa::Running>,
     /// The sequence number of the command's answer: 1, unless the client
@@ -200,6 +203,7 @@ impl Session {
             settings_listed: None,
             column_names: Default::default(),
             probed_columns: Default::default(),
+            definitions: Default::default(),
         };
         session.start_sql_mode();
         session.set_default_wait_timeout();

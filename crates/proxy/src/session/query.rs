@@ -75,6 +75,7 @@ impl Session {
             | Action::Listing(_)
             | Action::Schema(_)
             | Action::Generate(_)
+            | Action::Federate(_)
             | Action::Wait(_) => return,
         }
         self.handle.on.runs_on(tables);
@@ -201,6 +202,10 @@ impl Session {
             Action::Generate(generate) => {
                 self.insert_with_ids(generate, sql, needs, plan.summary.connection_id)
                     .await
+            }
+            Action::Federate(federation) => {
+                let then = super::federate::Then::Query { payload, needs };
+                self.federate(&federation, then).await.map(drop)
             }
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
@@ -413,28 +418,50 @@ impl Session {
             }
             return Ok(());
         }
+        if route.writes {
+            let mut slots = Vec::with_capacity(route.steps.len());
+            for step in &route.steps {
+                slots.push(self.slot_of(step.target.backend)?);
+            }
+            self.check_writers(&slots)?;
+        }
+        let merge = route.merge.clone();
+        let (slots, payloads, probes) = self.route_payloads(route, connection_id)?;
+        let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
+        self.run_merged(merge, &slots, &commands, needs, generated, probes)
+            .await
+    }
+
+    /// The slots a route's steps run on and their commands: a statement
+    /// each, or one per backend where its partitions must go as one
+    /// (`must_unite`), with the probe that gives its columns.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn route_payloads(
+        &self,
+        route: Route,
+        connection_id: bool,
+    ) -> Result<(Vec<usize>, Vec<Bytes>, Vec<Option<Bytes>>), ProxyError> {
+        let with_id = |payload: Bytes| match connection_id {
+            true => self.with_own_connection_id(payload),
+            false => payload,
+        };
         let mut slots = Vec::with_capacity(route.steps.len());
         for step in &route.steps {
             slots.push(self.slot_of(step.target.backend)?);
-        }
-        if route.writes {
-            self.check_writers(&slots)?;
         }
         let united = match self.must_unite(&slots) {
             true => route.united(),
             false => None,
         };
-        let (slots, payloads, probes) = match united {
+        Ok(match united {
             Some(united) => {
                 let mut one_each = (Vec::new(), Vec::new(), Vec::new());
                 for united in united {
                     one_each.0.push(self.slot_of(united.backend)?);
                     one_each.2.push(united.probe.clone().map(Bytes::from));
-                    let payload = Bytes::from(united.into_command(COM_QUERY));
-                    one_each.1.push(match connection_id {
-                        true => self.with_own_connection_id(payload),
-                        false => payload,
-                    });
+                    one_each
+                        .1
+                        .push(with_id(Bytes::from(united.into_command(COM_QUERY))));
                 }
                 one_each
             }
@@ -442,14 +469,11 @@ impl Session {
                 let payloads = route
                     .steps
                     .into_iter()
-                    .map(|step| payload(self, step))
+                    .map(|step| with_id(Bytes::from(step.into_command(COM_QUERY))))
                     .collect();
                 (slots, payloads, Vec::new())
             }
-        };
-        let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
-        self.run_merged(route.merge, &slots, &commands, needs, generated, probes)
-            .await
+        })
     }
 }
 

@@ -20,6 +20,7 @@ use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
 use super::atomic::Parts;
+use super::federate::Copying;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
@@ -75,10 +76,13 @@ impl Session {
         match merge {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
             Merge::Single => {
-                self.merge_rows(Spec::default(), slots, commands, needs, probes)
+                self.merge_rows(Spec::default(), slots, commands, needs, probes, None)
                     .await
             }
-            Merge::Rows(spec) => self.merge_rows(*spec, slots, commands, needs, probes).await,
+            Merge::Rows(spec) => {
+                self.merge_rows(*spec, slots, commands, needs, probes, None)
+                    .await
+            }
         }
     }
 
@@ -108,14 +112,16 @@ impl Session {
     /// sees anything, so that an error from any partition is the whole
     /// answer. Partitions on one backend need a connection each when their
     /// rows are merged in order (or come as one statement, `must_unite`);
-    /// otherwise they take turns on the session's.
-    async fn merge_rows(
+    /// otherwise they take turns on the session's. `copying`: the rows go
+    /// there, not to the client (`Session::federate`).
+    pub(super) async fn merge_rows(
         &mut self,
         spec: Spec,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
         mut probes: Vec<Option<Bytes>>,
+        copying: Option<&mut Copying>,
     ) -> Result<(), ProxyError> {
         let may_borrow = self.may_borrow(slots);
         // EXECUTE answers with binary rows, a query with text rows.
@@ -157,11 +163,13 @@ impl Session {
         if !probes.is_empty() && probes.iter().all(Option::is_some) {
             self.probe_first(&mut sources[0], probes.swap_remove(0));
         }
+        let copies = copying.is_some();
         let mut out = Output {
             seq: 1,
             header_sent: false,
             warnings: 0,
             status: None,
+            copying,
         };
         self.gather_from_here();
         self.column_names.start(&self.shared.dictionary);
@@ -233,6 +241,14 @@ impl Session {
                 slot: slots[0],
             };
         }
+        if copies {
+            return match outcome {
+                Ok(()) => Ok(()),
+                Err(packet) => Err(ProxyError::Refused(
+                    ErrorPacket::parse(&packet).map_err(ProxyError::Client)?,
+                )),
+            };
+        }
         match outcome {
             Ok(()) => {
                 self.send_header(&merger, &mut out).await?;
@@ -262,7 +278,9 @@ impl Session {
     /// closes it. A client that sends something meanwhile (a pipelined
     /// command) ends the watch. Never completes: it runs beside the scan and
     /// is dropped with it.
-    fn watch_client(&self) -> impl std::future::Future<Output = std::convert::Infallible> {
+    pub(super) fn watch_client(
+        &self,
+    ) -> impl std::future::Future<Output = std::convert::Infallible> {
         let raw = self.client.get_ref().as_raw_fd();
         let (handle, shared) = (self.handle.clone(), self.shared.clone());
         async move {
@@ -299,7 +317,7 @@ impl Session {
         commands: &[Command<'_>],
         needs: Needs,
         fan_out: Option<usize>,
-        out: &mut Output,
+        out: &mut Output<'_>,
     ) -> Result<(), Abort> {
         let fan_out = fan_out.unwrap_or(1);
         let upfront: Vec<usize> = (0..sources.len())
@@ -318,6 +336,12 @@ impl Session {
         loop {
             let i = match merger.step().map_err(merge_error)? {
                 Next::Row(row) => {
+                    if let Some(copying) = out.copying.as_deref_mut() {
+                        copying
+                            .row(merger.client_columns(), &row)
+                            .map_err(Abort::Failed)?;
+                        continue;
+                    }
                     self.send_header(merger, out).await.map_err(Abort::Failed)?;
                     out.seq = self.client.queue_packet(out.seq, &row);
                     if self.client.write_buffer().len() >= FLUSH_AT {
@@ -643,7 +667,11 @@ impl Session {
     }
 
     /// The column count and definitions, once, before the first row.
-    async fn send_header(&mut self, merger: &Merger, out: &mut Output) -> Result<(), ProxyError> {
+    async fn send_header(
+        &mut self,
+        merger: &Merger,
+        out: &mut Output<'_>,
+    ) -> Result<(), ProxyError> {
         if out.header_sent {
             return Ok(());
         }
@@ -968,6 +996,27 @@ impl Session {
         self.run_on(slot, payload, false, ENDING, true).await
     }
 
+    /// The rows of a query of hscale's own (the session's settings, in its
+    /// transaction where one is open there).
+    pub(super) async fn query_rows(
+        &mut self,
+        slot: usize,
+        sql: &str,
+    ) -> Result<crate::backend::Rows, ProxyError> {
+        let mut lease = self.checkout(slot, Needs::default()).await?;
+        match lease.conn.query(sql).await {
+            Ok(answer) => {
+                self.checkin(slot, lease.conn);
+                answer.map_err(ProxyError::Refused)
+            }
+            Err(e) => {
+                drop(lease);
+                self.forget_connection_state(slot);
+                Err(e.into())
+            }
+        }
+    }
+
     /// One part of a statement of the client's, run quietly on one slot
     /// with the `needs` of the statement (a savepoint on each backend).
     pub(super) async fn run_quietly_with(
@@ -1203,12 +1252,14 @@ impl Source {
     }
 }
 
-/// What the client got so far of a merged result set.
-struct Output {
+/// What the client got so far of a merged result set; or, `copying`, where
+/// its rows go instead of to the client.
+struct Output<'c> {
     seq: u8,
     header_sent: bool,
     warnings: u16,
     status: Option<u16>,
+    copying: Option<&'c mut Copying>,
 }
 
 /// Why a merged result set stopped early.

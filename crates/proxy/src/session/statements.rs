@@ -8,14 +8,15 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use hscale_planner::{
-    plan_prepared, Action, ClientCharset, Context, Kind, Merge, Plan, Routing, Run, SessionChange,
-    Template, TxEffect, Value,
+    plan_copies, plan_prepared, Action, ClientCharset, Context, Kind, Merge, Plan, Routing, Run,
+    SessionChange, Template, TxEffect, Value,
 };
 use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
 
+use super::federate::Then;
 use super::scatter::Generated;
 use super::slots::Needs;
 use super::state::COM_QUERY;
@@ -42,6 +43,9 @@ pub(super) struct Prepared {
     tx_effect: TxEffect,
     /// On a partitioned table: routed by its parameters at each execution.
     routed: Option<Box<Routed>>,
+    /// No partition answers it alone: each execution runs on the main
+    /// backend over copies of its tables (`Session::federate`).
+    federation: Option<Box<hscale_planner::Federation>>,
 }
 
 impl Prepared {
@@ -120,7 +124,12 @@ impl Session {
             )
         };
         let controls = matches!(plan.action, Action::Transaction(_));
+        let mut federation = None;
         let (statement, slot, routed) = match plan.action {
+            Action::Federate(federated) => {
+                federation = Some(federated);
+                (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
+            }
             Action::Main | Action::Transaction(_) | Action::Admin | Action::Kill(_) => {
                 (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
             }
@@ -174,15 +183,23 @@ impl Session {
             id,
             hidden: &hidden,
         };
-        let completion = self
-            .execute_command(
-                slot,
-                command,
-                Some(Expect::Prepare),
-                Needs::default(),
-                SessionChange::Nothing,
-            )
-            .await?;
+        let completion = match &federation {
+            // Prepared where its copies stand, empty, for its columns.
+            Some(federation) => {
+                let then = Then::Prepare { command };
+                self.federate(federation, then).await?.unwrap_or_default()
+            }
+            None => {
+                self.execute_command(
+                    slot,
+                    command,
+                    Some(Expect::Prepare),
+                    Needs::default(),
+                    SessionChange::Nothing,
+                )
+                .await?
+            }
+        };
         if !completion.error {
             let prepared = Prepared {
                 statement,
@@ -195,6 +212,7 @@ impl Session {
                 controls,
                 tx_effect: plan.tx_effect,
                 routed,
+                federation,
             };
             self.statements.by_id.insert(id, prepared);
         }
@@ -313,11 +331,19 @@ impl Session {
         }
         let slot = self.open_slot(id).unwrap_or(main);
         let statement = self.statements.by_id[&id].statement.clone();
+        if let Some(federation) = self.statements.by_id[&id].federation.clone() {
+            let then = Then::Execute {
+                id,
+                statement,
+                rest: &rest,
+            };
+            return self.federate(&federation, then).await.map(drop);
+        }
         self.execute_on(slot, id, statement, &rest).await
     }
 
     /// EXECUTE of one backend statement on one slot.
-    async fn execute_on(
+    pub(super) async fn execute_on(
         &mut self,
         slot: usize,
         id: u32,
@@ -482,6 +508,26 @@ impl Session {
                     break execution;
                 }
                 Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
+                // Partitions whose answers hscale cannot merge: this
+                // execution runs on copies of the tables.
+                Routing::Refuse(refusal) if !routed.template.writes() => {
+                    let (sql, db) = (routed.sql.clone(), routed.db.clone());
+                    let ctx = Context {
+                        db: db.as_deref(),
+                        ..self.context(&dictionary)
+                    };
+                    let Action::Federate(federation) =
+                        plan_copies(&sql, &ctx, refusal.reason.clone())
+                    else {
+                        return Err(ProxyError::Unroutable(refusal));
+                    };
+                    let then = Then::Execute {
+                        id,
+                        statement: StatementKey::new(db.as_deref(), &sql),
+                        rest,
+                    };
+                    return self.federate(&federation, then).await.map(drop);
+                }
                 Routing::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
                 Routing::Replan => {
                     let (sql, db) = (routed.sql.clone(), routed.db.clone());
