@@ -42,6 +42,11 @@ pub enum AdminCommand {
         value: Value<'static>,
         backend: u32,
     },
+    /// A small table copied to every backend: read anywhere, written
+    /// everywhere at once.
+    SetupReference {
+        table: String,
+    },
     ShowPartitions {
         table: String,
     },
@@ -228,6 +233,8 @@ fn command(name: &str, args: &[Argument]) -> Result<AdminCommand, AdminSyntax> {
                 "(table, partition, new partition, value, backend)",
             ))
         }
+        ("SETUP_REFERENCE", 1) => AdminCommand::SetupReference { table: text(0) },
+        ("SETUP_REFERENCE", _) => return Err(arity("SETUP_REFERENCE", "(table)")),
         ("SHOW_PARTITIONS", 1) => AdminCommand::ShowPartitions { table: text(0) },
         ("SHOW_PARTITIONS", _) => return Err(arity("SHOW_PARTITIONS", "(table)")),
         ("LOOKUP", 2) => AdminCommand::Lookup {

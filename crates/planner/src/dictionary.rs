@@ -573,6 +573,19 @@ fn length_bit(len: usize) -> u64 {
 /// bytes: looked up with the names in column definitions.
 type LogicalNames = FxHashMap<Box<[u8]>, FxHashMap<Box<[u8]>, String>>;
 
+/// A small table copied whole to every backend (`HSCALE SETUP_REFERENCE`):
+/// reads run on any copy (so joins with it run inside each partition),
+/// writes on every copy in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReferenceTable {
+    pub table: TableName,
+    /// The backends that hold a copy, the main backend's (the original)
+    /// first.
+    pub backends: Vec<u32>,
+    /// Every copy is made; until then writes wait.
+    pub ready: bool,
+}
+
 /// One immutable snapshot of the dictionary.
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
@@ -586,6 +599,7 @@ pub struct Dictionary {
     tables: FxHashMap<String, FxHashMap<String, Arc<PartitionedTable>>>,
     logical: LogicalNames,
     names: TableNames,
+    references: FxHashMap<String, FxHashMap<String, ReferenceTable>>,
 }
 
 impl Dictionary {
@@ -623,7 +637,33 @@ impl Dictionary {
             tables: by_db,
             logical,
             names,
+            references: FxHashMap::default(),
         }
+    }
+
+    /// The snapshot with its reference tables, whose statements are
+    /// planned too.
+    pub fn with_references(mut self, references: Vec<ReferenceTable>) -> Dictionary {
+        for reference in references {
+            self.names.partitioned.insert(&reference.table.name);
+            self.references
+                .entry(reference.table.db.clone())
+                .or_default()
+                .insert(reference.table.name.clone(), reference);
+        }
+        self
+    }
+
+    pub fn reference(&self, db: &str, name: &str) -> Option<&ReferenceTable> {
+        self.references.get(db)?.get(name)
+    }
+
+    /// Reference tables in name order.
+    pub fn references(&self) -> Vec<&ReferenceTable> {
+        let mut all: Vec<&ReferenceTable> =
+            self.references.values().flat_map(|t| t.values()).collect();
+        all.sort_by(|a, b| a.table.cmp(&b.table));
+        all
     }
 
     pub fn generation(&self) -> u64 {

@@ -19,8 +19,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, Query,
-    Select, SelectItem, Spanned, Statement, TableFactor, TableWithJoins, Visit, Visitor,
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectName,
+    ObjectNamePart, Query, Select, SelectItem, SetExpr, Spanned, Statement, TableFactor,
+    TableWithJoins, Visit, Visitor,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -40,6 +41,47 @@ pub struct Federation {
     pub copies: Vec<Copy>,
     /// Why the partitions could not answer it alone.
     pub reason: String,
+    /// A join of two tables hscale may answer without copies, tried first.
+    pub lookup: Option<Lookup>,
+}
+
+/// An inner join of two partitioned tables on one equality of integer
+/// columns, selecting columns only, every other condition on one table
+/// alone: the outer table's rows are read by its own conditions, the inner
+/// table's by those and the outer rows' keys (`key IN (...)`, routed by
+/// partition where the key is its partition column), and hscale pairs the
+/// rows whose keys are equal. Keys that are not integers, more outer rows
+/// than `MOST_KEYS`, more inner rows than `MOST_LOOKUP_ROWS` or any error
+/// leave the statement to the copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    /// `SELECT <its selected columns>, <key> FROM ... [WHERE ...]`.
+    pub outer: String,
+    /// The same, to which the keys' condition is added.
+    pub inner: String,
+    inner_key: String,
+    inner_has_where: bool,
+    /// The client's columns in order: (from the inner read, position).
+    pub columns: Vec<(bool, usize)>,
+}
+
+/// How many rows of the inner table a lookup join holds to pair.
+pub const MOST_LOOKUP_ROWS: usize = 20_000;
+
+impl Lookup {
+    /// The inner read for the outer rows' keys, as SQL.
+    pub fn inner_read(&self, keys: &[String]) -> String {
+        let glue = match self.inner_has_where {
+            true => " AND ",
+            false => " WHERE ",
+        };
+        format!(
+            "{}{glue}{} IN ({})",
+            self.inner,
+            self.inner_key,
+            keys.join(", ")
+        )
+    }
 }
 
 /// One partitioned table's rows, copied for the statement.
@@ -114,6 +156,12 @@ impl Temporary {
             quote_identifier(&self.table.name),
             columns.join(", ")
         )
+    }
+
+    /// The start of an INSERT ... SELECT of rows into the copy.
+    pub fn insert_select(&self) -> String {
+        let head = self.insert_head();
+        head.strip_suffix("VALUES ").unwrap_or(&head).to_string()
     }
 
     /// Where a column is among the copied ones.
@@ -411,6 +459,7 @@ pub(crate) fn federate(
         sql,
         partitioned,
         depth: 0,
+        depth_seen: false,
         words: HashSet::new(),
         whole_rows: false,
         references: Vec::new(),
@@ -504,7 +553,132 @@ pub(crate) fn federate(
             reduce,
         });
     }
-    Action::Federate(Box::new(Federation { copies, reason }))
+    let lookup = lookup(query, &facts);
+    Action::Federate(Box::new(Federation {
+        copies,
+        reason,
+        lookup,
+    }))
+}
+
+/// The lookup join a SELECT is, if it is one (see `Lookup`).
+fn lookup(query: &Query, facts: &Facts) -> Option<Lookup> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let plain_query = query.with.is_none()
+        && query.order_by.is_none()
+        && query.limit_clause.is_none()
+        && query.fetch.is_none()
+        && query.locks.is_empty();
+    let plain_select = select.distinct.is_none()
+        && select.into.is_none()
+        && select.having.is_none()
+        && select.named_window.is_empty()
+        && matches!(&select.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    if !plain_query || !plain_select || facts.depth_seen || facts.references.len() != 2 {
+        return None;
+    }
+    let [a, b] = facts.references.as_slice() else {
+        return None;
+    };
+    if a.table == b.table {
+        return None;
+    }
+    // Inner joins only, of the two tables alone.
+    let mut conjunct_count = select.selection.as_ref().map_or(0, |w| conjuncts(w).len());
+    match select.from.as_slice() {
+        [only] if only.joins.len() == 1 => match &only.joins[0].join_operator {
+            JoinOperator::Join(JoinConstraint::On(on))
+            | JoinOperator::Inner(JoinConstraint::On(on)) => conjunct_count += conjuncts(on).len(),
+            _ => return None,
+        },
+        [x, y] if x.joins.is_empty() && y.joins.is_empty() => {}
+        _ => return None,
+    }
+    // Every condition is the equality or one table's alone.
+    if conjunct_count != a.filters.len() + b.filters.len() + 1 {
+        return None;
+    }
+    let (outer, inner) = match (a.filters.is_empty(), b.filters.is_empty()) {
+        (false, _) => (a, b),
+        (true, false) => (b, a),
+        (true, true) => return None,
+    };
+    let equality = facts
+        .equalities
+        .iter()
+        .find(|e| e.reduced == inner.id && e.by == outer.id)?;
+    let qualifier = |r: &TableReference| match &r.naming {
+        Reference::Alias(alias) => alias.clone(),
+        Reference::Name(name) => name
+            .rsplit('.')
+            .next()
+            .unwrap_or(name)
+            .trim_matches('`')
+            .to_string(),
+    };
+    let (outer_q, inner_q) = (qualifier(outer), qualifier(inner));
+    let mut outer_columns = Vec::new();
+    let mut inner_columns = Vec::new();
+    let mut columns = Vec::new();
+    for item in &select.projection {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(expr) => (expr, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias)),
+            _ => return None,
+        };
+        let Expr::CompoundIdentifier(parts) = expr else {
+            return None;
+        };
+        let [q, column] = parts.as_slice() else {
+            return None;
+        };
+        let mut text = format!(
+            "{}.{}",
+            quote_identifier(&q.value),
+            quote_identifier(&column.value)
+        );
+        if let Some(alias) = alias {
+            text.push_str(&format!(" AS {}", quote_identifier(&alias.value)));
+        }
+        let (list, from_inner) = match q.value.as_str() {
+            v if v == outer_q => (&mut outer_columns, false),
+            v if v == inner_q => (&mut inner_columns, true),
+            _ => return None,
+        };
+        columns.push((from_inner, list.len()));
+        list.push(text);
+    }
+    let read = |r: &TableReference, q: &str, list: &[String], key: &str| {
+        let from = match &r.naming {
+            Reference::Alias(alias) => format!(
+                "{}.{} AS {}",
+                quote_identifier(&r.table.db),
+                quote_identifier(&r.table.name),
+                quote_identifier(alias)
+            ),
+            Reference::Name(name) => name.clone(),
+        };
+        let key = format!("{}.{}", quote_identifier(q), quote_identifier(key));
+        let mut selected = list.to_vec();
+        selected.push(key.clone());
+        let mut sql = format!("SELECT {} FROM {from}", selected.join(", "));
+        if !r.filters.is_empty() {
+            let filters: Vec<String> = r.filters.iter().map(|f| format!("({f})")).collect();
+            sql.push_str(&format!(" WHERE {}", filters.join(" AND ")));
+        }
+        (sql, key)
+    };
+    let (outer_read, _) = read(outer, &outer_q, &outer_columns, &equality.by_column);
+    let (inner_read, inner_key) = read(inner, &inner_q, &inner_columns, &equality.reduced_column);
+    Some(Lookup {
+        outer: outer_read,
+        inner: inner_read,
+        inner_key,
+        inner_has_where: !inner.filters.is_empty(),
+        columns,
+    })
 }
 
 fn locks(query: &Query) -> bool {
@@ -538,6 +712,8 @@ struct Facts<'a> {
     /// How deep in subqueries of expressions: an unqualified column there
     /// may be the outer query's.
     depth: usize,
+    /// The statement has a subquery in an expression.
+    depth_seen: bool,
     words: HashSet<String>,
     whole_rows: bool,
     references: Vec<TableReference>,
@@ -576,7 +752,10 @@ impl Visitor for Facts<'_> {
                     self.words.insert(ident.value.to_lowercase());
                 }
             }
-            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => self.depth += 1,
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                self.depth += 1;
+                self.depth_seen = true;
+            }
             _ => {}
         }
         ControlFlow::Continue(())
@@ -876,7 +1055,7 @@ fn preserves_right(operator: &JoinOperator) -> bool {
 
 /// Functions whose value depends on their arguments alone, the same on
 /// every server of one session's settings.
-fn deterministic(name: &ObjectName) -> bool {
+pub(crate) fn deterministic(name: &ObjectName) -> bool {
     const SAME_EVERYWHERE: &[&str] = &[
         "abs",
         "ceil",

@@ -33,10 +33,11 @@ pub use collation::{Folding, WeightTable};
 pub use connection_id::replace_connection_id;
 pub use dictionary::{
     partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
-    PhysicalId, TableDefinition, TableName, Target,
+    PhysicalId, ReferenceTable, TableDefinition, TableName, Target,
 };
 pub use federate::{
-    drop_temporaries, Column, Copy, Federation, Reduce, Reference, Temporary, Used, MOST_KEYS,
+    drop_temporaries, Column, Copy, Federation, Lookup, Reduce, Reference, Temporary, Used,
+    MOST_KEYS, MOST_LOOKUP_ROWS,
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};

@@ -193,6 +193,9 @@ pub enum Merge {
     Rows(Box<hscale_merge::Spec>),
     /// One OK whose affected rows are the sum of the steps'.
     AffectedRows,
+    /// The same write on every copy of a reference table, in one
+    /// transaction: one OK, each copy's (they must agree).
+    Copies,
 }
 
 /// ALTER, TRUNCATE, CREATE/DROP INDEX, DROP TABLE or RENAME TABLE of a

@@ -16,7 +16,7 @@ use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Span;
 
 use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue, Upsert};
-use crate::dictionary::{PartitionedTable, TableName, Target};
+use crate::dictionary::{PartitionedTable, ReferenceTable, TableName, Target};
 use crate::hashing::Value;
 use crate::lexer::{Summary, Token, Tokens};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
@@ -82,14 +82,37 @@ pub(crate) fn route(
         }
     };
     let mut partitioned = Vec::new();
+    let mut references = Vec::new();
     let mut others = 0usize;
     let _ = visit_relations(&statements, |name: &ObjectName| {
-        match resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name)) {
+        let resolved = resolve(name, ctx);
+        let dictionary = ctx.dictionary;
+        match resolved
+            .as_ref()
+            .and_then(|t| dictionary.table(&t.db, &t.name))
+        {
             Some(table) => partitioned.push((name.clone(), table)),
-            None => others += 1,
+            None => match resolved.and_then(|t| dictionary.reference(&t.db, &t.name)) {
+                Some(reference) => {
+                    // Until every copy is made, only the main backend has it.
+                    others += usize::from(!reference.ready);
+                    references.push(reference);
+                }
+                None => others += 1,
+            },
         }
         ControlFlow::<()>::Continue(())
     });
+    if !references.is_empty() {
+        let referenced = References {
+            references: &references,
+            partitioned: !partitioned.is_empty(),
+            others,
+        };
+        if let Some(action) = referenced.statement(&statements, sql, summary, ctx) {
+            return action.into();
+        }
+    }
     let schema_table = statements.iter().flat_map(schema_names).find_map(|name| {
         let table = resolve(name, ctx).and_then(|t| ctx.dictionary.table(&t.db, &t.name))?;
         Some((name.clone(), table))
@@ -223,6 +246,153 @@ pub(crate) fn route(
             answer_elsewhere(refusal.reason)
         }
         action => Routed { action, shape },
+    }
+}
+
+/// What a statement naming reference tables reads besides them.
+struct References<'r> {
+    references: &'r [&'r ReferenceTable],
+    partitioned: bool,
+    /// Tables only the main backend has.
+    others: usize,
+}
+
+impl References<'_> {
+    /// A write to a reference table goes to every copy; a schema statement
+    /// on one is refused. `None`: the statement only reads them, and is
+    /// planned as any other.
+    fn statement(
+        &self,
+        statements: &[Statement],
+        sql: &str,
+        summary: &Summary,
+        ctx: &Context,
+    ) -> Option<Action> {
+        let find = |name: &ObjectName| {
+            let t = resolve(name, ctx)?;
+            self.references.iter().find(|r| r.table == t).copied()
+        };
+        let refuse = |table: &TableName, reason: &str| {
+            Some(Action::Refuse(Refusal {
+                table: Some(table.clone()),
+                reason: reason.to_string(),
+            }))
+        };
+        let first = &self.references[0].table;
+        let [statement] = statements else {
+            return refuse(
+                first,
+                "several statements in one query that name a reference table",
+            );
+        };
+        if let Some(reference) = schema_names(statement).into_iter().find_map(find) {
+            return refuse(
+                &reference.table,
+                "a schema statement on a reference table (ALTER, DROP, TRUNCATE, RENAME, indexes): \
+                 its copies would differ",
+            );
+        }
+        let target = match write_target(statement) {
+            WriteTarget::None => return None,
+            WriteTarget::Table(name) => name,
+            WriteTarget::Several => {
+                return refuse(
+                    first,
+                    "a write naming a reference table that is not one table's",
+                )
+            }
+        };
+        let reference = find(target)?;
+        let table = &reference.table;
+        if !reference.ready {
+            return Some(Action::Wait(table.clone()));
+        }
+        if self.partitioned || self.others > 0 {
+            return refuse(
+                table,
+                "a write to a reference table that reads tables other than reference tables",
+            );
+        }
+        let mut varies = None;
+        let _ = visit_expressions(statement, |e: &Expr| {
+            if let Expr::Function(f) = e {
+                if !crate::federate::deterministic(&f.name) {
+                    varies = Some(f.name.to_string());
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        if let Some(function) = varies {
+            return refuse(
+                table,
+                &format!(
+                    "a write to a reference table with {function}(), whose value may differ between its copies"
+                ),
+            );
+        }
+        let steps = reference
+            .backends
+            .iter()
+            .map(|&backend| Step {
+                target: Target::new(&table.db, backend, &table.name, None),
+                sql: sql.to_string(),
+            })
+            .collect();
+        let route = Route {
+            table: Arc::new(table.clone()),
+            steps,
+            merge: Merge::Copies,
+            writes: true,
+            highest_id: None,
+        };
+        Some(finish(Ok(route), summary, ctx, table))
+    }
+}
+
+enum WriteTarget<'s> {
+    /// The statement writes no table.
+    None,
+    Table(&'s ObjectName),
+    /// A multi-table UPDATE or DELETE.
+    Several,
+}
+
+/// The one table a FROM names, joined to nothing.
+fn single_table(from: &[TableWithJoins]) -> Option<&ObjectName> {
+    match from {
+        [TableWithJoins {
+            relation: TableFactor::Table { name, .. },
+            joins,
+        }] if joins.is_empty() => Some(name),
+        _ => None,
+    }
+}
+
+fn write_target(statement: &Statement) -> WriteTarget<'_> {
+    let single = single_table;
+    match statement {
+        Statement::Insert(insert) => match &insert.table {
+            TableObject::TableName(name) => WriteTarget::Table(name),
+            _ => WriteTarget::Several,
+        },
+        Statement::Update(update) if update.from.is_none() => {
+            match single(std::slice::from_ref(&update.table)) {
+                Some(name) => WriteTarget::Table(name),
+                None => WriteTarget::Several,
+            }
+        }
+        Statement::Delete(delete) if delete.tables.is_empty() && delete.using.is_none() => {
+            let from = match &delete.from {
+                FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
+            };
+            match single(from) {
+                Some(name) => WriteTarget::Table(name),
+                None => WriteTarget::Several,
+            }
+        }
+        Statement::Update(_) | Statement::Delete(_) => WriteTarget::Several,
+        Statement::LoadData { table_name, .. } => WriteTarget::Table(table_name),
+        _ => WriteTarget::None,
     }
 }
 

@@ -1882,3 +1882,34 @@ fn copies_read_only_what_the_statement_may_need() {
         [vec!["LOWER(u.nickname) = 'a'".to_string()], vec![]]
     );
 }
+
+#[test]
+fn a_selective_join_of_two_tables_is_a_lookup_join() {
+    let lookup = federation(
+        "SELECT u.nickname, o.total AS t FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+    )
+    .lookup
+    .expect("a lookup join");
+    assert_eq!(
+        lookup.outer,
+        "SELECT `u`.`nickname`, `u`.`id` FROM `app`.`users` AS `u` WHERE (u.id = 5)"
+    );
+    assert_eq!(
+        lookup.inner_read(&["5".into(), "9".into()]),
+        "SELECT `o`.`total` AS `t`, `o`.`user_id` FROM `app`.`orders` AS `o` WHERE `o`.`user_id` IN (5, 9)"
+    );
+    assert_eq!(lookup.columns, [(false, 0), (true, 0)]);
+    // Anything more than columns of an inner join under one table's
+    // conditions runs on copies.
+    for sql in [
+        "SELECT u.nickname, o.total FROM users u JOIN orders o ON o.user_id = u.id",
+        "SELECT u.nickname, o.total FROM users u LEFT JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+        "SELECT u.nickname, o.total + 1 FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+        "SELECT u.nickname FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5 ORDER BY 1",
+        "SELECT u.nickname FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5 AND o.total > u.id",
+        "SELECT DISTINCT u.nickname FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+        "SELECT * FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+    ] {
+        assert_eq!(federation(sql).lookup, None, "{sql}");
+    }
+}

@@ -89,6 +89,10 @@ pub enum ProxyError {
     /// temporary files failed.
     #[error("hscale: LOAD DATA: {0}")]
     LoadSpill(#[from] crate::spool::SpoolError),
+    /// A write to a reference table changed its copies by different numbers
+    /// of rows: rolled back, as the copies no longer agree.
+    #[error("hscale: the copies of a reference table differ: the write changed {affected:?} rows on its backends and was rolled back; compare the copies")]
+    CopiesDiffer { affected: Vec<u64> },
     /// The rows copied for a statement answered from copies of its tables
     /// outgrew `[scans] spill_bytes`, or their temporary files failed.
     #[error("hscale: copying the rows a statement reads: {0}")]
@@ -273,7 +277,10 @@ impl ProxyError {
             ProxyError::MergeSpill(hscale_merge::MergeError::Budget(_)) => {
                 (reply(ER_OUT_OF_SORTMEMORY, "HY001", self.to_string()), Reply)
             }
-            ProxyError::MergeSpill(_) | ProxyError::LoadSpill(_) | ProxyError::CopySpill(_) => {
+            ProxyError::MergeSpill(_)
+            | ProxyError::LoadSpill(_)
+            | ProxyError::CopySpill(_)
+            | ProxyError::CopiesDiffer { .. } => {
                 (reply(ER_UNKNOWN_ERROR, "HY000", self.to_string()), Reply)
             }
             ProxyError::Move(

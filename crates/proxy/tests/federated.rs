@@ -525,3 +525,60 @@ fn prepared_statements_run_on_copies_at_each_execution() {
         }
     }
 }
+
+#[test]
+fn lookup_joins_answer_like_one_table() {
+    let seed = seed();
+    let (proxy, db, mut oracle) = setup("federated_lookup", seed);
+    let mut c = proxy.connect(Some(&db));
+    let mut rng = StdRng::seed_from_u64(seed);
+    let columns = [
+        "u.id",
+        "u.nickname",
+        "u.country",
+        "u.score",
+        "o.id",
+        "o.user_id",
+        "o.total",
+        "o.note",
+        "o.placed",
+    ];
+    for _ in 0..60 {
+        let picked: Vec<String> = (0..1 + rng.random_range(0..4))
+            .map(|i| {
+                let column = columns[rng.random_range(0..columns.len())];
+                match rng.random_bool(0.2) {
+                    true => format!("{column} AS c{i}"),
+                    false => column.to_string(),
+                }
+            })
+            .collect();
+        let id = rng.random_range(0..48);
+        let outer = [
+            format!("u.id = {id}"),
+            format!("u.id IN ({id}, {}, 41)", id + 1),
+            format!("u.id < {id}"),
+            "u.nickname LIKE 'b%'".to_string(),
+            format!("o.id = {}", rng.random_range(1..130)),
+            format!("o.total > {}", rng.random_range(100..200)),
+        ][rng.random_range(0..6)]
+        .clone();
+        let more = [
+            "",
+            " AND o.note IS NOT NULL",
+            " AND u.country = 'de'",
+            " AND o.total < 150",
+        ][rng.random_range(0..4)];
+        let sql = match rng.random_bool(0.5) {
+            true => format!(
+                "SELECT {} FROM users u JOIN orders o ON o.user_id = u.id WHERE {outer}{more}",
+                picked.join(", ")
+            ),
+            false => format!(
+                "SELECT {} FROM orders o, users u WHERE u.id = o.user_id AND {outer}{more}",
+                picked.join(", ")
+            ),
+        };
+        same(&mut c, &mut oracle, &sql, false, seed);
+    }
+}

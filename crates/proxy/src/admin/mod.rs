@@ -6,6 +6,7 @@
 
 mod add_partition;
 mod drop_partition;
+mod reference;
 pub mod schema;
 mod setup_table;
 mod show;
@@ -129,6 +130,9 @@ pub async fn execute(
         } => {
             let table = resolve(&table, caller)?;
             add_partition::split(shared, table, partition, into, value, backend).await
+        }
+        AdminCommand::SetupReference { table } => {
+            reference::setup(shared, resolve(&table, caller)?).await
         }
         AdminCommand::ShowMoves => crate::moves::show(shared).await,
         AdminCommand::CancelMove { job } => crate::moves::cancel(shared, job).await,

@@ -60,6 +60,22 @@ pub fn tables(shared: &Shared) -> AdminAnswer {
                 some(t.entries.len()),
             ]
         })
+        .chain(dictionary.references().into_iter().map(|r| {
+            // A copy on each backend; its function says so.
+            let function = match r.ready {
+                true => "REFERENCE",
+                false => "REFERENCE (copying)",
+            };
+            vec![
+                some(&r.table.db),
+                some(&r.table.name),
+                None,
+                some(function),
+                some(&r.table.name),
+                some(r.backends.first().copied().unwrap_or_default()),
+                some(r.backends.len()),
+            ]
+        }))
         .collect();
     AdminAnswer::Rows {
         columns: vec![

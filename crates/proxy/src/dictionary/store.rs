@@ -4,7 +4,7 @@
 
 use hscale_planner::{
     AutoColumn, ColumnKind, Dictionary, HashFunction, PartitionEntry, PartitionState,
-    PartitionedTable, TableDefinition, TableName,
+    PartitionedTable, ReferenceTable, TableDefinition, TableName,
 };
 
 use crate::backend::{BackendConn, Rows};
@@ -85,6 +85,9 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         decisions_ddl(schema),
         // Old decisions are cleared by this, without scanning the table.
         format!("ALTER TABLE {s}.xa_decisions ADD INDEX IF NOT EXISTS decided (decided)"),
+        // Reference tables (SETUP_REFERENCE): the backends with a copy, and
+        // 'copying' until every copy is made, then 'ready'.
+        format!("CREATE TABLE IF NOT EXISTS {s}.reference_tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, backends VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, PRIMARY KEY (db, name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
         // Online moves (MOVE_PARTITION, splits): one row per job, owned by
         // the instance that runs it; its progress as of its last chunk. A
@@ -125,11 +128,29 @@ pub async fn load(
             &format!("SELECT DISTINCT db, table_name FROM {s}.schema_changes"),
         )
         .await?;
-        Ok::<_, ProxyError>((version, tables, partitions, changing))
+        let references = exec(
+            conn,
+            &format!("SELECT db, name, backends, state FROM {s}.reference_tables"),
+        )
+        .await?;
+        Ok::<_, ProxyError>((version, tables, partitions, changing, references))
     };
     let read = read.await;
     exec(conn, "COMMIT").await?;
-    let (version, tables, partitions, changing) = read?;
+    let (version, tables, partitions, changing, references) = read?;
+    let references = (0..references.len())
+        .map(|r| ReferenceTable {
+            table: TableName {
+                db: text(&references, r, 0),
+                name: text(&references, r, 1),
+            },
+            backends: text(&references, r, 2)
+                .split(',')
+                .filter_map(|b| b.parse().ok())
+                .collect(),
+            ready: text(&references, r, 3) == "ready",
+        })
+        .collect();
     let mut result = Vec::with_capacity(tables.len());
     for i in 0..tables.len() {
         let t = |c| text(&tables, i, c);
@@ -187,7 +208,7 @@ pub async fn load(
         });
         result.push(table);
     }
-    Ok(Dictionary::new(version, result))
+    Ok(Dictionary::new(version, result).with_references(references))
 }
 
 /// Changes the dictionary: the statements and the version bump in one

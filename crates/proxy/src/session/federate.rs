@@ -12,15 +12,23 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use hscale_merge::{Inserts, Spec};
 use hscale_planner::{
-    drop_temporaries, Action, Federation, Refusal, SessionChange, TableName, Temporary, MOST_KEYS,
+    drop_temporaries, Action, Federation, Lookup, Refusal, SessionChange, TableName, Temporary,
+    MOST_KEYS, MOST_LOOKUP_ROWS,
 };
+use hscale_wire::frame::write_lenenc;
+use hscale_wire::packets::{write_eof, write_result_end};
+use hscale_wire::resultset::{text_values, write_text_row};
 use hscale_wire::scan::{Completion, Expect};
+use hscale_wire::CapabilityFlags;
+use mysql_common::io::ParseBuf;
+use mysql_common::packets::Column;
+use mysql_common::proto::MyDeserialize;
 
 use super::slots::Needs;
 use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
-use crate::exec::{Command, StatementKey};
+use crate::exec::{Command, StatementKey, FLUSH_AT};
 use crate::spool::{Spool, SpoolBudget};
 
 /// Why the main backend's connection is held while a statement's copies
@@ -45,6 +53,11 @@ pub(super) struct Definitions {
 /// has ended, as the main backend's connection may be one it reads.
 pub(super) struct Copying {
     head: String,
+    /// `INSERT INTO copy (columns) `, for partitions that copy server-side.
+    insert_select: String,
+    /// The main backend's connection is not among those the read uses: each
+    /// INSERT is sent as soon as it is full, not held.
+    inline: bool,
     /// A column whose distinct values a later copy is narrowed by.
     key: Option<usize>,
     inserts: Option<Inserts>,
@@ -54,8 +67,116 @@ pub(super) struct Copying {
     dir: Option<PathBuf>,
 }
 
+/// Where the rows of a read for hscale's own use go (`Session::merge_rows`).
+pub(super) enum Sink {
+    /// Into a copy's INSERTs.
+    Copy(Box<Copying>),
+    /// Kept whole, with their columns, up to `most` rows: a lookup join's.
+    Keep {
+        columns: Vec<Bytes>,
+        rows: Vec<Bytes>,
+        most: usize,
+        over: bool,
+    },
+}
+
+impl Sink {
+    fn keep(most: usize) -> Sink {
+        Sink::Keep {
+            columns: Vec::new(),
+            rows: Vec::new(),
+            most,
+            over: false,
+        }
+    }
+
+    /// A row: an INSERT to send on the main backend now, if one is ready.
+    pub(super) fn row(
+        &mut self,
+        columns: &[Bytes],
+        row: Bytes,
+    ) -> Result<Option<Vec<u8>>, ProxyError> {
+        match self {
+            Sink::Copy(copying) => copying.row(columns, &row),
+            Sink::Keep {
+                rows, most, over, ..
+            } => {
+                match rows.len() < *most {
+                    true => rows.push(row),
+                    false => *over = true,
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The read's columns, once it ended (with or without rows).
+    pub(super) fn columns(&mut self, definitions: &[Bytes]) {
+        if let Sink::Keep { columns, .. } = self {
+            *columns = definitions.to_vec();
+        }
+    }
+
+    /// The kept rows' values, each with its last column (the key) as an
+    /// integer, and the columns but the key; `None` where the key is not an
+    /// integer column or there were too many rows.
+    #[allow(clippy::type_complexity)]
+    fn kept_integer_keys(self) -> Option<(Vec<Bytes>, Vec<(Vec<Option<Vec<u8>>>, Option<i128>)>)> {
+        let Sink::Keep {
+            mut columns,
+            rows,
+            over: false,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let key = columns.pop()?;
+        let key = Column::deserialize((), &mut ParseBuf(&key)).ok()?;
+        use mysql_common::constants::ColumnType::*;
+        if !matches!(
+            key.column_type(),
+            MYSQL_TYPE_TINY
+                | MYSQL_TYPE_SHORT
+                | MYSQL_TYPE_INT24
+                | MYSQL_TYPE_LONG
+                | MYSQL_TYPE_LONGLONG
+        ) {
+            return None;
+        }
+        let count = columns.len() + 1;
+        let mut kept = Vec::with_capacity(rows.len());
+        for row in rows {
+            let ranges = text_values(&row, count)?;
+            let mut values: Vec<Option<Vec<u8>>> = ranges
+                .iter()
+                .map(|r| r.clone().map(|r| row[r].to_vec()))
+                .collect();
+            let key = match values.pop()? {
+                None => None,
+                Some(text) => Some(std::str::from_utf8(&text).ok()?.parse().ok()?),
+            };
+            kept.push((values, key));
+        }
+        Some((columns, kept))
+    }
+
+    fn copying(&mut self) -> &mut Copying {
+        match self {
+            Sink::Copy(copying) => copying,
+            Sink::Keep { .. } => unreachable!("a copy's sink copies"),
+        }
+    }
+}
+
 impl Copying {
-    pub(super) fn row(&mut self, columns: &[Bytes], row: &[u8]) -> Result<(), ProxyError> {
+    /// Adds a row: an INSERT (a COM_QUERY) to send on the main backend now,
+    /// when one is full and may go at once.
+    pub(super) fn row(
+        &mut self,
+        columns: &[Bytes],
+        row: &[u8],
+    ) -> Result<Option<Vec<u8>>, ProxyError> {
         let inserts = match &mut self.inserts {
             Some(inserts) => inserts,
             None => self.inserts.insert(
@@ -64,8 +185,15 @@ impl Copying {
             ),
         };
         match inserts.row(row).map_err(ProxyError::MergeSpill)? {
-            Some(statement) => self.keep(&statement),
-            None => Ok(()),
+            Some(statement) => self.send_or_keep(statement),
+            None => Ok(None),
+        }
+    }
+
+    fn send_or_keep(&mut self, statement: String) -> Result<Option<Vec<u8>>, ProxyError> {
+        match self.inline {
+            true => Ok(Some(command(COM_QUERY, &statement))),
+            false => self.keep(&statement).map(|()| None),
         }
     }
 
@@ -83,10 +211,11 @@ impl Copying {
             .map_err(ProxyError::CopySpill)
     }
 
-    fn finish(&mut self) -> Result<(), ProxyError> {
+    /// The INSERT of the last rows: to send now, or held with the others.
+    fn finish(&mut self) -> Result<Option<Vec<u8>>, ProxyError> {
         match self.inserts.as_mut().and_then(Inserts::finish) {
-            Some(statement) => self.keep(&statement),
-            None => Ok(()),
+            Some(statement) => self.send_or_keep(statement),
+            None => Ok(None),
         }
     }
 
@@ -132,6 +261,12 @@ pub(super) enum Then<'a> {
     },
 }
 
+/// A lookup join's answer.
+struct Joined {
+    columns: Vec<Bytes>,
+    rows: Vec<Vec<u8>>,
+}
+
 impl Session {
     /// Copies the statement's tables, runs it on the main backend and drops
     /// the copies, whatever happened. The answer of a PREPARE, for its
@@ -141,6 +276,15 @@ impl Session {
         federation: &Federation,
         then: Then<'_>,
     ) -> Result<Option<Completion>, ProxyError> {
+        if let (Some(lookup), Then::Query { .. }) = (&federation.lookup, &then) {
+            if let Some(joined) = self.lookup_join(lookup).await? {
+                tracing::debug!(
+                    connection_id = self.connection_id,
+                    "answered by a lookup join"
+                );
+                return self.send_joined(joined).await.map(|()| None);
+            }
+        }
         let main = self.shared.main;
         let mut temporaries = Vec::with_capacity(federation.copies.len());
         for copy in &federation.copies {
@@ -243,8 +387,10 @@ impl Session {
                 let same_key = key_of(r.from) == temporaries[r.from].position(&r.from_column);
                 keys[r.from].as_deref().filter(|_| same_key)
             });
-            let mut copying = Copying {
+            let mut sink = Sink::Copy(Box::new(Copying {
                 head: temporary.insert_head(),
+                insert_select: temporary.insert_select(),
+                inline: false,
                 key: key_of(i),
                 inserts: None,
                 statements: Spool::default(),
@@ -255,13 +401,16 @@ impl Session {
                 },
                 disk_limit: self.shared.scans.spill_bytes,
                 dir: self.shared.scans.spill_dir.clone(),
-            };
+            }));
             // No key to join: no row of this table joins either.
             if narrowed.is_none_or(|keys| !keys.is_empty()) {
                 let fetch = copy.fetch(temporary, narrowed);
-                self.read_rows(&fetch, &mut copying).await?;
-                copying.finish()?;
+                self.read_rows(&fetch, &mut sink).await?;
+                if let Some(last) = sink.copying().finish()? {
+                    self.run_quietly(main, &last).await?;
+                }
             }
+            let copying = sink.copying();
             let mut offset = 0;
             while let Some((insert, next)) = copying.statement_at(offset)? {
                 self.run_quietly(main, &insert).await?;
@@ -283,7 +432,7 @@ impl Session {
 
     /// Runs a copy's SELECT where the dictionary routes it, its rows to
     /// `copying`.
-    async fn read_rows(&mut self, fetch: &str, copying: &mut Copying) -> Result<(), ProxyError> {
+    async fn read_rows(&mut self, fetch: &str, sink: &mut Sink) -> Result<(), ProxyError> {
         let plan = self
             .plan_waiting(|session| session.plan(fetch.as_bytes()))
             .await?;
@@ -312,14 +461,132 @@ impl Session {
             hscale_planner::Merge::Rows(spec) => (**spec).clone(),
             _ => Spec::default(),
         };
+        let mut route = route;
+        let main = self.shared.main;
+        // Partitions on the main backend copy there, server-side: their
+        // rows need not pass through hscale, unless their keys must.
+        if let Some(copying) = match sink {
+            Sink::Copy(copying) if copying.key.is_none() => Some(copying),
+            _ => None,
+        } {
+            let main_backend = self.shared.main_backend();
+            let (here, elsewhere) = std::mem::take(&mut route.steps)
+                .into_iter()
+                .partition::<Vec<_>, _>(|step| step.target.backend == main_backend);
+            route.steps = elsewhere.into_iter().collect();
+            for step in here {
+                let insert = format!("{}{}", copying.insert_select, step.sql);
+                self.run_quietly(main, &command(COM_QUERY, &insert)).await?;
+            }
+            if route.steps.is_empty() {
+                return Ok(());
+            }
+        }
         let needs = Needs {
             reads_only: true,
             ..Needs::default()
         };
         let (slots, payloads, probes) = self.route_payloads(route, false)?;
+        if let Sink::Copy(copying) = sink {
+            copying.inline = !slots.contains(&main);
+        }
         let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
-        self.merge_rows(spec, &slots, &commands, needs, probes, Some(copying))
+        self.merge_rows(spec, &slots, &commands, needs, probes, Some(sink))
             .await
+    }
+
+    /// A lookup join's answer: its columns and rows; `None` where the copies
+    /// must answer instead (see `Lookup`).
+    async fn lookup_join(&mut self, lookup: &Lookup) -> Result<Option<Joined>, ProxyError> {
+        let mut outer = Sink::keep(MOST_KEYS);
+        if self.read_rows(&lookup.outer, &mut outer).await.is_err() {
+            return Ok(None);
+        }
+        let Some((outer_columns, outer_rows)) = outer.kept_integer_keys() else {
+            return Ok(None);
+        };
+        let mut by_key: HashMap<i128, Vec<usize>> = HashMap::new();
+        for (i, (_, key)) in outer_rows.iter().enumerate() {
+            if let Some(key) = key {
+                by_key.entry(*key).or_default().push(i);
+            }
+        }
+        let mut keys: Vec<i128> = by_key.keys().copied().collect();
+        keys.sort_unstable();
+        // No key: the inner read answers nothing, but its columns.
+        let keys: Vec<String> = match keys.is_empty() {
+            true => vec!["NULL".into()],
+            false => keys.iter().map(i128::to_string).collect(),
+        };
+        let mut inner = Sink::keep(MOST_LOOKUP_ROWS);
+        if self
+            .read_rows(&lookup.inner_read(&keys), &mut inner)
+            .await
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let Some((inner_columns, inner_rows)) = inner.kept_integer_keys() else {
+            return Ok(None);
+        };
+        let columns = lookup
+            .columns
+            .iter()
+            .map(|&(from_inner, i)| match from_inner {
+                true => inner_columns[i].clone(),
+                false => outer_columns[i].clone(),
+            })
+            .collect();
+        let mut rows = Vec::new();
+        for (inner_row, key) in &inner_rows {
+            let Some(matches) = key.and_then(|k| by_key.get(&k)) else {
+                continue;
+            };
+            for &o in matches {
+                let outer_row = &outer_rows[o].0;
+                let values: Vec<Option<&[u8]>> = lookup
+                    .columns
+                    .iter()
+                    .map(|&(from_inner, i)| match from_inner {
+                        true => inner_row[i].as_deref(),
+                        false => outer_row[i].as_deref(),
+                    })
+                    .collect();
+                let mut row = Vec::new();
+                write_text_row(&values, &mut row);
+                rows.push(row);
+            }
+        }
+        Ok(Some(Joined { columns, rows }))
+    }
+
+    /// A result set hscale made: its columns, rows and end.
+    async fn send_joined(&mut self, joined: Joined) -> Result<(), ProxyError> {
+        let deprecate_eof = self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let status = self.status_flags();
+        let mut count = Vec::with_capacity(9);
+        write_lenenc(joined.columns.len() as u64, &mut count);
+        let mut seq = self.client.queue_packet(1, &count);
+        for definition in &joined.columns {
+            seq = self.client.queue_packet(seq, definition);
+        }
+        if !deprecate_eof {
+            let mut eof = Vec::with_capacity(5);
+            write_eof(status, 0, &mut eof);
+            seq = self.client.queue_packet(seq, &eof);
+        }
+        for row in &joined.rows {
+            seq = self.client.queue_packet(seq, row);
+            if self.client.write_buffer().len() >= FLUSH_AT {
+                self.client.flush().await?;
+            }
+        }
+        let mut end = Vec::with_capacity(16);
+        write_result_end(deprecate_eof, status, &mut end);
+        self.client.send_packet(seq, &end).await?;
+        Ok(())
     }
 
     /// Drops the copies where they were made. A connection that cannot is

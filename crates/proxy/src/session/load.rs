@@ -77,7 +77,7 @@ impl Session {
                 let parts: Vec<Part> = (statements.iter().zip(placed.spools.values()))
                     .map(|(sql, lines)| Part::Load { sql, lines })
                     .collect();
-                self.write_each(&slots, &parts, needs, false).await?
+                self.write_each(&slots, &parts, needs, false, false).await?
             }
         };
         // The server counts a row written (copied) once and a row REPLACE

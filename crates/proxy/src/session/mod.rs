@@ -546,7 +546,7 @@ impl Session {
     }
 
     /// The status flags of an answer hscale writes itself.
-    fn status_flags(&self) -> u16 {
+    pub(super) fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
         match self.tx.in_transaction() {
             true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,

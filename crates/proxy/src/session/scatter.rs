@@ -20,7 +20,7 @@ use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
 use super::atomic::Parts;
-use super::federate::Copying;
+use super::federate::Sink;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
@@ -75,6 +75,11 @@ impl Session {
     ) -> Result<(), ProxyError> {
         match merge {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
+            Merge::Copies => {
+                let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
+                let one = self.write_each(slots, &parts, needs, false, true).await?;
+                self.send_total(one).await
+            }
             Merge::Single => {
                 self.merge_rows(Spec::default(), slots, commands, needs, probes, None)
                     .await
@@ -121,7 +126,7 @@ impl Session {
         commands: &[Command<'_>],
         needs: Needs,
         mut probes: Vec<Option<Bytes>>,
-        copying: Option<&mut Copying>,
+        copying: Option<&mut Sink>,
     ) -> Result<(), ProxyError> {
         let may_borrow = self.may_borrow(slots);
         // EXECUTE answers with binary rows, a query with text rows.
@@ -242,6 +247,9 @@ impl Session {
             };
         }
         if copies {
+            if let Some(sink) = out.copying.as_deref_mut() {
+                sink.columns(merger.client_columns());
+            }
             return match outcome {
                 Ok(()) => Ok(()),
                 Err(packet) => Err(ProxyError::Refused(
@@ -337,9 +345,13 @@ impl Session {
             let i = match merger.step().map_err(merge_error)? {
                 Next::Row(row) => {
                     if let Some(copying) = out.copying.as_deref_mut() {
-                        copying
-                            .row(merger.client_columns(), &row)
+                        let ready = copying
+                            .row(merger.client_columns(), row)
                             .map_err(Abort::Failed)?;
+                        if let Some(insert) = ready {
+                            let main = self.shared.main;
+                            self.run_quietly(main, &insert).await?;
+                        }
                         continue;
                     }
                     self.send_header(merger, out).await.map_err(Abort::Failed)?;
@@ -708,7 +720,7 @@ impl Session {
         let last_insert_id = self.state.last_insert_id;
         let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
         let mut total = self
-            .write_each(slots, &parts, needs, generated.is_some())
+            .write_each(slots, &parts, needs, generated.is_some(), false)
             .await?;
         if let Some(generated) = generated {
             // The server reports an id written in as given: that of the
@@ -739,6 +751,7 @@ impl Session {
         parts: &[Part<'_>],
         needs: Needs,
         ids_written: bool,
+        same: bool,
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
         let implicit = !self.tx.in_transaction() && slots.len() > 1;
@@ -769,6 +782,20 @@ impl Session {
                 &mut leases,
             )
             .await;
+        // Copies of one table (one part per backend) change alike, or not
+        // at all.
+        let each: Vec<u64> = leases.values().map(|(_, c)| c.affected_rows).collect();
+        let outcome = match outcome {
+            Ok(_) if same && each.windows(2).any(|w| w[0] != w[1]) => {
+                Err(ProxyError::CopiesDiffer { affected: each })
+            }
+            Ok(total) if same => Ok(OkInfo {
+                affected_rows: each.first().copied().unwrap_or(0),
+                warnings: total.warnings / slots.len().max(1) as u16,
+                ..total
+            }),
+            other => other,
+        };
         let outcome = match (outcome, implicit, &running) {
             (Ok(total), true, Some(running)) => {
                 let branches = self.written_branches(&leases, plain);
@@ -1259,7 +1286,7 @@ struct Output<'c> {
     header_sent: bool,
     warnings: u16,
     status: Option<u16>,
-    copying: Option<&'c mut Copying>,
+    copying: Option<&'c mut Sink>,
 }
 
 /// Why a merged result set stopped early.

@@ -1,0 +1,161 @@
+//! HSCALE SETUP_REFERENCE(table): a table of the main backend copied whole
+//! to every other backend, so that partitions join it where they are.
+//!
+//! No write may reach one copy and miss another: the table enters the
+//! dictionary first as being copied (writes to it wait), every instance
+//! loads that, the copy runs under `LOCK TABLES ... READ` on the main
+//! backend (which waits for writes already running there), and only then is
+//! it ready: from that version on, writes go to every copy in one
+//! transaction.
+
+use hscale_moves::Column;
+use hscale_planner::TableName;
+
+use super::{current, publish, AdminAnswer, AdminError, AdminLock};
+use crate::dictionary::store::{self, exec, ident, text_literal};
+use crate::error::ProxyError;
+use crate::moves::copy::raw_connection;
+use crate::shared::Shared;
+
+/// How many bytes of rows one INSERT into a copy carries.
+const INSERT_BYTES: usize = 1 << 20;
+
+pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, ProxyError> {
+    let mut lock = AdminLock::take(shared).await?;
+    let dictionary = current(shared, &mut lock).await?;
+    let main_backend = shared.main_backend();
+    if dictionary.table(&table.db, &table.name).is_some() {
+        return Err(AdminError::Invalid(format!("{table} is partitioned")).into());
+    }
+    if dictionary.reference(&table.db, &table.name).is_some() {
+        return Err(AdminError::Invalid(format!("{table} is a reference table already")).into());
+    }
+    let mut source = raw_connection(shared, shared.main).await?;
+    let Some(definition) = store::definition(&mut source, &table.db, &table.name).await? else {
+        return Err(AdminError::NoSuchTable {
+            table,
+            backend: main_backend,
+        }
+        .into());
+    };
+    let columns = crate::moves::table::describe(&mut source, &table.db, &table.name, &table.name)
+        .await?
+        .columns;
+    let mut copies = Vec::new();
+    for (slot, pool) in shared.pools.iter().enumerate() {
+        if slot == shared.main {
+            continue;
+        }
+        let mut conn = raw_connection(shared, slot).await?;
+        if store::table_exists(&mut conn, &table.db, &table.name).await? {
+            return Err(AdminError::TableExists {
+                db: table.db,
+                name: table.name,
+                backend: pool.id(),
+            }
+            .into());
+        }
+        copies.push((pool.id(), conn));
+    }
+    let backends: Vec<String> = std::iter::once(main_backend)
+        .chain(copies.iter().map(|(backend, _)| *backend))
+        .map(|b| b.to_string())
+        .collect();
+    let schema = &shared.dictionary.schema;
+    let s = ident(schema);
+    let key = format!(
+        "db = {} AND name = {}",
+        text_literal(&table.db),
+        text_literal(&table.name)
+    );
+    store::change(
+        &mut lock.conn,
+        schema,
+        &[format!(
+            "INSERT INTO {s}.reference_tables (db, name, backends, state) VALUES ({}, {}, {}, 'copying')",
+            text_literal(&table.db),
+            text_literal(&table.name),
+            text_literal(&backends.join(","))
+        )],
+    )
+    .await?;
+    let copied = async {
+        // Every instance makes writes to it wait before the rows are read.
+        publish(shared, &mut lock).await?;
+        let qualified = format!("{}.{}", ident(&table.db), ident(&table.name));
+        exec(&mut source, &format!("LOCK TABLES {qualified} READ")).await?;
+        let rows = exec(&mut source, &format!("SELECT * FROM {qualified}")).await;
+        let unlocked = exec(&mut source, "UNLOCK TABLES").await;
+        let rows = rows?;
+        unlocked?;
+        for (_, conn) in &mut copies {
+            exec(
+                conn,
+                &format!("CREATE DATABASE IF NOT EXISTS {}", ident(&table.db)),
+            )
+            .await?;
+            exec(conn, &format!("USE {}", ident(&table.db))).await?;
+            exec(conn, &definition).await?;
+            for insert in inserts(&qualified, &columns, &rows) {
+                exec(conn, &insert).await?;
+            }
+        }
+        Ok::<_, ProxyError>(rows.len())
+    };
+    let rows = match copied.await {
+        Ok(rows) => rows,
+        Err(e) => {
+            // Back to a plain table: no copy stays behind.
+            for (_, conn) in &mut copies {
+                let drop = format!(
+                    "DROP TABLE IF EXISTS {}.{}",
+                    ident(&table.db),
+                    ident(&table.name)
+                );
+                let _ = exec(conn, &drop).await;
+            }
+            let forget = format!("DELETE FROM {s}.reference_tables WHERE {key}");
+            store::change(&mut lock.conn, schema, &[forget]).await?;
+            publish(shared, &mut lock).await?;
+            return Err(e);
+        }
+    };
+    let ready = format!("UPDATE {s}.reference_tables SET state = 'ready' WHERE {key}");
+    store::change(&mut lock.conn, schema, &[ready]).await?;
+    publish(shared, &mut lock).await?;
+    Ok(AdminAnswer::Ok {
+        affected_rows: rows as u64,
+    })
+}
+
+/// The rows as INSERTs of at most `INSERT_BYTES` each.
+fn inserts(
+    qualified: &str,
+    columns: &[Column],
+    rows: &[Vec<hscale_wire::resultset::TextValue>],
+) -> Vec<String> {
+    let names: Vec<String> = columns.iter().map(|c| ident(&c.name)).collect();
+    let head = format!("INSERT INTO {qualified} ({}) VALUES ", names.join(", "));
+    let mut statements = Vec::new();
+    let mut statement = head.clone();
+    for row in rows {
+        if statement.len() > head.len() {
+            statement.push(',');
+        }
+        statement.push('(');
+        for (i, (column, value)) in columns.iter().zip(row).enumerate() {
+            if i > 0 {
+                statement.push(',');
+            }
+            column.text_literal(value.as_deref(), &mut statement);
+        }
+        statement.push(')');
+        if statement.len() >= INSERT_BYTES {
+            statements.push(std::mem::replace(&mut statement, head.clone()));
+        }
+    }
+    if statement.len() > head.len() {
+        statements.push(statement);
+    }
+    statements
+}
