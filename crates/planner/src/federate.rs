@@ -249,10 +249,12 @@ impl Copy {
                 elements.push(format!("  {key}"));
             }
         }
-        // The table options, without the next id or any PARTITION BY (the
-        // lines after); the engine stays (a memory table would refuse TEXT
-        // and BLOB columns).
-        let options = without_auto_increment(&options);
+        // Of the table options, the engine (a memory table would refuse
+        // TEXT and BLOB columns) and the default character set and
+        // collation, which columns without their own take; not row formats,
+        // compression, versioning or PARTITION BY (the lines after), which
+        // temporary tables refuse.
+        let options = table_options(&options);
         let create = format!(
             "CREATE TEMPORARY TABLE {}.{} (\n{}\n){}",
             quote_identifier(&self.table.db),
@@ -304,27 +306,26 @@ impl Copy {
     }
 }
 
-fn without_auto_increment(options: &str) -> String {
-    match options.split_once(" AUTO_INCREMENT=") {
-        Some((before, after)) => {
-            let rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
-            format!("{before}{rest}")
+fn table_options(options: &str) -> String {
+    let mut kept = String::new();
+    for name in ["ENGINE=", "DEFAULT CHARSET=", "COLLATE="] {
+        if let Some(at) = options.find(name) {
+            let value: String = options[at + name.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            kept.push_str(&format!(" {name}{value}"));
         }
-        None => options.to_string(),
     }
+    kept
 }
 
+/// Keys a temporary table can have: not FULLTEXT or SPATIAL ones, which
+/// InnoDB refuses there (a MATCH over a copy fails with MariaDB's 1191).
 fn is_key(element: &str) -> bool {
-    [
-        "PRIMARY KEY",
-        "UNIQUE KEY",
-        "KEY ",
-        "FULLTEXT KEY",
-        "SPATIAL KEY",
-        "INDEX ",
-    ]
-    .iter()
-    .any(|p| element.starts_with(p))
+    ["PRIMARY KEY", "UNIQUE KEY", "KEY ", "INDEX "]
+        .iter()
+        .any(|p| element.starts_with(p))
 }
 
 /// A backticked name at the start of `text` (doubled backticks inside)
@@ -572,6 +573,8 @@ fn lookup(query: &Query, facts: &Facts) -> Option<Lookup> {
         && query.fetch.is_none()
         && query.locks.is_empty();
     let plain_select = select.distinct.is_none()
+        && select.select_modifiers.is_none()
+        && select.top.is_none()
         && select.into.is_none()
         && select.having.is_none()
         && select.named_window.is_empty()
@@ -1164,8 +1167,11 @@ mod tests {
   PRIMARY KEY (`id`),
   KEY `g` (`g`,`na``me`(3)),
   KEY `f` (`f`),
+  FULLTEXT KEY `n` (`na``me`),
   CONSTRAINT `c` CHECK (`g` > -100)
-) ENGINE=InnoDB AUTO_INCREMENT=17 DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci";
+) ENGINE=InnoDB AUTO_INCREMENT=17 DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci ROW_FORMAT=COMPRESSED COMMENT='x'
+ PARTITION BY HASH (`id`)
+PARTITIONS 2";
 
     #[test]
     fn a_temporary_table_keeps_the_named_columns_plain_and_their_keys() {

@@ -605,16 +605,49 @@ fn generate(rng: &mut StdRng) -> Generated {
                 .filter(|&i| strings.contains(&keys[i]))
                 .collect();
             for _ in 0..rng.random_range(1..4) {
-                let function = pick(rng, &["COUNT", "SUM", "MIN", "MAX", "AVG"]);
+                // Aggregates of DISTINCT and GROUP_CONCAT run on a copy of
+                // the table (the partitions' parts cannot be combined).
+                let function = pick(
+                    rng,
+                    &[
+                        "COUNT",
+                        "SUM",
+                        "MIN",
+                        "MAX",
+                        "AVG",
+                        "COUNT",
+                        "SUM",
+                        "MIN",
+                        "MAX",
+                        "AVG",
+                        "COUNT DISTINCT",
+                        "SUM DISTINCT",
+                        "AVG DISTINCT",
+                        "GROUP_CONCAT",
+                    ],
+                );
                 let argument = match function {
                     "COUNT" => pick(rng, &["*", "price", "name"]),
-                    "SUM" | "AVG" => pick(rng, &["price", "grp", "id"]),
+                    "SUM" | "AVG" | "SUM DISTINCT" | "AVG DISTINCT" => {
+                        pick(rng, &["price", "grp", "id"])
+                    }
+                    "COUNT DISTINCT" => pick(rng, &["grp", "price", "made", "b"]),
+                    "GROUP_CONCAT" => pick(rng, &["id", "name", "price", "grp"]),
                     _ => pick(rng, &["price", "made", "t", "name", "label", "id", "b"]),
                 };
-                if strings.contains(&argument) && function != "COUNT" {
+                if strings.contains(&argument)
+                    && !function.starts_with("COUNT")
+                    && function != "GROUP_CONCAT"
+                {
                     folded.push(items.len());
                 }
-                items.push(format!("{function}({argument})"));
+                items.push(match function.split_once(' ') {
+                    Some((name, _)) => format!("{name}(DISTINCT {argument})"),
+                    None if function == "GROUP_CONCAT" => {
+                        format!("GROUP_CONCAT({argument} ORDER BY id DESC SEPARATOR '|')")
+                    }
+                    None => format!("{function}({argument})"),
+                });
             }
             // An expression over aggregates, now and then (never first:
             // HAVING reads the first aggregate).
@@ -630,6 +663,11 @@ fn generate(rng: &mut StdRng) -> Generated {
                             "-SUM(id)",
                             "COUNT(price) / 3",
                             "(MAX(id) - MIN(id)) * 2",
+                            // On a copy: what the merge does not compute.
+                            "SUM(price) DIV 3",
+                            "AVG(price) * 2",
+                            "ROUND(SUM(price), 1)",
+                            "1 + SUM(id) / COUNT(*)",
                         ],
                     )
                     .to_string(),
@@ -674,10 +712,16 @@ fn generate(rng: &mut StdRng) -> Generated {
             let numeric = !["name", "label", "made", "t", "b"]
                 .iter()
                 .any(|c| first.contains(c));
-            let having = match (keys.is_empty(), rng.random_range(0..3)) {
+            let having = match (keys.is_empty(), rng.random_range(0..4)) {
                 (false, 0) if numeric => {
                     format!(" HAVING {first} > {}", rng.random_range(-50..50))
                 }
+                // On what the select list lacks: on a copy.
+                (false, 1) => format!(
+                    " HAVING {} > {}",
+                    pick(rng, &["COUNT(*)", "MAX(id)", "SUM(grp)"]),
+                    rng.random_range(0..60)
+                ),
                 _ => String::new(),
             };
             Generated {
