@@ -386,6 +386,26 @@ pub(crate) fn summarize_into(
 
 /// How many `?` placeholders a statement has, outside strings, quoted
 /// identifiers and comments.
+/// The statement with each `?` placeholder replaced by the SQL of the
+/// value at its index; `None` if it has another number of them.
+pub fn with_literals(sql: &[u8], quoting: Quoting, literals: &[String]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(sql.len() + 16 * literals.len());
+    let mut at = 0;
+    let mut next = literals.iter();
+    for token in Tokens::new(sql, quoting) {
+        if token.kind == TokenKind::Symbol(b'?') {
+            out.extend_from_slice(&sql[at..token.start]);
+            out.extend_from_slice(next.next()?.as_bytes());
+            at = token.start + 1;
+        }
+    }
+    if next.next().is_some() {
+        return None;
+    }
+    out.extend_from_slice(&sql[at..]);
+    Some(out)
+}
+
 pub fn placeholders(sql: &[u8], quoting: Quoting) -> usize {
     Tokens::new(sql, quoting)
         .filter(|t| t.kind == TokenKind::Symbol(b'?'))

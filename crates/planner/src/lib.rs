@@ -41,7 +41,9 @@ pub use federate::{
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
-pub use lexer::{placeholders, sql_mode_has, summarize, target_database, Kind, Quoting, Summary};
+pub use lexer::{
+    placeholders, sql_mode_has, summarize, target_database, with_literals, Kind, Quoting, Summary,
+};
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
 pub use messages::{messages_read, MessagesRead};

@@ -1913,3 +1913,17 @@ fn a_selective_join_of_two_tables_is_a_lookup_join() {
         assert_eq!(federation(sql).lookup, None, "{sql}");
     }
 }
+
+#[test]
+fn placeholders_take_literals_outside_strings_and_comments() {
+    let sql = b"SELECT '?', `?` FROM t WHERE a = ? /* ? */ AND b IN (?, ?)";
+    let literals = ["1".to_string(), "'x'".to_string(), "NULL".to_string()];
+    assert_eq!(
+        hscale_planner::with_literals(sql, Quoting::default(), &literals).unwrap(),
+        b"SELECT '?', `?` FROM t WHERE a = 1 /* ? */ AND b IN ('x', NULL)"
+    );
+    assert_eq!(
+        hscale_planner::with_literals(sql, Quoting::default(), &literals[..1]),
+        None
+    );
+}

@@ -76,6 +76,13 @@ impl StatementKey {
     pub fn sql(&self) -> &[u8] {
         &self.key[self.db_len + 1..]
     }
+
+    /// The database it was prepared in; `None` for none.
+    pub fn db(&self) -> Option<&str> {
+        std::str::from_utf8(&self.key[..self.db_len])
+            .ok()
+            .filter(|db| !db.is_empty())
+    }
 }
 
 /// Sends `command` on `conn` and forwards the whole answer to `client`;

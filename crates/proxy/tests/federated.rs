@@ -582,3 +582,40 @@ fn lookup_joins_answer_like_one_table() {
         same(&mut c, &mut oracle, &sql, false, seed);
     }
 }
+
+#[test]
+fn a_copy_takes_the_tables_own_engine_where_aria_refuses_its_keys() {
+    let (proxy, db, mut oracle) = setup("federated_engine", 7);
+    let mut c = proxy.connect(Some(&db));
+    // A unique key of 2400 bytes: more than Aria's 2300 (InnoDB's 3072).
+    let ddl = "CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(600) CHARACTER SET utf8mb4, \
+               UNIQUE KEY (body))";
+    oracle.query_drop(ddl).unwrap();
+    cluster().direct(1, Some(&db)).query_drop(ddl).unwrap();
+    c.query_drop("HSCALE SETUP_TABLE('notes', 'id', 'notes_default', 1, 'MOD(2)')")
+        .unwrap();
+    c.query_drop("HSCALE ADD_PARTITION('notes', 'odd', 1, 2)")
+        .unwrap();
+    for id in 1..=9 {
+        let insert = format!(
+            "INSERT INTO notes VALUES ({id}, CONCAT({id}, REPEAT('é', {})))",
+            id % 4
+        );
+        c.query_drop(&insert).unwrap();
+        oracle.query_drop(&insert).unwrap();
+    }
+    same(
+        &mut c,
+        &mut oracle,
+        "SELECT COUNT(DISTINCT body), MAX(body) FROM notes",
+        true,
+        7,
+    );
+    same(
+        &mut c,
+        &mut oracle,
+        "SELECT n.id, u.nickname FROM notes n JOIN users u ON u.id = n.id + 1 ORDER BY n.id",
+        true,
+        7,
+    );
+}

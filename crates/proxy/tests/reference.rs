@@ -10,7 +10,10 @@ use mysql::Conn;
 /// `users` partitioned by MOD(2) of id (odd ids on backend 2) and
 /// `countries`, a reference table; the same rows plain in `<db>_oracle`.
 fn setup(db: &str) -> (Proxy, String, Conn, Conn) {
-    let proxy = Proxy::start(cluster().config());
+    let mut config = cluster().config();
+    // Writes wait for a table being copied this long.
+    config.dictionary.lock_wait_ms = 1_000;
+    let proxy = Proxy::start(config);
     let db = cluster().database(db);
     let oracle_db = cluster().database(&format!("{db}_oracle"));
     let mut oracle = cluster().direct(1, Some(&oracle_db));
@@ -170,4 +173,39 @@ fn a_reference_table_is_copied_joined_inside_partitions_and_written_everywhere()
     same(&mut c, &mut oracle, "SELECT * FROM countries ORDER BY code");
     // It stays one: a second SETUP_REFERENCE is refused.
     assert!(c.query_drop("HSCALE SETUP_REFERENCE('countries')").is_err());
+}
+
+#[test]
+fn a_setup_reference_that_stopped_midway_is_run_again() {
+    let (proxy, db, mut c, _oracle) = setup("reference_again");
+    // What an instance that died while copying leaves: the table recorded
+    // as being copied, and a partial copy on backend 2.
+    cluster()
+        .direct(1, None)
+        .query_drop(format!(
+            "INSERT INTO hscale.reference_tables VALUES ('{db}', 'countries', '1,2', 'copying')"
+        ))
+        .unwrap();
+    let mut other = cluster().direct(2, Some(&db));
+    other
+        .query_drop("CREATE TABLE countries (code CHAR(2) PRIMARY KEY, name VARCHAR(20) NOT NULL, rank INT)")
+        .unwrap();
+    other
+        .query_drop("INSERT INTO countries VALUES ('de', 'Germany', 1)")
+        .unwrap();
+    c.query_drop("HSCALE REFRESH").unwrap();
+    // Its writes wait for the copy (here until the lock wait runs out).
+    let mut short = proxy.connect(Some(&db));
+    let started = std::time::Instant::now();
+    let waited = short.query_drop("UPDATE countries SET rank = 9 WHERE code = 'fr'");
+    assert!(waited.is_err(), "a write while copying: {waited:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    assert_eq!(copy(1, &db)[1].2, Some(2), "nothing written");
+    // Run again, it copies anew and the table is ready.
+    c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
+    assert_eq!(copy(2, &db), copy(1, &db));
+    assert_eq!(copy(2, &db).len(), 4);
+    c.query_drop("UPDATE countries SET rank = 9 WHERE code = 'fr'")
+        .unwrap();
+    assert_eq!(copy(2, &db), copy(1, &db));
 }

@@ -27,9 +27,15 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
     if dictionary.table(&table.db, &table.name).is_some() {
         return Err(AdminError::Invalid(format!("{table} is partitioned")).into());
     }
-    if dictionary.reference(&table.db, &table.name).is_some() {
-        return Err(AdminError::Invalid(format!("{table} is a reference table already")).into());
-    }
+    // One whose copying stopped (its instance died) is copied anew: its
+    // writes wait until it is ready.
+    let resumed = match dictionary.reference(&table.db, &table.name) {
+        Some(reference) if reference.ready => {
+            return Err(AdminError::Invalid(format!("{table} is a reference table already")).into())
+        }
+        Some(_) => true,
+        None => false,
+    };
     let mut source = raw_connection(shared, shared.main).await?;
     let Some(definition) = store::definition(&mut source, &table.db, &table.name).await? else {
         return Err(AdminError::NoSuchTable {
@@ -47,6 +53,14 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
             continue;
         }
         let mut conn = raw_connection(shared, slot).await?;
+        if resumed {
+            let partial = format!(
+                "DROP TABLE IF EXISTS {}.{}",
+                ident(&table.db),
+                ident(&table.name)
+            );
+            exec(&mut conn, &partial).await?;
+        }
         if store::table_exists(&mut conn, &table.db, &table.name).await? {
             return Err(AdminError::TableExists {
                 db: table.db,
@@ -72,7 +86,7 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
         &mut lock.conn,
         schema,
         &[format!(
-            "INSERT INTO {s}.reference_tables (db, name, backends, state) VALUES ({}, {}, {}, 'copying')",
+            "REPLACE INTO {s}.reference_tables (db, name, backends, state) VALUES ({}, {}, {}, 'copying')",
             text_literal(&table.db),
             text_literal(&table.name),
             text_literal(&backends.join(","))

@@ -379,7 +379,18 @@ impl Session {
         let mut keys: Vec<Option<Vec<String>>> = Vec::with_capacity(copies.len());
         for (i, (copy, temporary)) in copies.iter().zip(temporaries).enumerate() {
             let create = command(COM_QUERY, &temporary.create);
-            self.run_quietly(main, &create).await?;
+            match (
+                self.run_quietly(main, &create).await,
+                &temporary.create_as_defined,
+            ) {
+                (Ok(_), _) => {}
+                // No Aria here, or a key longer than it takes.
+                (Err(ProxyError::Refused(_)), Some(as_defined)) => {
+                    self.run_quietly(main, &command(COM_QUERY, as_defined))
+                        .await?;
+                }
+                (Err(e), _) => return Err(e),
+            }
             if !fill {
                 continue;
             }

@@ -8,8 +8,8 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use hscale_planner::{
-    plan_copies, plan_prepared, Action, ClientCharset, Context, Kind, Merge, Plan, Routing, Run,
-    SessionChange, Template, TxEffect, Value,
+    plan_copies, plan_prepared, with_literals, Action, ClientCharset, Context, Kind, Merge, Plan,
+    Routing, Run, SessionChange, Template, TxEffect, Value,
 };
 use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
@@ -332,6 +332,10 @@ impl Session {
         let slot = self.open_slot(id).unwrap_or(main);
         let statement = self.statements.by_id[&id].statement.clone();
         if let Some(federation) = self.statements.by_id[&id].federation.clone() {
+            let count = usize::from(self.statements.by_id[&id].params);
+            let federation = self
+                .copies_with_values(&statement, &rest, count, &federation.reason)
+                .unwrap_or(*federation);
             let then = Then::Execute {
                 id,
                 statement,
@@ -340,6 +344,33 @@ impl Session {
             return self.federate(&federation, then).await.map(drop);
         }
         self.execute_on(slot, id, statement, &rest).await
+    }
+
+    /// The copies an execution of a prepared SELECT runs on, planned from
+    /// its text with this execution's values in place of its `?`: each copy
+    /// then reads only the rows those values allow. `None` where a value
+    /// cannot be written as a literal (long data, text hscale cannot read).
+    fn copies_with_values(
+        &self,
+        statement: &StatementKey,
+        rest: &[u8],
+        count: usize,
+        reason: &str,
+    ) -> Option<hscale_planner::Federation> {
+        let params = Parameters::parse(rest, count).ok()?;
+        let literals = (0..count)
+            .map(|i| literal(params.get(i).ok()?, self.charset))
+            .collect::<Option<Vec<String>>>()?;
+        let text = with_literals(statement.sql(), self.quoting, &literals)?;
+        let dictionary = self.handle.on.planning(&self.shared.dictionary);
+        let ctx = Context {
+            db: statement.db(),
+            ..self.context(&dictionary)
+        };
+        match plan_copies(&text, &ctx, reason.to_string()) {
+            Action::Federate(federation) => Some(*federation),
+            _ => None,
+        }
     }
 
     /// EXECUTE of one backend statement on one slot.
@@ -512,18 +543,25 @@ impl Session {
                 // execution runs on copies of the tables.
                 Routing::Refuse(refusal) if !routed.template.writes() => {
                     let (sql, db) = (routed.sql.clone(), routed.db.clone());
-                    let ctx = Context {
-                        db: db.as_deref(),
-                        ..self.context(&dictionary)
-                    };
-                    let Action::Federate(federation) =
-                        plan_copies(&sql, &ctx, refusal.reason.clone())
-                    else {
-                        return Err(ProxyError::Unroutable(refusal));
+                    let statement = StatementKey::new(db.as_deref(), &sql);
+                    let reason = refusal.reason.clone();
+                    let federation = match self.copies_with_values(&statement, rest, count, &reason)
+                    {
+                        Some(federation) => federation,
+                        None => {
+                            let ctx = Context {
+                                db: db.as_deref(),
+                                ..self.context(&dictionary)
+                            };
+                            match plan_copies(&sql, &ctx, reason) {
+                                Action::Federate(federation) => *federation,
+                                _ => return Err(ProxyError::Unroutable(refusal)),
+                            }
+                        }
                     };
                     let then = Then::Execute {
                         id,
-                        statement: StatementKey::new(db.as_deref(), &sql),
+                        statement,
                         rest,
                     };
                     return self.federate(&federation, then).await.map(drop);
@@ -753,6 +791,23 @@ fn param_value(param: Param<'_>, charset: ClientCharset) -> Result<Value<'_>, St
             _ => return Err(unreadable()),
         },
         Param::Temporal(text) => Value::String(text.into()),
+    })
+}
+
+/// A parameter's value as SQL that reads as the same value: a double in
+/// exponent form (a DOUBLE literal, not a DECIMAL one), text in hex.
+fn literal(param: Param<'_>, charset: ClientCharset) -> Option<String> {
+    Some(match param {
+        Param::Null => "NULL".into(),
+        Param::Int(n) => n.to_string(),
+        Param::UInt(n) => n.to_string(),
+        Param::Double(d) if d.is_finite() => format!("{d:e}"),
+        Param::Double(_) => return None,
+        Param::Bytes(bytes) if charset.reads(bytes) => {
+            hscale_planner::text_literal(std::str::from_utf8(bytes).ok()?)
+        }
+        Param::Bytes(_) => return None,
+        Param::Temporal(text) => hscale_planner::text_literal(&text),
     })
 }
 
