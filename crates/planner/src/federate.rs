@@ -63,6 +63,9 @@ pub struct Lookup {
     inner_has_where: bool,
     /// The client's columns in order: (from the inner read, position).
     pub columns: Vec<(bool, usize)>,
+    /// A LEFT JOIN: an outer row no inner row matches comes once, with
+    /// NULLs for the inner columns (which lose NOT NULL).
+    pub keeps_outer: bool,
 }
 
 /// How many rows of the inner table a lookup join holds to pair.
@@ -602,12 +605,18 @@ fn lookup(query: &Query, facts: &Facts) -> Option<Lookup> {
     if a.table == b.table {
         return None;
     }
-    // Inner joins only, of the two tables alone.
+    // Inner joins, or a left join of the first table, of the two alone.
     let mut conjunct_count = select.selection.as_ref().map_or(0, |w| conjuncts(w).len());
+    let mut keeps_outer = false;
     match select.from.as_slice() {
         [only] if only.joins.len() == 1 => match &only.joins[0].join_operator {
             JoinOperator::Join(JoinConstraint::On(on))
             | JoinOperator::Inner(JoinConstraint::On(on)) => conjunct_count += conjuncts(on).len(),
+            JoinOperator::Left(JoinConstraint::On(on))
+            | JoinOperator::LeftOuter(JoinConstraint::On(on)) => {
+                conjunct_count += conjuncts(on).len();
+                keeps_outer = true;
+            }
             _ => return None,
         },
         [x, y] if x.joins.is_empty() && y.joins.is_empty() => {}
@@ -618,9 +627,10 @@ fn lookup(query: &Query, facts: &Facts) -> Option<Lookup> {
         return None;
     }
     let (outer, inner) = match (a.filters.is_empty(), b.filters.is_empty()) {
+        // A left join reads the table it keeps first.
         (false, _) => (a, b),
-        (true, false) => (b, a),
-        (true, true) => return None,
+        (true, false) if !keeps_outer => (b, a),
+        (true, _) => return None,
     };
     let equality = facts
         .equalities
@@ -695,6 +705,7 @@ fn lookup(query: &Query, facts: &Facts) -> Option<Lookup> {
         inner_key,
         inner_has_where: !inner.filters.is_empty(),
         columns,
+        keeps_outer,
     })
 }
 

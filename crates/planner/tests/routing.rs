@@ -1899,11 +1899,23 @@ fn a_selective_join_of_two_tables_is_a_lookup_join() {
         "SELECT `o`.`total` AS `t`, `o`.`user_id` FROM `app`.`orders` AS `o` WHERE `o`.`user_id` IN (5, 9)"
     );
     assert_eq!(lookup.columns, [(false, 0), (true, 0)]);
+    assert!(!lookup.keeps_outer);
+    // A left join keeps the first table's rows; its ON narrows the second.
+    let left = federation(
+        "SELECT u.nickname, o.total FROM users u LEFT JOIN orders o ON o.user_id = u.id AND o.total > 3 WHERE u.id = 5",
+    )
+    .lookup
+    .expect("a lookup join");
+    assert!(left.keeps_outer);
+    assert!(left
+        .inner_read(&["5".into()])
+        .ends_with("WHERE (o.total > 3) AND `o`.`user_id` IN (5)"));
     // Anything more than columns of an inner join under one table's
     // conditions runs on copies.
     for sql in [
         "SELECT u.nickname, o.total FROM users u JOIN orders o ON o.user_id = u.id",
-        "SELECT u.nickname, o.total FROM users u LEFT JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
+        "SELECT u.nickname, o.total FROM orders o RIGHT JOIN users u ON o.user_id = u.id WHERE u.id = 5",
+        "SELECT u.nickname, o.total FROM users u LEFT JOIN orders o ON o.user_id = u.id WHERE o.id = 5",
         "SELECT u.nickname, o.total + 1 FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5",
         "SELECT u.nickname FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5 ORDER BY 1",
         "SELECT u.nickname FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = 5 AND o.total > u.id",

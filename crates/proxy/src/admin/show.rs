@@ -255,6 +255,24 @@ pub fn explain(
             .collect(),
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
         Action::Federate(federation) => {
+            // A lookup join first, where the statement is one; the copies
+            // where it cannot answer.
+            let lookup = federation.lookup.iter().flat_map(|lookup| {
+                let keys = ["<keys of the rows above>".to_string()];
+                [
+                    row("(lookup join)", shared.main_backend(), None, &lookup.outer),
+                    row(
+                        "(lookup join)",
+                        shared.main_backend(),
+                        None,
+                        &lookup.inner_read(&keys),
+                    ),
+                ]
+            });
+            let copy_label = match federation.lookup {
+                Some(_) => "(copy, if the lookup cannot)",
+                None => "(copy)",
+            };
             let copies = federation.copies.iter().map(|copy| {
                 let mut what = format!("copy of {}", copy.table);
                 if !copy.filters.is_empty() {
@@ -268,14 +286,17 @@ pub fn explain(
                     ));
                 }
                 row(
-                    "(copy)",
+                    copy_label,
                     shared.main_backend(),
                     Some(&copy.table.name),
                     &what,
                 )
             });
             let answer = row("(on the copies)", shared.main_backend(), None, statement);
-            copies.chain(std::iter::once(answer)).collect()
+            lookup
+                .chain(copies)
+                .chain(std::iter::once(answer))
+                .collect()
         }
         Action::Generate(generate) => vec![row(
             "(AUTO_INCREMENT ids first)",

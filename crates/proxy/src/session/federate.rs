@@ -20,6 +20,7 @@ use hscale_wire::packets::{write_eof, write_result_end};
 use hscale_wire::resultset::{text_values, write_text_row};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::CapabilityFlags;
+use mysql_common::constants::ColumnFlags;
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use mysql_common::proto::MyDeserialize;
@@ -259,6 +260,29 @@ pub(super) enum Then<'a> {
         statement: StatementKey,
         rest: &'a [u8],
     },
+}
+
+/// A column definition without NOT NULL: the inner side of a left join.
+fn nullable(definition: &Bytes) -> Bytes {
+    let mut at = 0;
+    // catalog, schema, table, org_table, name, org_name; then the fixed part.
+    for _ in 0..6 {
+        match definition
+            .get(at..)
+            .and_then(hscale_wire::frame::read_lenenc)
+        {
+            Some((len, n)) => at += n + len as usize,
+            None => return definition.clone(),
+        }
+    }
+    // Its length byte, character set (2), length (4), type (1): the flags.
+    let flags = at + 1 + 2 + 4 + 1;
+    let mut cleared = definition.to_vec();
+    match cleared.get_mut(flags) {
+        Some(low) => *low &= !(ColumnFlags::NOT_NULL_FLAG.bits() as u8),
+        None => return definition.clone(),
+    }
+    cleared.into()
 }
 
 /// A lookup join's answer.
@@ -543,23 +567,42 @@ impl Session {
         let columns = lookup
             .columns
             .iter()
-            .map(|&(from_inner, i)| match from_inner {
-                true => inner_columns[i].clone(),
-                false => outer_columns[i].clone(),
+            .map(|&(from_inner, i)| match (from_inner, lookup.keeps_outer) {
+                (true, true) => nullable(&inner_columns[i]),
+                (true, false) => inner_columns[i].clone(),
+                (false, _) => outer_columns[i].clone(),
             })
             .collect();
         let mut rows = Vec::new();
+        let mut matched = vec![false; outer_rows.len()];
         for (inner_row, key) in &inner_rows {
             let Some(matches) = key.and_then(|k| by_key.get(&k)) else {
                 continue;
             };
             for &o in matches {
+                matched[o] = true;
                 let outer_row = &outer_rows[o].0;
                 let values: Vec<Option<&[u8]>> = lookup
                     .columns
                     .iter()
                     .map(|&(from_inner, i)| match from_inner {
                         true => inner_row[i].as_deref(),
+                        false => outer_row[i].as_deref(),
+                    })
+                    .collect();
+                let mut row = Vec::new();
+                write_text_row(&values, &mut row);
+                rows.push(row);
+            }
+        }
+        if lookup.keeps_outer {
+            for (o, _) in matched.iter().enumerate().filter(|(_, m)| !**m) {
+                let outer_row = &outer_rows[o].0;
+                let values: Vec<Option<&[u8]>> = lookup
+                    .columns
+                    .iter()
+                    .map(|&(from_inner, i)| match from_inner {
+                        true => None,
                         false => outer_row[i].as_deref(),
                     })
                     .collect();
