@@ -382,6 +382,8 @@ pub struct Shared {
     /// How statements on several partitions are bounded.
     pub scans: crate::config::ScansConfig,
     pub moves: crate::config::MovesConfig,
+    /// The moves this instance runs: their heartbeats and their turns.
+    pub running_moves: crate::moves::running::Running,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
@@ -495,6 +497,7 @@ impl Shared {
             transactions: config.proxy.transactions,
             scans: config.scans.clone(),
             moves: config.moves.clone(),
+            running_moves: Default::default(),
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,

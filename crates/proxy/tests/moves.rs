@@ -946,6 +946,38 @@ fn a_move_survives_the_instance_that_ran_it() {
     assert_eq!(progress_rows, 0, "the checkpoint is forgotten");
 }
 
+/// Moves one instance runs at once share its own connections to a
+/// backend (a move holds several on its source): a move that finds none
+/// free waits for them, as for a server that went away, and goes on from
+/// its checkpoint; every move ends with all its rows at the destination.
+#[test]
+fn moves_run_at_once_by_one_instance_wait_for_its_connections() {
+    let seed = seed();
+    let mut config = cluster().config();
+    config.moves.rows_per_s = 3000;
+    let proxy = Proxy::start(config);
+    let tables: Vec<(String, Conn)> = (0..4)
+        .map(|i| odd_items(&proxy, &format!("moves_at_once_{i}"), seed + i, 12_000))
+        .collect();
+    let mut admins: Vec<(Conn, u64)> = tables
+        .iter()
+        .map(|(db, _)| {
+            let mut admin = proxy.connect(Some(db));
+            let job: u64 = admin
+                .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")
+                .unwrap()
+                .expect("a job id");
+            (admin, job)
+        })
+        .collect();
+    for ((admin, job), (db, direct)) in admins.iter_mut().zip(tables) {
+        wait_for_move(admin, *job, Duration::from_secs(180));
+        let mut destination = cluster().direct(2, Some(&db));
+        let mut direct = direct;
+        assert_oracle_rows(&mut destination, "items_odd", &mut direct, seed);
+    }
+}
+
 /// CANCEL_MOVE stops a move before its switch: the job ends `cancelled`,
 /// the tables it wrote are gone, the partition is served from where it was
 /// and takes writes; a job that is over cannot be cancelled.

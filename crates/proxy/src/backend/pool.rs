@@ -27,10 +27,12 @@ use crate::config::BackendConfig;
 use crate::tls::ToBackend;
 
 /// At most this many connections of hscale's own per backend: the
-/// dictionary's, admin commands', and a move's (up to six on its source:
-/// the job, the snapshot reads, the binlog dump, a split's rest, the fence
-/// and a dictionary reload).
-const OWN_CONNECTIONS: usize = 16;
+/// dictionary's refresh and sweep, admin commands', sequences', two-phase
+/// commit recovery's, and those of the moves working at once
+/// (`moves::running::AT_ONCE`, each up to eight on its source: the job, the
+/// snapshot reads, a part's writes, the binlog dump, a split's rest, the
+/// fence, a dictionary reload and a count).
+const OWN_CONNECTIONS: usize = 32;
 
 /// A connection idle longer than this has its socket read before use; a
 /// shorter idle one is trusted to the reactor's word (`BackendStream::is_stale`).

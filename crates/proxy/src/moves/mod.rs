@@ -8,6 +8,7 @@
 
 pub mod binlog;
 pub mod copy;
+pub mod running;
 pub mod table;
 
 use std::sync::Arc;
@@ -631,7 +632,9 @@ async fn create_like(
 /// Runs a job to its end; a failure is recorded in its row, and what it
 /// did before its switch is undone. The rows it took, or why it failed.
 async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u64, MoveError> {
+    let mut registered = shared.running_moves.register(job.id, job.epoch);
     let work = async {
+        let _turn = shared.running_moves.turn().await;
         let mut resumed = resumed;
         loop {
             let attempt = async {
@@ -662,7 +665,7 @@ async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u
     };
     let outcome = tokio::select! {
         outcome = work => outcome,
-        lost = keep_alive(&shared, &job) => Err(lost),
+        stopped = registered.stopped() => Err(stopped),
     };
     match outcome {
         Ok(taken) => {
@@ -697,14 +700,16 @@ async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u
 /// How long a job waits after it lost a server before it tries again.
 const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
-/// A server of the job's could not be reached or went away mid-command:
-/// the job waits for it rather than fail.
+/// A server of the job's could not be reached or went away mid-command, or
+/// this instance has no connection to spare for it: the job waits rather
+/// than fail.
 fn unreachable(e: &ProxyError) -> bool {
-    use crate::backend::BackendError::{Connect, ConnectTimeout, Lost};
+    use crate::backend::BackendError::{Connect, ConnectTimeout, Lost, PoolExhausted};
     matches!(
         e,
-        ProxyError::Backend(Connect { .. } | ConnectTimeout { .. } | Lost { .. })
-            | ProxyError::BackendMidAnswer { .. }
+        ProxyError::Backend(
+            Connect { .. } | ConnectTimeout { .. } | Lost { .. } | PoolExhausted { .. }
+        ) | ProxyError::BackendMidAnswer { .. }
     )
 }
 
@@ -723,36 +728,15 @@ async fn waiting_phase(
     Ok(store::text(&exec(&mut main, &sql).await?, 0, 0))
 }
 
-/// The job's heartbeat, every quarter of the lease, for as long as the job
-/// is this owner's; returns when it is not (another instance took it over
-/// after this one stalled).
-async fn keep_alive(shared: &Shared, job: &Job) -> ProxyError {
-    let beat = shared.dictionary.lease / 4;
-    let mut main: Option<Box<BackendConn>> = None;
-    loop {
-        tokio::time::sleep(beat).await;
-        if main.is_none() {
-            main = own_connection(shared, shared.main).await.ok();
-        }
-        let Some(conn) = main.as_mut() else { continue };
-        match progress(shared, conn, job, "owner = owner").await {
-            Err(
-                stop @ ProxyError::Move(MoveError::Superseded { .. } | MoveError::Cancelled { .. }),
-            ) => return stop,
-            Err(e) => {
-                tracing::warn!(job = job.id, "the move's heartbeat failed: {e}");
-                main = None;
-            }
-            Ok(()) => {}
-        }
-    }
-}
-
 /// What every instance does for moves as often as it refreshes its
 /// dictionary: takes over jobs whose owner stopped, drops retired tables
 /// past their retention. A failure is logged; false if the connection
 /// failed.
 pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) -> bool {
+    let beaten = running::beat(&shared.running_moves, conn, &jobs(shared)).await;
+    if let Err(e) = &beaten {
+        tracing::warn!("cannot beat the hearts of this instance's moves: {e}");
+    }
     let taken = take_over(shared, conn).await;
     if let Err(e) = &taken {
         tracing::warn!("cannot look for moves to take over: {e}");
@@ -762,10 +746,9 @@ pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) -> bool {
         tracing::warn!("cannot drop retired tables: {e}");
     }
     // A connection that failed is made again.
-    !matches!(
-        (taken, dropped),
-        (Err(ProxyError::Backend(_)), _) | (_, Err(ProxyError::Backend(_)))
-    )
+    ![beaten, taken, dropped]
+        .iter()
+        .any(|outcome| matches!(outcome, Err(ProxyError::Backend(_))))
 }
 
 /// A move is catching up to its fence or fencing: instances poll the
