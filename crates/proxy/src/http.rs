@@ -114,21 +114,30 @@ pub fn metrics(shared: &Shared) -> String {
         "Prepared branches the last recovery pass left: their owner is at work, or a backend did not answer.",
         plain(xa.unresolved.load(Ordering::Relaxed)),
     );
-    let pools = shared
-        .pools
-        .iter()
-        .map(|p| {
-            (
-                format!("{{backend=\"{}\"}}", p.id()),
-                p.open_connections() as u64,
-            )
-        })
-        .collect();
+    let per_backend = |value: &dyn Fn(&crate::backend::Pool) -> u64| {
+        shared
+            .pools
+            .iter()
+            .map(|p| (format!("{{backend=\"{}\"}}", p.id()), value(p)))
+            .collect()
+    };
     metric(
         "hscale_backend_connections",
         "gauge",
         "Backend connections open now, idle or in use.",
-        pools,
+        per_backend(&|p| p.open_connections() as u64),
+    );
+    metric(
+        "hscale_pool_lock_acquisitions_total",
+        "counter",
+        "Times a worker locked one of a backend's idle lists (a take, a return, a look).",
+        per_backend(&|p| p.lock_acquisitions()),
+    );
+    metric(
+        "hscale_pool_borrowed_total",
+        "counter",
+        "Idle backend connections a worker borrowed from another worker's list.",
+        per_backend(&|p| p.borrowed()),
     );
     metric(
         "hscale_uptime_seconds",

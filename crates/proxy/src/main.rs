@@ -47,7 +47,8 @@ enum Cmd {
     },
 }
 
-/// Sessions allocate on one worker thread and free on another; glibc's
+/// A session's buffers may be freed on another thread than the one that
+/// made them (a borrowed connection, a task of the acceptor's); glibc's
 /// allocator takes its slow path for that, mimalloc does not.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
                 false => playground::BackendPath::Unix,
             };
             let _guard = logging::init(&Default::default());
-            run_async(0, async move {
+            run_async(async move {
                 playground::run(backends.max(1), port, path, tls)
                     .await
                     .map_err(|e| e.to_string())
@@ -91,20 +92,18 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let _guard = logging::init(&config.log);
-            run_async(config.proxy.threads, serve(config))
+            run_async(serve(config))
         }
     }
 }
 
-fn run_async(
-    threads: usize,
-    work: impl std::future::Future<Output = Result<(), String>>,
-) -> ExitCode {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if threads > 0 {
-        builder.worker_threads(threads);
-    }
-    let runtime = match builder.enable_all().build() {
+/// Runs `work` on the main thread's runtime: the acceptor and the
+/// dictionary's loops; the clients have workers of their own (`cores`).
+fn run_async(work: impl std::future::Future<Output = Result<(), String>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("hscale: cannot start the runtime: {e}");
@@ -133,6 +132,7 @@ async fn serve(config: Config) -> Result<(), String> {
         tokio::spawn(hscale::http::serve(http_listener, shared.clone()));
     }
     tracing::info!(listen = %config.proxy.listen, backends = config.backends.len(), "hscale is serving");
-    hscale::run(listener, shared, playground::shutdown_signal()).await;
-    Ok(())
+    hscale::run(listener, shared, playground::shutdown_signal())
+        .await
+        .map_err(|e| format!("cannot start the workers: {e}"))
 }

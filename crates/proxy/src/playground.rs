@@ -17,6 +17,8 @@ pub enum PlaygroundError {
     Listen { port: u16, source: std::io::Error },
     #[error("setting up the demo data failed: {0}")]
     Demo(String),
+    #[error("cannot start hscale's workers: {0}")]
+    Workers(std::io::Error),
 }
 
 /// How the proxy reaches the local servers.
@@ -198,9 +200,10 @@ pub async fn run(
          Press Ctrl-C to stop and remove everything.\n"
     ));
     say(&ready);
-    crate::server::run(listener, shared, shutdown_signal()).await;
+    let served = crate::server::run(listener, shared, shutdown_signal()).await;
     drop(servers);
     drop(dir);
+    served.map_err(PlaygroundError::Workers)?;
     say_err("playground stopped; its data is removed\n");
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The client-facing listener: one task per connection, a cap on connections,
-//! and a shutdown signal. `run` lets tests start the whole proxy in-process on
+//! The client-facing listener: a cap on connections, each client handed to
+//! a worker (`cores`) that runs it as a task, and a shutdown signal. `run` lets tests start the whole proxy in-process on
 //! 127.0.0.1:0.
 
 use std::future::Future;
@@ -10,6 +10,7 @@ use hscale_wire::stream::PacketStream;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::cores::Workers;
 use crate::error::ProxyError;
 use crate::session::Session;
 use crate::shared::{Counters, Shared};
@@ -18,15 +19,17 @@ pub struct Server {
     shared: Arc<Shared>,
     listener: TcpListener,
     client_slots: Arc<Semaphore>,
+    workers: Workers,
 }
 
 impl Server {
-    pub fn new(listener: TcpListener, shared: Arc<Shared>) -> Server {
+    pub fn new(listener: TcpListener, shared: Arc<Shared>, workers: Workers) -> Server {
         let client_slots = Arc::new(Semaphore::new(shared.max_connections));
         Server {
             shared,
             listener,
             client_slots,
+            workers,
         }
     }
 
@@ -45,19 +48,20 @@ impl Server {
                 tokio::spawn(refuse(socket, self.shared.max_connections));
                 continue;
             };
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                Counters::add(&shared.counters.connections, 1);
-                Counters::add(&shared.counters.clients, 1);
-                Session::serve(shared.clone(), socket).await;
-                shared
-                    .counters
-                    .clients
-                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                drop(slot);
-            });
+            self.workers.hand(socket, slot);
         }
     }
+}
+
+/// A client's whole life, on the worker it was handed to.
+pub(crate) async fn serve_client(shared: Arc<Shared>, socket: TcpStream) {
+    Counters::add(&shared.counters.connections, 1);
+    Counters::add(&shared.counters.clients, 1);
+    Session::serve(shared.clone(), socket).await;
+    shared
+        .counters
+        .clients
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Binds the client listener. Its accept queue is as long as the connection cap
@@ -81,8 +85,16 @@ pub fn bind(address: &str, max_connections: usize) -> std::io::Result<TcpListene
 const RECOVERY_PERIOD_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Serves clients on `listener` until `shutdown` completes, with the
-/// dictionary loaded first and refreshed all along.
-pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Future) {
+/// dictionary loaded first and refreshed all along: the clients on
+/// `shared.cores` workers of their own, the dictionary's loops on the
+/// caller's runtime. Returns once every worker stopped, or at once if the
+/// workers cannot start.
+pub async fn run(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future,
+) -> std::io::Result<()> {
+    let workers = Workers::start(&shared)?;
     if let Err(e) = crate::dictionary::open(&shared).await {
         tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");
     }
@@ -93,7 +105,7 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
         shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),
     ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
-    let server = Server::new(listener, shared.clone());
+    let server = Server::new(listener, shared.clone(), workers);
     tokio::select! {
         _ = server.accept_loop() => {}
         _ = shutdown => tracing::info!("shutting down"),
@@ -102,7 +114,9 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: impl Futu
     sweep.abort();
     recovery.abort();
     idle.abort();
+    server.workers.stop().await;
     crate::dictionary::leave(&shared).await;
+    Ok(())
 }
 
 /// wait_timeout is in seconds: a look every second at who has been idle

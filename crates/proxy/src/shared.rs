@@ -351,6 +351,8 @@ pub struct Shared {
     /// (NO_AUTO_VALUE_ON_ZERO).
     pub new_session_sql_mode: String,
     pub max_connections: usize,
+    /// Worker threads, each with a runtime of its own (`cores`).
+    pub cores: usize,
     pub counters: Counters,
     pub sessions: Sessions,
     pub dictionary: DictionaryHandle,
@@ -445,6 +447,7 @@ impl Shared {
         let connect_timeout = Duration::from_millis(config.proxy.connect_timeout_ms);
         let queue_timeout = Duration::from_millis(config.proxy.queue_timeout_ms);
         let accounts = Arc::new(Accounts::new(&config.users));
+        let cores = crate::cores::count(config.proxy.threads);
         let pools: Vec<Arc<Pool>> = config
             .backends
             .iter()
@@ -453,8 +456,8 @@ impl Shared {
                 Arc::new(Pool::new(
                     b.clone(),
                     accounts,
-                    connect_timeout,
-                    queue_timeout,
+                    (connect_timeout, queue_timeout),
+                    cores,
                 ))
             })
             .collect();
@@ -485,6 +488,7 @@ impl Shared {
             new_session_status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             new_session_sql_mode: String::new(),
             max_connections: config.proxy.max_connections,
+            cores,
             counters: Counters::default(),
             sessions: Sessions::default(),
             sequences: Default::default(),

@@ -187,9 +187,13 @@ fn a_backend_dying_mid_result_closes_only_that_client() {
     );
 }
 
+/// Two workers: the killer and its victim are served by different ones
+/// (a new client goes to the worker serving the fewest).
 #[test]
 fn kill_query_names_the_connection_id_the_client_was_given() {
-    let proxy = Proxy::for_cluster();
+    let mut config = cluster().config();
+    config.proxy.threads = 2;
+    let proxy = Proxy::start(config);
     let mut victim = proxy.connect(None);
     let victim_id = victim.connection_id();
     let sleeper = std::thread::spawn(move || {

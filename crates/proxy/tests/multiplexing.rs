@@ -28,11 +28,69 @@ fn idle_clients_hold_no_backend_connection() {
         let v: Option<i64> = c.query_first(format!("SELECT {i}")).unwrap();
         assert_eq!(v, Some(i as i64));
     }
+    // One per worker (each opens its own rather than borrow another's
+    // while the pool has room), and the one hscale learned the server by.
     let open = proxy.shared.main_pool().open_connections();
     assert!(
-        open <= 2,
-        "20 clients used one after another opened {open} backend connections"
+        open <= proxy.shared.cores + 1,
+        "20 clients used one after another opened {open} backend connections on {} workers",
+        proxy.shared.cores
     );
+}
+
+/// Two workers and one backend connection: the client the second worker
+/// serves borrows the connection the first worker's client returned (the
+/// backend's maximum holds over all workers); then eight clients on both
+/// workers share two connections and every statement of every client is
+/// answered: none starves because its worker's list is empty.
+#[test]
+fn workers_share_the_backend_connections_under_its_maximum() {
+    let db = database_with_table("mux_workers");
+    let mut config = cluster().config();
+    config.proxy.threads = 2;
+    config.backends[0].max_connections = 1;
+    let proxy = Proxy::start(config);
+    let pool = proxy.shared.main_pool().clone();
+    let mut first = proxy.connect(Some(&db));
+    let mut second = proxy.connect(Some(&db));
+    for i in 0..20 {
+        first
+            .query_drop(format!("INSERT INTO t VALUES ({i})"))
+            .unwrap();
+        let count: u64 = second
+            .query_first("SELECT COUNT(*) FROM t")
+            .unwrap()
+            .unwrap();
+        assert_eq!(count, i + 1);
+    }
+    assert_eq!(pool.open_connections(), 1);
+    assert!(pool.borrowed() >= 20, "borrowed {}", pool.borrowed());
+    drop((first, second));
+
+    let mut config = cluster().config();
+    config.proxy.threads = 2;
+    config.backends[0].max_connections = 2;
+    let proxy = Proxy::start(config);
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let mut conn = proxy.connect(Some(&db));
+            std::thread::spawn(move || {
+                (0..200)
+                    .map(|i| {
+                        conn.query_first::<u64, _>(format!("SELECT {c} * 1000 + {i}"))
+                            .unwrap()
+                            .unwrap()
+                    })
+                    .sum::<u64>()
+            })
+        })
+        .collect();
+    let sums: Vec<u64> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+    let expected: Vec<u64> = (0..8)
+        .map(|c| (0..200).map(|i| c * 1000 + i).sum())
+        .collect();
+    assert_eq!(sums, expected);
+    assert!(proxy.shared.main_pool().open_connections() <= 2);
 }
 
 /// A session gets back the connection it returned last if no one used it

@@ -263,9 +263,11 @@ impl Proxy {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = shared.clone();
         let thread = std::thread::spawn(move || {
-            runtime.block_on(hscale::run(listener, serving, async {
-                let _ = stopped.await;
-            }));
+            runtime
+                .block_on(hscale::run(listener, serving, async {
+                    let _ = stopped.await;
+                }))
+                .expect("the workers start");
             runtime.shutdown_background();
         });
         Proxy {

@@ -98,6 +98,9 @@ pub struct BackendConn {
     pub thread_id: u32,
     /// Statements prepared on this connection, by database and text.
     pub statements: Statements,
+    /// The worker that opened it (`cores::current`): its socket is
+    /// registered with that worker's reactor, and it idles in its list.
+    pub core: usize,
     serial: u64,
     commands: u64,
     /// Commands written ahead of the next one, whose answers `send_command`
@@ -247,6 +250,7 @@ impl BackendConn {
             server_version: server.server_version,
             greeting_status: server.status,
             thread_id: server.connection_id,
+            core: crate::cores::current(),
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,
             queued: 0,

@@ -1,6 +1,15 @@
 //! A bounded pool of connections to one backend. Idle connections wait in a
-//! list per `ConnKey`, oldest first; a session looks its list up once and
-//! then takes and returns connections under that list's lock alone.
+//! list per `ConnKey` and per core, oldest first; a session looks its key's
+//! lists up once and then takes and returns connections under its core's
+//! list's lock alone, which no other core takes but to borrow.
+//!
+//! Per core: a connection is registered with the reactor of the worker
+//! that opened it (`cores`), and it goes back to that worker's list, so
+//! its readiness wakes the thread that polls its session. A worker whose
+//! list is empty opens a connection while the backend's `max_connections`
+//! allows, else borrows another worker's idle one, else waits with every
+//! other worker's sessions for the next one returned (the first waiting
+//! is served first): no client starves because its worker's list is empty.
 //!
 //! A session takes back the connection it returned last, if no one used it
 //! since, else the oldest. Its own keeps a client on one connection, as it
@@ -15,6 +24,7 @@
 //! them.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -42,35 +52,70 @@ const STALE_CHECK_AFTER: Duration = Duration::from_millis(250);
 /// for its own: the look stays short under the lock however large the pool.
 const OWN_LOOKUP_DEPTH: usize = 64;
 
-/// The idle connections of one key.
+/// The idle connections of one key, a list per core.
 #[derive(Clone)]
 pub struct Bucket {
     pub key: ConnKey,
-    idle: Arc<IdleList>,
+    idle: Arc<[IdleList]>,
+}
+
+impl Bucket {
+    /// The list of `core`; the last list is the threads' that are no worker
+    /// (the dictionary's loops, two-phase commit recovery).
+    fn list(&self, core: usize) -> usize {
+        core.min(self.idle.len() - 1)
+    }
+
+    /// The calling worker's list.
+    fn here(&self) -> &IdleList {
+        &self.idle[self.list(crate::cores::current())]
+    }
+
+    /// The list of the worker whose reactor `conn` is registered with.
+    fn home(&self, conn: &BackendConn) -> &IdleList {
+        &self.idle[self.list(conn.core)]
+    }
+
+    /// The other lists, the next worker's first.
+    fn others(&self) -> impl Iterator<Item = &IdleList> {
+        let lists = self.idle.len();
+        let here = self.list(crate::cores::current());
+        (1..lists).map(move |i| &self.idle[(here + i) % lists])
+    }
 }
 
 /// Idle connections, the oldest first, each with its mark as it was returned
 /// (no command runs on an idle connection), so that a look for one reads
 /// the marks side by side and not each connection. The lock is held for a
 /// push or a take: shorter than any wait a lock-free queue's contention would
-/// save.
+/// save. One per core, each on cache lines of its own.
 #[derive(Default)]
-struct IdleList(Mutex<VecDeque<(ConnMark, Box<BackendConn>)>>);
+#[repr(align(128))]
+struct IdleList(Mutex<Idle>);
+
+#[derive(Default)]
+struct Idle {
+    connections: VecDeque<(ConnMark, Box<BackendConn>)>,
+    /// Times the lock was taken (`Pool::lock_acquisitions`), counted under it.
+    locked: u64,
+}
 
 impl IdleList {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(ConnMark, Box<BackendConn>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
         // A push or a take cannot leave the list half changed.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        let mut idle = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        idle.locked += 1;
+        idle
     }
 
     fn push(&self, conn: Box<BackendConn>) {
-        self.lock().push_back((conn.mark(), conn));
+        self.lock().connections.push_back((conn.mark(), conn));
     }
 
     /// The connection `own` names if it is among the most recently returned,
     /// else the oldest.
     fn take(&self, own: Option<ConnMark>) -> Option<Box<BackendConn>> {
-        let mut idle = self.lock();
+        let idle = &mut self.lock().connections;
         let at = own.and_then(|own| {
             let mut newest = idle.iter().rev().take(OWN_LOOKUP_DEPTH);
             newest
@@ -82,13 +127,15 @@ impl IdleList {
 
     /// The connection `mark` names, wherever it is.
     fn take_marked(&self, mark: ConnMark) -> Option<Box<BackendConn>> {
-        let mut idle = self.lock();
+        let idle = &mut self.lock().connections;
         let at = idle.iter().rposition(|(m, _)| *m == mark)?;
         idle.remove(at).map(|(_, conn)| conn)
     }
 
-    fn len(&self) -> usize {
-        self.lock().len()
+    /// Its length and how often it was locked, without counting this look.
+    fn counts(&self) -> (usize, u64) {
+        let idle = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (idle.connections.len(), idle.locked)
     }
 }
 
@@ -102,6 +149,12 @@ pub struct Pool {
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
+    /// Sessions waiting for a connection: a return wakes one only then, so
+    /// that the common return writes nothing another core reads.
+    waiting: AtomicUsize,
+    /// Connections a worker took from another's list.
+    borrowed: AtomicU64,
+    cores: usize,
     /// Connections hscale opens for itself (dictionary, admin commands, row
     /// moves), apart from the clients' so that they never take a client's place.
     own_slots: Arc<Semaphore>,
@@ -116,11 +169,13 @@ pub struct Lease {
 }
 
 impl Pool {
+    /// A pool whose idle connections wait in `cores` lists per key; how
+    /// long opening one may take, and how long a session waits for one.
     pub fn new(
         config: BackendConfig,
         accounts: Arc<Accounts>,
-        connect_timeout: Duration,
-        queue_timeout: Duration,
+        (connect_timeout, queue_timeout): (Duration, Duration),
+        cores: usize,
     ) -> Pool {
         let slots = Arc::new(Semaphore::new(config.max_connections));
         let tls = crate::tls::connector(config.tls, config.tls_ca.as_deref())
@@ -138,6 +193,9 @@ impl Pool {
             tls,
             buckets: RwLock::new(HashMap::new()),
             slots,
+            waiting: AtomicUsize::new(0),
+            borrowed: AtomicU64::new(0),
+            cores: cores.max(1),
             own_slots: Arc::new(Semaphore::new(OWN_CONNECTIONS)),
             returned: Notify::new(),
             connect_timeout,
@@ -163,7 +221,7 @@ impl Pool {
             .entry(key)
             .or_insert_with(|| Bucket {
                 key,
-                idle: Arc::default(),
+                idle: (0..=self.cores).map(|_| IdleList::default()).collect(),
             })
             .clone()
     }
@@ -183,13 +241,31 @@ impl Pool {
     }
 
     async fn acquire_slow(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return self.open(bucket.key, permit).await;
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waited = self.wait_for_one(bucket).await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        waited
+    }
+
+    /// Every worker's list, then a new connection, then one of another
+    /// key's closed for it, then the next one returned or closed.
+    async fn wait_for_one(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.queue_timeout;
         loop {
             let returned = self.returned.notified();
             tokio::pin!(returned);
+            // Enabled before the lists are read: a return after the look
+            // (which reads `waiting` under the list's lock the look took)
+            // wakes this wait.
             returned.as_mut().enable();
             if let Some(conn) = take_idle(bucket, None) {
+                return Ok(Lease { conn });
+            }
+            if let Some(conn) = self.borrow(bucket) {
                 return Ok(Lease { conn });
             }
             if let Ok(permit) = self.slots.clone().try_acquire_owned() {
@@ -270,27 +346,47 @@ impl Pool {
     }
 
     /// Returns a healthy connection to the idle list of its current key.
-    pub fn release(&self, mut conn: Box<BackendConn>) {
-        conn.idle_since = Instant::now();
+    pub fn release(&self, conn: Box<BackendConn>) {
         let bucket = self.bucket(conn.key);
-        bucket.idle.push(conn);
-        self.returned.notify_one();
+        self.release_to(&bucket, conn);
     }
 
-    /// Returns a connection to the bucket the caller already holds for its key.
+    /// Returns a connection to the bucket the caller already holds for its
+    /// key, in the list of the worker that opened it.
     pub fn release_to(&self, bucket: &Bucket, mut conn: Box<BackendConn>) {
         if conn.key != bucket.key {
             return self.release(conn);
         }
         conn.idle_since = Instant::now();
-        bucket.idle.push(conn);
-        self.returned.notify_one();
+        bucket.home(&conn).push(conn);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.returned.notify_one();
+        }
     }
 
     /// The idle connection `mark` names, if no one ran a command on it since
-    /// and it is still alive.
+    /// and it is still alive: in the calling worker's list, where the
+    /// session returned it unless it was borrowed.
     pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
-        bucket.idle.take_marked(mark).filter(|conn| !is_dead(conn))
+        bucket
+            .here()
+            .take_marked(mark)
+            .or_else(|| bucket.others().find_map(|list| list.take_marked(mark)))
+            .filter(|conn| !is_dead(conn))
+    }
+
+    /// Another worker's idle connection of the key, the oldest of the first
+    /// list that has one.
+    fn borrow(&self, bucket: &Bucket) -> Option<Box<BackendConn>> {
+        for list in bucket.others() {
+            while let Some(conn) = list.take(None) {
+                if !is_dead(&conn) {
+                    self.borrowed.fetch_add(1, Ordering::Relaxed);
+                    return Some(conn);
+                }
+            }
+        }
+        None
     }
 
     /// Closes one idle connection of another key to free its slot.
@@ -298,7 +394,7 @@ impl Pool {
         let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
         for (k, bucket) in buckets.iter() {
             if *k != key {
-                if let Some(conn) = bucket.idle.take(None) {
+                if let Some(conn) = bucket.idle.iter().find_map(|list| list.take(None)) {
                     drop(conn);
                     return true;
                 }
@@ -314,14 +410,32 @@ impl Pool {
 
     /// Connections waiting in the pool for a client.
     pub fn idle_connections(&self) -> usize {
+        self.sum_lists(|(len, _)| len as u64) as usize
+    }
+
+    /// Times an idle list's lock was taken, on every worker.
+    pub fn lock_acquisitions(&self) -> u64 {
+        self.sum_lists(|(_, locked)| locked)
+    }
+
+    /// Connections a worker borrowed from another's list.
+    pub fn borrowed(&self) -> u64 {
+        self.borrowed.load(Ordering::Relaxed)
+    }
+
+    fn sum_lists(&self, count: impl Fn((usize, u64)) -> u64) -> u64 {
         let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
-        buckets.values().map(|b| b.idle.len()).sum()
+        buckets
+            .values()
+            .flat_map(|bucket| bucket.idle.iter())
+            .map(|list| count(list.counts()))
+            .sum()
     }
 }
 
-/// An idle connection of the bucket that is still alive.
+/// An idle connection of the calling worker's list that is still alive.
 fn take_idle(bucket: &Bucket, mut own: Option<ConnMark>) -> Option<Box<BackendConn>> {
-    while let Some(conn) = bucket.idle.take(own.take()) {
+    while let Some(conn) = bucket.here().take(own.take()) {
         if !is_dead(&conn) {
             return Some(conn);
         }
