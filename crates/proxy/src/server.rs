@@ -94,6 +94,7 @@ pub async fn run(
     shared: Arc<Shared>,
     shutdown: impl Future,
 ) -> std::io::Result<()> {
+    shared.set_background();
     let workers = Workers::start(&shared)?;
     if let Err(e) = crate::dictionary::open(&shared).await {
         tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");

@@ -386,6 +386,10 @@ pub struct Shared {
     pub moves: crate::config::MovesConfig,
     /// The moves this instance runs: their heartbeats and their turns.
     pub running_moves: crate::moves::running::Running,
+    /// The runtime of the acceptor and the dictionary's loops (`run` sets
+    /// it): background jobs run there, not on the worker of the client that
+    /// started them, whose other clients they would slow alone.
+    background: std::sync::OnceLock<tokio::runtime::Handle>,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
@@ -502,6 +506,7 @@ impl Shared {
             scans: config.scans.clone(),
             moves: config.moves.clone(),
             running_moves: Default::default(),
+            background: Default::default(),
             lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,
@@ -569,6 +574,24 @@ impl Shared {
         let now = self.started.elapsed().as_millis() as u64;
         self.idle_clock_ms.store(now, Ordering::Relaxed);
         self.sessions.close_idle(now);
+    }
+
+    /// Runs the calling runtime's tasks as this instance's background.
+    pub fn set_background(&self) {
+        let _ = self.background.set(tokio::runtime::Handle::current());
+    }
+
+    /// Spawns a background job (a move) on the main thread's runtime, or
+    /// on the caller's before `run` set it.
+    pub fn spawn_background<F>(&self, job: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.background.get() {
+            Some(runtime) => runtime.spawn(job),
+            None => tokio::spawn(job),
+        }
     }
 
     pub fn main_pool(&self) -> &Arc<Pool> {

@@ -242,3 +242,67 @@ fn playground_serves_the_demo_and_cleans_up_on_ctrl_c() {
         );
     }
 }
+
+/// The worker threads of process `pid` (named `hscale-core-N`).
+fn workers_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("hscale-core-"))
+        .count()
+}
+
+/// `threads = 0` runs one worker per CPU the process may use: under
+/// `taskset -c 0` (as a container's CPU quota would) one, whatever the
+/// machine has; a number runs that many. Each serves clients.
+#[test]
+fn threads_zero_runs_a_worker_per_cpu_the_process_may_use() {
+    let dir = scratch("workers");
+    for (threads, taskset, expected) in [(0, true, 1), (3, false, 3)] {
+        let port = hscale::mariadb::free_port().unwrap();
+        let config = dir.join(format!("hscale-{threads}.toml"));
+        let text = config_text(port, "").replace(
+            &format!("listen = \"127.0.0.1:{port}\""),
+            &format!("listen = \"127.0.0.1:{port}\"\nthreads = {threads}"),
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut command = match taskset {
+            true => {
+                let mut command = Command::new("taskset");
+                command.args(["-c", "0", HSCALE]);
+                command
+            }
+            false => Command::new(HSCALE),
+        };
+        let mut child = command
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let mut clients: Vec<mysql::Conn> = Vec::new();
+        while clients.len() < 4 {
+            match hscale_testkit::try_connect(port, "app", "secret", None) {
+                Ok(conn) => clients.push(conn),
+                Err(e) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(20),
+                        "hscale serve did not come up: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        use mysql::prelude::Queryable;
+        for (i, conn) in clients.iter_mut().enumerate() {
+            assert_eq!(
+                conn.query_first::<usize, _>(format!("SELECT {i}")).unwrap(),
+                Some(i)
+            );
+        }
+        assert_eq!(workers_of(child.id()), expected, "threads = {threads}");
+        drop(clients);
+        interrupt(child.id());
+        assert!(child.wait().unwrap().success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

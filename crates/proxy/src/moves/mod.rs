@@ -579,7 +579,7 @@ async fn launch(
     };
     tracing::info!(job = job.id, table = %job.table, partition = %label, source = job.source, destination = job.destination, ?value, ?into, "move started");
     let id = job.id;
-    let done = tokio::spawn(run(Arc::clone(shared), job, None));
+    let done = shared.spawn_background(run(Arc::clone(shared), job, None));
     Ok(Started { id, done })
 }
 
@@ -792,7 +792,7 @@ async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), P
         match load_job(shared, conn, &id).await {
             Ok((job, phase)) => {
                 tracing::warn!(job = job.id, phase = %phase, "taking over a move whose owner stopped");
-                tokio::spawn(resume(Arc::clone(shared), job, phase));
+                shared.spawn_background(resume(Arc::clone(shared), job, phase));
             }
             // Its table is no longer partitioned, or its row is unreadable:
             // nothing can carry it on.
