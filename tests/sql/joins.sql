@@ -57,3 +57,20 @@ SELECT c.name, COUNT(DISTINCT p.paid) FROM customers c LEFT JOIN payments p ON p
 -- error 1235
 SELECT * FROM customers c JOIN orders o ON o.id = c.id FOR UPDATE;
 SELECT c.id, o.amount FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id BETWEEN 5 AND 7;
+
+# Subqueries correlated on the partition column of a co-located table run
+# inside each partition.
+SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.amount > 200);
+SELECT c.id FROM customers c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id);
+SELECT c.id, (SELECT COUNT(*) FROM orders o WHERE o.customer_id = c.id) AS n, (SELECT MAX(o.amount) FROM orders o WHERE o.customer_id = c.id) AS top FROM customers c;
+SELECT o.id FROM orders o WHERE o.amount = (SELECT MAX(x.amount) FROM orders x WHERE x.customer_id = o.customer_id);
+SELECT c.id FROM customers c WHERE c.id = 7 AND c.id IN (SELECT o.customer_id FROM orders o WHERE o.customer_id = c.id);
+SELECT c.id FROM customers c WHERE c.region = 'north' AND 3 < (SELECT COUNT(*) FROM orders o WHERE o.customer_id = c.id AND o.amount > 50);
+SELECT COUNT(*), SUM(c.id) FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id);
+-- ordered
+SELECT c.id, (SELECT SUM(o.amount) FROM orders o WHERE o.customer_id = c.id) AS total FROM customers c ORDER BY total DESC, c.id LIMIT 5;
+# Correlated with a table that is not co-located, or on another column:
+# answered from copies.
+SELECT COUNT(*) FROM customers c WHERE EXISTS (SELECT 1 FROM payments p WHERE p.customer_id = c.id);
+SELECT c.id FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.id = c.id);
+SELECT (SELECT SUM(c.id) FROM orders o WHERE o.customer_id = c.id LIMIT 1) FROM customers c;

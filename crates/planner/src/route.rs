@@ -633,12 +633,27 @@ impl Analysis<'_> {
         }
     }
 
-    /// The routed table and the tables joined to it, which must be tables of
-    /// the statement's own FROM, their partition columns equated by `=` at
-    /// the top level of the WHERE or of a join's ON.
+    /// The routed table and the tables joined to it: tables of the
+    /// statement's own FROM, their partition columns equated by `=` at the
+    /// top level of the WHERE or of a join's ON; or tables of a subquery in
+    /// its WHERE or select list (at any depth) whose own WHERE equates, at
+    /// its top level, their partition column with one of a table around it
+    /// (`i.order_id = o.order_id`, both qualified). Such a correlated
+    /// subquery reads, for each row around it, only rows of the same
+    /// partition: it runs inside each partition as written.
     fn owners(&self, select: &Select) -> Result<Vec<Owner<'_>>, String> {
+        let subqueries = match self.joined.is_empty() {
+            true => Vec::new(),
+            false => subqueries_of(select),
+        };
         let owner = |reference, table, co_located| -> Result<Owner<'_>, String> {
-            let alias = self.top_level_alias(&select.from, reference)?;
+            let alias = match self.top_level_alias(&select.from, reference) {
+                Ok(alias) => alias,
+                Err(outside) => subqueries
+                    .iter()
+                    .find_map(|inner| self.top_level_alias(&inner.from, reference).ok())
+                    .ok_or(outside)?,
+            };
             let naming = alias.is_none().then_some(self.unaliased_naming());
             Ok(Owner {
                 reference,
@@ -664,6 +679,43 @@ impl Analysis<'_> {
                 equalities.extend(conjuncts(on));
             }
         }
+        if !subqueries.is_empty() {
+            // MariaDB names such a column by its text, which names the
+            // partition's table.
+            let unnamed_subquery = select
+                .projection
+                .iter()
+                .any(|item| matches!(item, SelectItem::UnnamedExpr(e) if has_subquery(e)));
+            if unnamed_subquery {
+                return Err(
+                    "a subquery on a partitioned table as a select item without an alias".into(),
+                );
+            }
+            // A qualifier names one reference only where every reference
+            // has a name of its own: no subquery shadows a table around it.
+            let mut names: Vec<&str> = owners
+                .iter()
+                .map(|o| {
+                    o.alias
+                        .as_ref()
+                        .map_or(o.table.table.name.as_str(), |a| a.value.as_str())
+                })
+                .collect();
+            names.sort_unstable();
+            if names.windows(2).any(|pair| pair[0] == pair[1]) {
+                return Err(
+                    "a subquery naming a partitioned table as a table around it is named".into(),
+                );
+            }
+            let qualified = |e: &Expr| matches!(strip_nesting(e), Expr::CompoundIdentifier(_));
+            for inner in &subqueries {
+                let correlations = inner.selection.iter().flat_map(|w| conjuncts(w));
+                equalities.extend(correlations.filter(|e| {
+                    matches!(e, Expr::BinaryOp { left, op: BinaryOperator::Eq, right }
+                        if qualified(left) && qualified(right))
+                }));
+            }
+        }
         // Which references the equalities link to the routed table.
         let mut linked = vec![false; owners.len()];
         linked[0] = true;
@@ -684,6 +736,12 @@ impl Analysis<'_> {
         }
         match owners.iter().zip(&linked).find(|(_, linked)| !**linked) {
             None => Ok(owners),
+            Some((owner, _)) if self.top_level_alias(&select.from, owner.reference).is_err() => {
+                Err(format!(
+                    "a subquery on {} whose WHERE does not equate its partition column `{}` with that of a table around it (qualified, with `=`)",
+                    owner.table.table, owner.table.column
+                ))
+            }
             Some((owner, _)) => Err(format!(
                 "a join whose condition does not equate the partition columns of {} (`{}`) and {} (`{}`) with `=`",
                 self.table.table, self.table.column, owner.table.table, owner.table.column
@@ -1588,6 +1646,36 @@ fn column_owner(expr: &Expr, owners: &[Owner]) -> Option<usize> {
         (Some(i), None) => Some(i),
         _ => None,
     }
+}
+
+/// The plain SELECTs of the subqueries in `select`'s WHERE and select list,
+/// and in theirs, at any depth (EXISTS, IN, scalar).
+fn subqueries_of(select: &Select) -> Vec<Select> {
+    let mut found = Vec::new();
+    let mut visit = |expr: &Expr| {
+        let query = match expr {
+            Expr::Exists { subquery, .. } | Expr::InSubquery { subquery, .. } => subquery,
+            Expr::Subquery(query) => query,
+            _ => return ControlFlow::<()>::Continue(()),
+        };
+        // Copied: the visitor lends each expression for its call alone.
+        if let SetExpr::Select(inner) = query.body.as_ref() {
+            found.push(inner.as_ref().clone());
+        }
+        ControlFlow::Continue(())
+    };
+    let _ = visit_expressions(&select.selection, &mut visit);
+    let _ = visit_expressions(&select.projection, &mut visit);
+    found
+}
+
+/// Whether an expression has a subquery in it.
+pub(crate) fn has_subquery(expr: &Expr) -> bool {
+    visit_expressions(expr, |e: &Expr| match e {
+        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 /// The constraint of a join MariaDB writes with ON.

@@ -14,7 +14,8 @@ use hscale_merge::{
 use sqlparser::ast::{
     visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
     FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
-    OrderByKind, OrderBySort, Query, Select, SelectItem, Spanned, UnaryOperator, Value as Literal,
+    OrderByKind, OrderBySort, Query, Select, SelectItem, SetExpr, Spanned, TableFactor,
+    UnaryOperator, Value as Literal, Visit, Visitor,
 };
 
 use sqlparser::dialect::MySqlDialect;
@@ -777,6 +778,11 @@ impl Analysis<'_> {
     /// A span that ends too early is grown to where the expression must end:
     /// the next comma, keyword of the clause or closing parenthesis.
     fn text_of(&self, expr: &Expr) -> Result<String, String> {
+        // A copy of a subquery would name the tables the statement's
+        // rewrite renames in the original only.
+        if crate::route::has_subquery(expr) {
+            return Err("a subquery in a key or an aggregate's argument".into());
+        }
         let range = self.range_of(expr);
         let same = |text: &str| {
             Parser::new(&MySqlDialect {})
@@ -891,22 +897,90 @@ fn normalized(text: &str) -> String {
 }
 
 /// The name of an aggregate an expression has inside it, or "window" for a
-/// window function.
+/// window function, that aggregates the rows of the statement the
+/// expression is in. One inside a subquery aggregates the subquery's rows,
+/// unless its arguments may name columns of the rows around it (MariaDB
+/// then aggregates it in the outer statement): only arguments whose columns
+/// are all qualified by a table of the subquery's own FROM leave it there.
 pub(crate) fn nested_aggregate(expr: &Expr) -> Option<String> {
-    let mut nested = None;
-    let _ = visit_expressions(expr, |e: &Expr| {
-        if let Expr::Function(f) = e {
-            let name = f.name.to_string().to_ascii_lowercase();
-            if f.over.is_some() {
-                nested = Some("window".to_string());
-                return ControlFlow::Break(());
-            }
-            if AGGREGATES.contains(&name.as_str()) {
-                nested = Some(name);
-                return ControlFlow::Break(());
-            }
-        }
+    let mut finder = AggregateFinder::default();
+    let _ = expr.visit(&mut finder);
+    finder.found
+}
+
+#[derive(Default)]
+struct AggregateFinder {
+    /// The names the FROM of each subquery the walk is in gives its tables.
+    scopes: Vec<Vec<String>>,
+    found: Option<String>,
+}
+
+impl Visitor for AggregateFinder {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        let names = match query.body.as_ref() {
+            SetExpr::Select(select) => select
+                .from
+                .iter()
+                .flat_map(|t| {
+                    std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
+                })
+                .filter_map(|factor| match factor {
+                    TableFactor::Table { name, alias, .. } => Some(match alias {
+                        Some(alias) => alias.name.value.clone(),
+                        None => name.0.last()?.as_ident()?.value.clone(),
+                    }),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        self.scopes.push(names);
         ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
+        self.scopes.pop();
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        let Expr::Function(f) = e else {
+            return ControlFlow::Continue(());
+        };
+        let name = f.name.to_string().to_ascii_lowercase();
+        let found = match self.scopes.last() {
+            None if f.over.is_some() => Some("window".to_string()),
+            None => AGGREGATES.contains(&name.as_str()).then_some(name),
+            Some(_) if f.over.is_some() => None,
+            Some(own) => {
+                (AGGREGATES.contains(&name.as_str()) && !only_columns_of(f, own)).then_some(name)
+            }
+        };
+        match found {
+            Some(found) => {
+                self.found = Some(found);
+                ControlFlow::Break(())
+            }
+            None => ControlFlow::Continue(()),
+        }
+    }
+}
+
+/// Whether every column a function's arguments name is qualified by one of
+/// `tables`.
+fn only_columns_of(f: &sqlparser::ast::Function, tables: &[String]) -> bool {
+    let mut own = true;
+    let _ = visit_expressions(&f.args, |e: &Expr| {
+        own &= match e {
+            Expr::Identifier(_) => false,
+            Expr::CompoundIdentifier(parts) => {
+                parts.len() == 2 && tables.iter().any(|t| *t == parts[0].value)
+            }
+            _ => true,
+        };
+        ControlFlow::<()>::Continue(())
     });
-    nested
+    own
 }

@@ -1189,6 +1189,52 @@ fn joins_of_co_located_tables_run_partition_by_partition() {
     );
 }
 
+/// A subquery correlated on the partition column of a co-located table
+/// reads, for each row around it, rows of the same partition only: it runs
+/// inside each partition as written, whatever it computes (EXISTS, NOT IN,
+/// a scalar aggregate), at any depth.
+#[test]
+fn correlated_subqueries_on_the_partition_column_run_inside_each_partition() {
+    assert_eq!(
+        joined_steps(
+            "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.user_id = o.user_id AND i.sku = 'a') AND o.user_id = 5"
+        ),
+        [(2, "SELECT o.id FROM `orders_p1` o WHERE EXISTS (SELECT 1 FROM `items_p1` i WHERE i.user_id = o.user_id AND i.sku = 'a') AND o.user_id = 5".into())]
+    );
+    assert_eq!(
+        joined_steps(
+            "SELECT o.id, (SELECT COUNT(*) FROM items i WHERE i.user_id = o.user_id) AS n FROM orders o"
+        ),
+        [
+            (1, "SELECT o.id, (SELECT COUNT(*) FROM `items_default` i WHERE i.user_id = o.user_id) AS n FROM `orders_default` o".into()),
+            (2, "SELECT o.id, (SELECT COUNT(*) FROM `items_p1` i WHERE i.user_id = o.user_id) AS n FROM `orders_p1` o".into()),
+        ]
+    );
+    assert_eq!(
+        joined_steps(
+            "SELECT id FROM orders WHERE id NOT IN (SELECT items.id FROM items WHERE items.user_id = orders.user_id) AND orders.user_id = 1"
+        ),
+        [(2, "SELECT id FROM `orders_p1` AS `orders` WHERE id NOT IN (SELECT items.id FROM `items_p1` AS `items` WHERE items.user_id = orders.user_id) AND orders.user_id = 1".into())]
+    );
+    // An aggregate of the rows around a subquery aggregates the outer
+    // statement (MariaDB's rule): over several partitions, a merge.
+    assert!(matches!(
+        joined_plan(
+            "SELECT (SELECT SUM(o.total) FROM items i WHERE i.user_id = o.user_id LIMIT 1) FROM orders o",
+            &mut PlanCache::default()
+        ),
+        Action::Federate(_)
+    ));
+    // Two levels: the inner subquery is correlated with the outer one.
+    assert_eq!(
+        joined_steps(
+            "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.user_id = o.user_id AND EXISTS (SELECT 1 FROM orders x WHERE x.user_id = i.user_id AND x.id <> o.id)) AND o.user_id = 5"
+        )
+        .len(),
+        1
+    );
+}
+
 #[test]
 fn joins_that_cannot_run_per_partition_run_on_copies() {
     let refused = |sql: &str| match joined_plan(sql, &mut PlanCache::default()) {
@@ -1215,7 +1261,41 @@ fn joins_that_cannot_run_per_partition_run_on_copies() {
         ),
         (
             "SELECT * FROM orders WHERE user_id IN (SELECT user_id FROM items)",
+            "a subquery on `app`.`items` whose WHERE does not equate its partition column `user_id`",
+        ),
+        // Correlated on another column: the rows it reads are anywhere.
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.id = o.id)",
+            "a subquery on `app`.`items` whose WHERE",
+        ),
+        // Unqualified, `user_id` is the subquery's own column.
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE user_id = o.user_id)",
+            "a subquery on `app`.`items` whose WHERE",
+        ),
+        // Under an OR the equality does not hold for every row read.
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM items i WHERE i.user_id = o.user_id OR i.id = 1)",
+            "a subquery on `app`.`items` whose WHERE",
+        ),
+        // `o` inside is not the `o` around it.
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM items o WHERE o.user_id = o.user_id)",
+            "a subquery naming a partitioned table as a table around it is named",
+        ),
+        // Its column would be named after the partition's table.
+        (
+            "SELECT o.id, (SELECT COUNT(*) FROM items i WHERE i.user_id = o.user_id) FROM orders o",
+            "as a select item without an alias",
+        ),
+        // A derived table is no correlated subquery.
+        (
+            "SELECT * FROM orders o JOIN (SELECT * FROM items) d ON d.user_id = o.user_id",
             "inside a subquery",
+        ),
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM payments p WHERE p.user_id = o.user_id)",
+            "not co-located",
         ),
         (
             "UPDATE orders o JOIN items i ON o.user_id = i.user_id SET o.total = 1",

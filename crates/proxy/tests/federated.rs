@@ -322,6 +322,17 @@ fn explain_names_the_copies_and_what_narrows_them() {
         .unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0].0, "(copy)");
+    // A subquery correlated on the partition column runs inside each
+    // partition: one step per partition, each naming that partition's
+    // table twice.
+    let rows: Vec<(String, u32, Option<String>, String)> = c
+        .query("HSCALE EXPLAIN SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM orders x WHERE x.user_id = o.user_id AND x.id <> o.id)")
+        .unwrap();
+    assert!(rows.len() > 1, "{rows:?}");
+    for (_, _, table, sql) in &rows {
+        let table = table.as_deref().expect("a partition's table");
+        assert_eq!(sql.matches(&format!("`{table}`")).count(), 2, "{rows:?}");
+    }
 }
 
 /// A random SELECT over the three tables: joins on other columns than the
@@ -360,7 +371,7 @@ fn generate(rng: &mut StdRng) -> (String, bool) {
     let has = |a: &str| aliases.contains(&a);
     let mut conditions = Vec::new();
     for _ in 0..n(rng, 3) {
-        let pick = n(rng, 12);
+        let pick = n(rng, 15);
         let threshold = n(rng, 200);
         let condition = match pick {
             0 if has("u") => format!("u.id < {}", n(rng, 45)),
@@ -382,6 +393,17 @@ fn generate(rng: &mut StdRng) -> (String, bool) {
             9 if has("o") => "o.total > (SELECT AVG(total) FROM orders)".to_string(),
             10 if has("d") => format!("d.n > {}", n(rng, 4)),
             11 if has("c") => "c.name <> 'France'".to_string(),
+            // Correlated on the partition column: with `orders o` alone,
+            // inside each partition.
+            12 if has("o") => format!(
+                "EXISTS (SELECT 1 FROM orders o3 WHERE o3.user_id = o.user_id AND o3.id <> o.id AND o3.total > {threshold})"
+            ),
+            13 if has("o") => {
+                "o.total >= (SELECT MAX(o4.total) FROM orders o4 WHERE o4.user_id = o.user_id)".to_string()
+            }
+            14 if has("o") => format!(
+                "NOT EXISTS (SELECT 1 FROM orders o5 WHERE o5.user_id = o.user_id AND o5.total < {threshold})"
+            ),
             _ => continue,
         };
         conditions.push(condition);
@@ -390,7 +412,13 @@ fn generate(rng: &mut StdRng) -> (String, bool) {
         .iter()
         .flat_map(|a| match *a {
             "u" => vec!["u.id", "u.nickname", "u.country", "u.score"],
-            "o" => vec!["o.id", "o.user_id", "o.total", "o.note"],
+            "o" => vec![
+                "o.id",
+                "o.user_id",
+                "o.total",
+                "o.note",
+                "(SELECT COUNT(*) FROM orders o6 WHERE o6.user_id = o.user_id)",
+            ],
             "c" => vec!["c.name"],
             _ => vec!["d.n", "d.s"],
         })
@@ -502,6 +530,8 @@ fn prepared_statements_run_on_copies_at_each_execution() {
         "SELECT u.nickname, o.id, o.total FROM users u JOIN orders o ON o.user_id = u.id WHERE u.id = ? ORDER BY o.id",
         "SELECT COUNT(DISTINCT user_id), SUM(total) FROM orders WHERE total > ?",
         "SELECT id FROM users WHERE id IN (SELECT user_id FROM orders WHERE total > ?) ORDER BY id",
+        // Correlated on the partition column: inside each partition.
+        "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM orders x WHERE x.user_id = o.user_id AND x.id <> o.id AND x.total > ?) ORDER BY o.id",
     ];
     let mut rng = StdRng::seed_from_u64(seed);
     for sql in statements {
