@@ -241,16 +241,20 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
     moves::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;
-    reload_with(shared, &mut conn).await
+    reload_with(shared, &mut conn, Load::Always).await
 }
 
-/// Reads the version and, when it changed, the whole dictionary; then the
-/// heartbeat.
-pub async fn reload_with(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+/// Reads the version and, when it changed (or `Load::Always`), the whole
+/// dictionary; then the heartbeat.
+pub async fn reload_with(
+    shared: &Shared,
+    conn: &mut BackendConn,
+    load: Load,
+) -> Result<(), ProxyError> {
     let handle = &shared.dictionary;
     let asked = handle.now_ms();
     let version = store::read_version(conn, &handle.schema).await?;
-    if version != handle.snapshot().version {
+    if load == Load::Always || version != handle.snapshot().version {
         handle.install(store::load(conn, handle).await?);
     }
     let acknowledged = acknowledged(shared);
@@ -284,10 +288,20 @@ fn acknowledging(shared: &Shared) -> bool {
     shared.dictionary.acknowledged.load(Ordering::Relaxed) < shared.dictionary.snapshot().version
 }
 
+/// Whether a reload reads the dictionary when its version is the one loaded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// The poll: a change bumps the version.
+    WhenChanged,
+    /// HSCALE REFRESH and after a change: also what was written by hand
+    /// into the dictionary's tables, which bumps nothing.
+    Always,
+}
+
 /// Reloads now, on a connection of its own (HSCALE REFRESH, after a change).
 pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
     let mut conn = own_connection(shared, shared.main).await?;
-    reload_with(shared, &mut conn).await
+    reload_with(shared, &mut conn, Load::Always).await
 }
 
 /// Polls the version every `refresh_ms` for as long as the proxy serves,
@@ -302,7 +316,7 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
             conn = impatient_connection(&shared).await;
         }
         if let Some(c) = conn.as_mut() {
-            match reload_with(&shared, c).await {
+            match reload_with(&shared, c, Load::WhenChanged).await {
                 Ok(()) => {
                     if crate::moves::fencing_soon(&shared, c).await {
                         next = next.min(FENCE_POLL);
