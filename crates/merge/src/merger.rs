@@ -735,9 +735,8 @@ impl Merger {
     }
 }
 
-/// Column definitions of two partitions describe the same columns (their
-/// tables' names aside).
-/// Whether two partitions' columns are the same. Between two partitions
+/// Whether two partitions' columns are the same (their tables' names and
+/// the flags of their plans aside). Between two partitions
 /// that answer alone (`exact`): their columns wholly, and of hscale's
 /// `hidden` columns at the end what reading them needs. Where a `UNION` of
 /// partitions takes part, whose definitions have other flags and decimals
@@ -760,7 +759,8 @@ fn agree(first: &[Column], other: &[Column], hidden: usize, exact: bool) -> Resu
                 && a.flags().contains(ColumnFlags::UNSIGNED_FLAG)
                     == b.flags().contains(ColumnFlags::UNSIGNED_FLAG)
         };
-        let same_otherwise = || a.flags() == b.flags() && a.decimals() == b.decimals();
+        let same_otherwise =
+            || a.flags() - PLAN_FLAGS == b.flags() - PLAN_FLAGS && a.decimals() == b.decimals();
         let same = named_alike
             && match (i < visible, exact) {
                 (true, true) => read_alike() && same_otherwise(),
@@ -776,6 +776,18 @@ fn agree(first: &[Column], other: &[Column], hidden: usize, exact: bool) -> Resu
     }
     Ok(())
 }
+
+/// Flags that describe the keys and defaults of the column's table, which
+/// MariaDB reports or leaves out by the plan it chose (a semi-join read
+/// through a temporary table has none), so partitions with other rows
+/// answer the same statement with and without them.
+const PLAN_FLAGS: ColumnFlags = ColumnFlags::PRI_KEY_FLAG
+    .union(ColumnFlags::UNIQUE_KEY_FLAG)
+    .union(ColumnFlags::MULTIPLE_KEY_FLAG)
+    .union(ColumnFlags::PART_KEY_FLAG)
+    .union(ColumnFlags::NO_DEFAULT_VALUE_FLAG)
+    .union(ColumnFlags::AUTO_INCREMENT_FLAG)
+    .union(ColumnFlags::ON_UPDATE_NOW_FLAG);
 
 /// What an ORDER BY or group key compares in a row with hidden columns:
 /// its weight (collated strings) or its value, decoded; `None`: NULL.
