@@ -5,7 +5,8 @@
 # behind hscale against direct (CPU, system calls, context switches).
 #
 #   bench/percore.sh [--seconds N] [--rounds N] [--threads "1 2"] [--before BINARY]
-#                    [--strace-seconds N (0: no strace runs)]
+#                    [--strace-seconds N (0: no strace runs)] [--perf-seconds N (0: no profile)]
+#                    [--apart]
 #
 # One MariaDB (the playground's, over TCP); sysbench oltp_point_select at 8
 # threads, prepared and as text, passthrough (the table is not partitioned).
@@ -13,7 +14,11 @@
 # K of that other build too), and the rounds interleave them with MariaDB
 # direct; each cell's number is the median of the rounds. Then one short run
 # per instance under `strace -c -f` counts its system calls per query, and
-# one under strace on MariaDB counts the server's, direct and behind each.
+# one under strace on MariaDB counts the server's, direct and behind each;
+# last, one under perf on MariaDB per path splits its CPU per query.
+# --apart: MariaDB on CPU 0, hscale and sysbench on the others, so that
+# MariaDB's caches hold only its own work, as on a machine where each has
+# its cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -23,6 +28,8 @@ ROUNDS=3
 THREADS="1 2"
 BEFORE=""
 STRACE_SECONDS=5
+PERF_SECONDS=8
+APART=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_EACH=$2; shift 2 ;;
@@ -30,6 +37,8 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --before) BEFORE=$(realpath "$2"); shift 2 ;;
     --strace-seconds) STRACE_SECONDS=$2; shift 2 ;;
+    --perf-seconds) PERF_SECONDS=$2; shift 2 ;;
+    --apart) APART=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -42,13 +51,16 @@ PIDS=()
 trap 'stop_everything "${PIDS[@]}"; rm -rf "$WORK"' EXIT
 BACKEND_PATH=tcp start_playground "$(free_port)" "$WORK/playground.log"
 
+OTHERS=""
+[ -n "$APART" ] && OTHERS="1-$(($(nproc) - 1))"
 sysbench_run() { # port mode seconds [command]
-  sysbench oltp_point_select --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$1" \
+  ${OTHERS:+taskset -c "$OTHERS"} sysbench oltp_point_select --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$1" \
     --mysql-user=root --mysql-db=sbtest --tables=1 --table-size=100000 --threads=8 \
     --time="$3" --db-ps-mode="$2" "${4:-run}"
 }
 mariadb -h127.0.0.1 -P"$DIRECT" -uroot -e "CREATE DATABASE sbtest"
 sysbench_run "$DIRECT" auto 1 prepare >/dev/null
+[ -n "$APART" ] && taskset -a -p -c 0 "$MARIADB_PID" >/dev/null
 
 # Instances: label, port, pid, metrics port.
 LABELS=() PORTS=() SERVE_PIDS=() HTTPS=()
@@ -62,6 +74,7 @@ for k in $THREADS; do
     [ -n "$BEFORE" ] && label="$build K=$k"
     LABELS+=("$label") PORTS+=("$port") SERVE_PIDS+=("$SERVE_PID") HTTPS+=("$SERVE_HTTP")
     PIDS+=("$SERVE_PID")
+    [ -n "$APART" ] && taskset -a -p -c "$OTHERS" "$SERVE_PID" >/dev/null
   done
 done
 
@@ -108,7 +121,7 @@ measure() { # label port pid-or-empty http-or-empty mode
         (v[4] - v[1]) / q, (v[5] - v[2]) / q, (v[6] - v[3]) / q}' >>"$RESULTS"
 }
 
-echo "bench/percore.sh: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(mariadbd --version 2>/dev/null | awk '{print $3}' || /usr/sbin/mariadbd --version | awk '{print $3}'), sysbench point_select 8 threads, ${SECONDS_EACH}s per cell, $ROUNDS rounds"
+echo "bench/percore.sh: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(mariadbd --version 2>/dev/null | awk '{print $3}' || /usr/sbin/mariadbd --version | awk '{print $3}'), sysbench point_select 8 threads, ${SECONDS_EACH}s per cell, $ROUNDS rounds${APART:+; MariaDB on CPU 0, hscale and sysbench on $OTHERS}"
 for round in $(seq 1 "$ROUNDS"); do
   for mode in auto disable; do
     measure direct "$DIRECT" "" "" "$mode"
@@ -136,7 +149,6 @@ done
 
 # System calls per query, one short run each under strace (which slows the
 # traced process: the counts per query hold, the speed does not).
-[ "$STRACE_SECONDS" -gt 0 ] || exit 0
 syscalls() { # pid port mode -> "name=count/query ..." of the calls that matter
   local out="$WORK/strace.$1" q
   strace -c -f -q -p "$1" -o "$out" &
@@ -148,14 +160,52 @@ syscalls() { # pid port mode -> "name=count/query ..." of the calls that matter
   awk -v q="$q" '$NF ~ /^(futex|epoll_wait|epoll_ctl|epoll_pwait|sendto|recvfrom|read|write|writev|readv|poll|ppoll|sched_yield)$/ {
       printf "%s=%.2f ", $NF, $4 / q }' "$out"
 }
-echo
-echo "System calls per query (strace -c -f, ${STRACE_SECONDS}s, point_select):"
-for mode in auto disable; do
-  for i in "${!LABELS[@]}"; do
-    echo "  hscale ${LABELS[$i]} $mode: $(syscalls "${SERVE_PIDS[$i]}" "${PORTS[$i]}" "$mode")"
+if [ "$STRACE_SECONDS" -gt 0 ]; then
+  echo
+  echo "System calls per query (strace -c -f, ${STRACE_SECONDS}s, point_select):"
+  for mode in auto disable; do
+    for i in "${!LABELS[@]}"; do
+      echo "  hscale ${LABELS[$i]} $mode: $(syscalls "${SERVE_PIDS[$i]}" "${PORTS[$i]}" "$mode")"
+    done
+    echo "  MariaDB direct $mode: $(syscalls "$MARIADB_PID" "$DIRECT" "$mode")"
+    for i in "${!LABELS[@]}"; do
+      echo "  MariaDB behind ${LABELS[$i]} $mode: $(syscalls "$MARIADB_PID" "${PORTS[$i]}" "$mode")"
+    done
   done
-  echo "  MariaDB direct $mode: $(syscalls "$MARIADB_PID" "$DIRECT" "$mode")"
-  for i in "${!LABELS[@]}"; do
-    echo "  MariaDB behind ${LABELS[$i]} $mode: $(syscalls "$MARIADB_PID" "${PORTS[$i]}" "$mode")"
+fi
+
+# Where MariaDB spends its time per query, direct and behind the first
+# instance: one run each under `perf record` of MariaDB (cpu-clock, so a
+# sample is 1/999 s of its CPU), split into MariaDB's own code, the C
+# library and the kernel, and the part that builds result set column
+# definitions (what a client that caches metadata is spared).
+[ "$PERF_SECONDS" -gt 0 ] || exit 0
+command -v perf >/dev/null || { echo "no perf: the profile of MariaDB is skipped" >&2; exit 0; }
+profile() { # port mode -> "µs per query: mariadbd libc kernel metadata"
+  local data="$WORK/perf.data" q
+  perf record -q -e cpu-clock -F 999 -p "$MARIADB_PID" -o "$data" -- sleep "$PERF_SECONDS" 2>/dev/null &
+  local recorder=$!
+  q=$(sysbench_run "$1" "$2" "$PERF_SECONDS" 2>&1 | awk '/queries:/ {print $2; exit}')
+  wait "$recorder" 2>/dev/null || true
+  perf report -i "$data" -n --no-children --sort dso,symbol --stdio 2>/dev/null |
+    awk -v q="$q" '$1 ~ /%$/ {
+        n = $2; dso = $3; sym = $5
+        if (dso == "mariadbd") own += n; else if (dso ~ /^libc/) libc += n; else if (dso ~ /kernel/) kernel += n
+        if (sym ~ /store_field_metadata|send_result_set_metadata|net_store_data_cs|my_convert|store_string_aux|send_fields/) meta += n
+      }
+      END { f = 1e6 / 999 / q; printf "%.2f %.2f %.2f %.3f", own * f, libc * f, kernel * f, meta * f }'
+}
+echo
+echo "MariaDB's CPU per query by where it runs (perf, ${PERF_SECONDS}s each, point_select; perf slows what it watches: compare direct with behind, not with the table above):"
+echo "| workload | through | MariaDB's code (µs) | C library (µs) | kernel (µs) | of which column definitions (µs) |"
+echo "|---|---|---:|---:|---:|---:|"
+for mode in auto disable; do
+  workload=point_select_ps
+  [ "$mode" = disable ] && workload=point_select_text
+  for target in direct "${LABELS[0]}"; do
+    port=$DIRECT
+    [ "$target" = direct ] || port=${PORTS[0]}
+    read -r own libc kernel meta <<<"$(profile "$port" "$mode")"
+    echo "| $workload | $target | $own | $libc | $kernel | $meta |"
   done
 done
