@@ -103,6 +103,15 @@ pub(crate) fn route(
         }
         ControlFlow::<()>::Continue(())
     });
+    // Schema statements name their tables outside relation positions too.
+    for name in statements.iter().flat_map(schema_names) {
+        let reference = resolve(name, ctx).and_then(|t| ctx.dictionary.reference(&t.db, &t.name));
+        if let Some(reference) = reference {
+            if !references.iter().any(|r| r.table == reference.table) {
+                references.push(reference);
+            }
+        }
+    }
     if !references.is_empty() {
         let referenced = References {
             references: &references,
@@ -258,9 +267,9 @@ struct References<'r> {
 }
 
 impl References<'_> {
-    /// A write to a reference table goes to every copy; a schema statement
-    /// on one is refused. `None`: the statement only reads them, and is
-    /// planned as any other.
+    /// A write to a reference table goes to every copy, and so does a schema
+    /// statement on one (in turn, under the table lock). `None`: the
+    /// statement only reads them, and is planned as any other.
     fn statement(
         &self,
         statements: &[Statement],
@@ -286,11 +295,19 @@ impl References<'_> {
             );
         };
         if let Some(reference) = schema_names(statement).into_iter().find_map(find) {
-            return refuse(
-                &reference.table,
-                "a schema statement on a reference table (ALTER, DROP, TRUNCATE, RENAME, indexes): \
-                 its copies would differ",
-            );
+            if self.partitioned {
+                return refuse(
+                    &reference.table,
+                    "a schema statement naming a reference table and a partitioned table",
+                );
+            }
+            if !reference.ready {
+                return Some(Action::Wait(reference.table.clone()));
+            }
+            return match crate::schema::reference_change(statement, sql, reference, ctx)? {
+                Ok(action) => Some(action),
+                Err(reason) => refuse(&reference.table, &reason),
+            };
         }
         let target = match write_target(statement) {
             WriteTarget::None => return None,

@@ -2,12 +2,12 @@
 //! and DROP INDEX, DROP TABLE and RENAME TABLE become one statement per
 //! physical table, the default table first, which the proxy runs in turn
 //! under the table lock; the plan also says what the dictionary records
-//! after.
+//! after. On a reference table: one statement per copy.
 
 use sqlparser::ast::{AlterTableOperation, ObjectName, ObjectType, Statement};
 
-use crate::dictionary::{PartitionedTable, TableName, Target};
-use crate::plan::{Action, SchemaChange, SchemaEffect, Step};
+use crate::dictionary::{PartitionedTable, ReferenceTable, TableName, Target};
+use crate::plan::{Action, Context, SchemaChange, SchemaEffect, Step};
 use crate::rewrite::{quote_identifier, Splices};
 use crate::route::{resolve, same_name, Analysis};
 use crate::shape::{apply_edits, bytes};
@@ -191,4 +191,118 @@ fn physical_steps(table: &PartitionedTable, sql: impl Fn(&Target) -> String) -> 
             target,
         })
         .collect()
+}
+
+/// A schema statement on a reference table: the same statement on every
+/// copy in turn, the main backend's first, under the table lock (writes to
+/// it wait meanwhile, reads go to the main backend's copy). `None`: the
+/// statement leaves the table as it is (SHOW CREATE TABLE, a temporary
+/// table of that name) and is planned as any other.
+pub(crate) fn reference_change(
+    statement: &Statement,
+    sql: &str,
+    reference: &ReferenceTable,
+    ctx: &Context,
+) -> Option<Result<Action, String>> {
+    let table = &reference.table;
+    let change = |statement: &str, steps: Vec<Step>, effect| {
+        Some(Ok(Action::Schema(Box::new(SchemaChange {
+            table: table.clone(),
+            statement: statement.to_string(),
+            steps,
+            effect,
+        }))))
+    };
+    let on_every_copy = |sql: &dyn Fn() -> String| -> Vec<Step> {
+        reference
+            .backends
+            .iter()
+            .map(|&backend| Step {
+                target: Target::new(&table.db, backend, &table.name, None),
+                sql: sql(),
+            })
+            .collect()
+    };
+    let as_written = || on_every_copy(&|| sql.to_string());
+    let qualified = format!(
+        "{}.{}",
+        quote_identifier(&table.db),
+        quote_identifier(&table.name)
+    );
+    match statement {
+        Statement::AlterTable(alter) => {
+            let renames = alter
+                .operations
+                .iter()
+                .any(|o| matches!(o, AlterTableOperation::RenameTable { .. }));
+            match renames {
+                true => Some(Err("ALTER TABLE ... RENAME (use RENAME TABLE)".into())),
+                false => change("ALTER TABLE", as_written(), SchemaEffect::Unchanged),
+            }
+        }
+        Statement::Truncate(truncate) if truncate.table_names.len() == 1 => {
+            change("TRUNCATE TABLE", as_written(), SchemaEffect::Unchanged)
+        }
+        Statement::Truncate(_) => Some(Err(
+            "TRUNCATE of a reference table with other tables (truncate it in a statement of its own)"
+                .into(),
+        )),
+        Statement::CreateIndex(_) => change("CREATE INDEX", as_written(), SchemaEffect::Unchanged),
+        Statement::Drop {
+            object_type: ObjectType::Index,
+            ..
+        } => change("DROP INDEX", as_written(), SchemaEffect::Unchanged),
+        Statement::Drop {
+            temporary: true, ..
+        } => None,
+        Statement::Drop { names, .. } if names.len() == 1 => change(
+            "DROP TABLE",
+            on_every_copy(&|| format!("DROP TABLE IF EXISTS {qualified}")),
+            SchemaEffect::Dropped,
+        ),
+        Statement::Drop { .. } => Some(Err(
+            "DROP TABLE of a reference table with other tables (drop it in a statement of its own)"
+                .into(),
+        )),
+        Statement::RenameTable(renames) => {
+            let [rename] = renames.as_slice() else {
+                return Some(Err(
+                    "RENAME TABLE of several tables, one of them a reference table (rename it in a statement of its own)"
+                        .into(),
+                ));
+            };
+            if resolve(&rename.old_name, ctx).as_ref() != Some(table) {
+                return Some(Err("RENAME TABLE to the name of a reference table".into()));
+            }
+            let Some(new) = resolve(&rename.new_name, ctx) else {
+                return Some(Err("RENAME TABLE to an unqualified name".into()));
+            };
+            if new.db != table.db {
+                return Some(Err("RENAME TABLE to another database".into()));
+            }
+            let dictionary = ctx.dictionary;
+            if dictionary.table(&new.db, &new.name).is_some()
+                || dictionary.reference(&new.db, &new.name).is_some()
+            {
+                return Some(Err(
+                    "RENAME TABLE to the name of a partitioned or reference table".into(),
+                ));
+            }
+            let to = format!(
+                "{}.{}",
+                quote_identifier(&new.db),
+                quote_identifier(&new.name)
+            );
+            change(
+                "RENAME TABLE",
+                on_every_copy(&|| format!("RENAME TABLE {qualified} TO {to}")),
+                SchemaEffect::Renamed(new.clone()),
+            )
+        }
+        Statement::CreateTable(create) => Some(Ok(Action::Exists {
+            table: table.clone(),
+            quiet: create.if_not_exists,
+        })),
+        _ => None,
+    }
 }

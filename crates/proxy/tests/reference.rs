@@ -7,6 +7,16 @@ use hscale_testkit::{cluster, Proxy};
 use mysql::prelude::Queryable;
 use mysql::Conn;
 
+/// Every proxy that starts finishes the schema changes any test left in the
+/// dictionary: one test at a time, so that none finishes another's
+/// interrupted change while it is looked at.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `users` partitioned by MOD(2) of id (odd ids on backend 2) and
 /// `countries`, a reference table; the same rows plain in `<db>_oracle`.
 fn setup(db: &str) -> (Proxy, String, Conn, Conn) {
@@ -55,6 +65,18 @@ fn copy(backend: usize, db: &str) -> Vec<(String, String, Option<i32>)> {
         .unwrap()
 }
 
+/// `sql` answers through hscale as on the oracle's plain tables.
+fn same(c: &mut Conn, oracle: &mut Conn, sql: &str) {
+    let ours: Vec<mysql::Row> = c.query(sql).unwrap();
+    let theirs: Vec<mysql::Row> = oracle.query(sql).unwrap();
+    let print = |rows: Vec<mysql::Row>| -> Vec<Vec<String>> {
+        rows.into_iter()
+            .map(|r| r.unwrap().iter().map(|v| v.as_sql(false)).collect())
+            .collect()
+    };
+    assert_eq!(print(ours), print(theirs), "{sql}");
+}
+
 fn refused(c: &mut Conn, sql: &str) -> String {
     match c.query_drop(sql) {
         Err(mysql::Error::MySqlError(e)) => {
@@ -67,6 +89,7 @@ fn refused(c: &mut Conn, sql: &str) -> String {
 
 #[test]
 fn a_reference_table_is_copied_joined_inside_partitions_and_written_everywhere() {
+    let _alone = alone();
     let (_proxy, db, mut c, mut oracle) = setup("reference");
     c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
     assert_eq!(c.affected_rows(), 4, "the rows copied");
@@ -93,16 +116,6 @@ fn a_reference_table_is_copied_joined_inside_partitions_and_written_everywhere()
         c.query(format!("HSCALE EXPLAIN {join}")).unwrap();
     assert_eq!(explained.len(), 2, "{explained:?}");
     assert!(explained.iter().all(|r| r.0 != "(copy)"), "{explained:?}");
-    let same = |c: &mut Conn, oracle: &mut Conn, sql: &str| {
-        let ours: Vec<mysql::Row> = c.query(sql).unwrap();
-        let theirs: Vec<mysql::Row> = oracle.query(sql).unwrap();
-        let print = |rows: Vec<mysql::Row>| -> Vec<Vec<String>> {
-            rows.into_iter()
-                .map(|r| r.unwrap().iter().map(|v| v.as_sql(false)).collect())
-                .collect()
-        };
-        assert_eq!(print(ours), print(theirs), "{sql}");
-    };
     same(&mut c, &mut oracle, join);
     same(
         &mut c,
@@ -157,7 +170,6 @@ fn a_reference_table_is_copied_joined_inside_partitions_and_written_everywhere()
         "UPDATE countries SET name = UUID() WHERE code = 'de'"
     )
     .contains("UUID"));
-    assert!(refused(&mut c, "ALTER TABLE countries ADD COLUMN x INT").contains("schema statement"));
     assert!(refused(
         &mut c,
         "INSERT INTO countries SELECT country, 'x', id FROM users WHERE id = 6"
@@ -177,6 +189,7 @@ fn a_reference_table_is_copied_joined_inside_partitions_and_written_everywhere()
 
 #[test]
 fn a_setup_reference_that_stopped_midway_is_run_again() {
+    let _alone = alone();
     let (proxy, db, mut c, _oracle) = setup("reference_again");
     // What an instance that died while copying leaves: the table recorded
     // as being copied, and a partial copy on backend 2.
@@ -208,4 +221,184 @@ fn a_setup_reference_that_stopped_midway_is_run_again() {
     c.query_drop("UPDATE countries SET rank = 9 WHERE code = 'fr'")
         .unwrap();
     assert_eq!(copy(2, &db), copy(1, &db));
+}
+
+/// The definition of `table` on a backend, as it tells it.
+fn definition(backend: usize, db: &str, table: &str) -> Option<String> {
+    cluster()
+        .direct(backend, Some(db))
+        .query_first::<(String, String), _>(format!("SHOW CREATE TABLE {table}"))
+        .ok()
+        .flatten()
+        .map(|(_, definition)| definition)
+}
+
+/// The tables of `db` HSCALE SHOW_TABLES lists, with their functions.
+fn listed(c: &mut Conn, db: &str) -> Vec<(String, String)> {
+    let rows: Vec<mysql::Row> = c.query("HSCALE SHOW_TABLES").unwrap();
+    rows.into_iter()
+        .filter(|r| r.get::<String, _>(0).as_deref() == Some(db))
+        .map(|r| {
+            (
+                r.get::<String, _>(1).unwrap(),
+                r.get::<String, _>(3).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn schema_statements_on_a_reference_table_change_every_copy() {
+    let _alone = alone();
+    let (_proxy, db, mut c, mut oracle) = setup("reference_schema");
+    c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
+    let join = |table: &str| {
+        format!("SELECT u.id, c.* FROM users u JOIN {table} c ON c.code = u.country ORDER BY u.id")
+    };
+    for sql in [
+        "ALTER TABLE countries ADD COLUMN continent VARCHAR(10) NOT NULL DEFAULT 'EU'",
+        "CREATE INDEX by_name ON countries (name)",
+        "UPDATE countries SET continent = 'none' WHERE code = 'xx'",
+        "ALTER TABLE countries MODIFY rank BIGINT",
+        "DROP INDEX by_name ON countries",
+    ] {
+        c.query_drop(sql).unwrap();
+        oracle.query_drop(sql).unwrap();
+        let main = definition(1, &db, "countries").expect("the original");
+        assert_eq!(
+            definition(2, &db, "countries").as_ref(),
+            Some(&main),
+            "{sql}"
+        );
+        // Joined inside each partition, with the new definition.
+        same(&mut c, &mut oracle, &join("countries"));
+    }
+    assert!(definition(2, &db, "countries")
+        .unwrap()
+        .contains("`continent` varchar(10) NOT NULL DEFAULT 'EU'"));
+    // Writes after the change reach every copy.
+    c.query_drop("INSERT INTO countries VALUES ('pl', 'Poland', 8, 'EU')")
+        .unwrap();
+    let rows = |backend: usize| -> Vec<(String, String)> {
+        cluster()
+            .direct(backend, Some(&db))
+            .query("SELECT code, continent FROM countries ORDER BY code")
+            .unwrap()
+    };
+    assert_eq!(rows(1), rows(2));
+    assert_eq!(rows(2).len(), 5);
+
+    // What would leave the copies apart, or cannot be told, is refused.
+    assert!(refused(&mut c, "ALTER TABLE countries RENAME TO lands").contains("RENAME TABLE"));
+    assert!(refused(&mut c, "DROP TABLE countries, users").contains("statement of its own"));
+    assert!(refused(&mut c, "RENAME TABLE countries TO users").contains("partitioned or reference"));
+    assert_eq!(
+        definition(1, &db, "countries"),
+        definition(2, &db, "countries")
+    );
+
+    // RENAME: every copy, and the dictionary.
+    c.query_drop("RENAME TABLE countries TO lands").unwrap();
+    oracle
+        .query_drop("RENAME TABLE countries TO lands")
+        .unwrap();
+    for backend in [1, 2] {
+        assert_eq!(definition(backend, &db, "countries"), None);
+        assert!(
+            definition(backend, &db, "lands").is_some(),
+            "backend {backend}"
+        );
+    }
+    let tables = listed(&mut c, &db);
+    assert!(
+        tables.contains(&("lands".into(), "REFERENCE".into())),
+        "{tables:?}"
+    );
+    assert!(
+        !tables.iter().any(|(name, _)| name == "countries"),
+        "{tables:?}"
+    );
+    let explained: Vec<(String, u32, Option<String>, String)> = c
+        .query(format!("HSCALE EXPLAIN {}", join("lands")))
+        .unwrap();
+    assert!(explained.iter().all(|r| r.0 != "(copy)"), "{explained:?}");
+    same(&mut c, &mut oracle, &join("lands"));
+
+    // TRUNCATE: every copy.
+    c.query_drop("TRUNCATE TABLE lands").unwrap();
+    for backend in [1, 2] {
+        let count: Option<u64> = cluster()
+            .direct(backend, Some(&db))
+            .query_first("SELECT COUNT(*) FROM lands")
+            .unwrap();
+        assert_eq!(count, Some(0), "backend {backend}");
+    }
+
+    // DROP: every copy, and the dictionary forgets it; a table made anew
+    // under its name is a plain table on the main backend.
+    c.query_drop("DROP TABLE lands").unwrap();
+    for backend in [1, 2] {
+        assert_eq!(definition(backend, &db, "lands"), None, "backend {backend}");
+    }
+    assert!(!listed(&mut c, &db).iter().any(|(name, _)| name == "lands"));
+    c.query_drop("CREATE TABLE lands (code CHAR(2) PRIMARY KEY)")
+        .unwrap();
+    c.query_drop("INSERT INTO lands VALUES ('de')").unwrap();
+    assert!(definition(1, &db, "lands").is_some());
+    assert_eq!(definition(2, &db, "lands"), None);
+}
+
+#[test]
+fn a_schema_change_on_a_reference_table_that_stopped_midway_is_finished() {
+    let _alone = alone();
+    let (proxy, db, mut c, _oracle) = setup("reference_schema_again");
+    c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
+    // What an instance that died between the copies leaves: the change
+    // recorded, done on the main backend's copy, not on backend 2's.
+    let step = "ALTER TABLE countries ADD COLUMN z INT";
+    let mut main = cluster().direct(1, Some(&db));
+    main.query_drop(step).unwrap();
+    for (i, backend, done) in [(0, 1, true), (1, 2, false)] {
+        main.exec_drop(
+            "INSERT INTO hscale.schema_changes VALUES (?, 'countries', ?, ?, 'countries', NULL, ?, ?, 'unchanged', NULL, NULL)",
+            (&db, i, backend, step, done),
+        )
+        .unwrap();
+    }
+    c.query_drop("HSCALE REFRESH").unwrap();
+    // Its writes wait for the change (here until the lock wait runs out);
+    // reads go to the main backend's copy.
+    let tables = listed(&mut c, &db);
+    assert!(
+        tables.contains(&("countries".into(), "REFERENCE (writes wait)".into())),
+        "{tables:?}"
+    );
+    let mut short = proxy.connect(Some(&db));
+    let waited = short.query_drop("UPDATE countries SET rank = 9 WHERE code = 'fr'");
+    assert!(waited.is_err(), "a write during the change: {waited:?}");
+    let z: Vec<Option<i32>> = c.query("SELECT z FROM countries").unwrap();
+    assert_eq!(z.len(), 4);
+    // The next instance to start finishes it.
+    drop(Proxy::start(cluster().config()));
+    assert!(definition(2, &db, "countries").unwrap().contains("`z` int"));
+    assert_eq!(
+        definition(1, &db, "countries"),
+        definition(2, &db, "countries")
+    );
+    let left: Option<u64> = main
+        .exec_first(
+            "SELECT COUNT(*) FROM hscale.schema_changes WHERE db = ?",
+            (&db,),
+        )
+        .unwrap();
+    assert_eq!(left, Some(0));
+    c.query_drop("HSCALE REFRESH").unwrap();
+    c.query_drop("UPDATE countries SET z = 1 WHERE code = 'fr'")
+        .unwrap();
+    assert_eq!(copy(1, &db), copy(2, &db));
+    let z: Vec<(String, Option<i32>)> = cluster()
+        .direct(2, Some(&db))
+        .query("SELECT code, z FROM countries WHERE z IS NOT NULL")
+        .unwrap();
+    assert_eq!(z, [("fr".to_string(), Some(1))]);
 }

@@ -1,6 +1,6 @@
 //! The table lock of a schema statement on a partitioned table (ALTER,
-//! TRUNCATE, CREATE/DROP INDEX, DROP TABLE, RENAME TABLE). Its steps, one per
-//! physical table, are recorded in the dictionary's `schema_changes`: while
+//! TRUNCATE, CREATE/DROP INDEX, DROP TABLE, RENAME TABLE) or on a reference
+//! table. Its steps, one per physical table or copy, are recorded in the dictionary's `schema_changes`: while
 //! they are there the table is locked on every instance, each step is marked
 //! done as it succeeds, and a start after hscale died in the middle runs the
 //! steps not done yet and finishes the change.
@@ -47,15 +47,30 @@ impl SchemaLock {
         };
         crate::moves::refuse_while_moving(shared, &mut admin.conn, &change.table).await?;
         if let SchemaEffect::Renamed(new) = &change.effect {
-            let main = shared.main;
-            let mut conn = own_connection(shared, main).await?;
-            if store::table_exists(&mut conn, &new.db, &new.name).await? {
-                return Err(AdminError::TableExists {
-                    db: new.db.clone(),
-                    name: new.name.clone(),
-                    backend: shared.main_backend(),
+            // The new name is free where the statement gives it: on the
+            // main backend, and wherever a physical table has the table's
+            // own name (a reference table's copies).
+            let mut backends: Vec<u32> = std::iter::once(shared.main_backend())
+                .chain(
+                    change
+                        .steps
+                        .iter()
+                        .filter(|step| *step.target.table == *change.table.name)
+                        .map(|step| step.target.backend),
+                )
+                .collect();
+            backends.sort_unstable();
+            backends.dedup();
+            for backend in backends {
+                let mut conn = own_connection(shared, super::slot(shared, backend)?).await?;
+                if store::table_exists(&mut conn, &new.db, &new.name).await? {
+                    return Err(AdminError::TableExists {
+                        db: new.db.clone(),
+                        name: new.name.clone(),
+                        backend,
+                    }
+                    .into());
                 }
-                .into());
             }
         }
         record(shared, &mut admin.conn, &change).await?;
@@ -176,7 +191,23 @@ async fn finish(
     );
     let of = |column: &str| key.replace("{name}", column);
     let mut changes = Vec::new();
+    let dictionary = store::load(conn, &shared.dictionary).await?;
+    let reference = dictionary.reference(&table.db, &table.name).is_some();
     match &change.effect {
+        SchemaEffect::Unchanged if reference => {}
+        SchemaEffect::Dropped if reference => {
+            changes.push(format!(
+                "DELETE FROM {s}.reference_tables WHERE {}",
+                of("name")
+            ));
+        }
+        SchemaEffect::Renamed(new) if reference => {
+            changes.push(format!(
+                "UPDATE {s}.reference_tables SET name = {} WHERE {}",
+                text_literal(&new.name),
+                of("name")
+            ));
+        }
         SchemaEffect::Unchanged => {
             if let Some((position, auto_position)) = column_positions(shared, conn, table).await? {
                 changes.push(format!(
@@ -197,7 +228,6 @@ async fn finish(
             ));
         }
         SchemaEffect::Renamed(new) => {
-            let dictionary = store::load(conn, &shared.dictionary).await?;
             let default = match dictionary.table(&table.db, &table.name) {
                 Some(t) => t.renamed_default(&new.name),
                 None => {

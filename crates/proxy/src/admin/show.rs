@@ -64,7 +64,7 @@ pub fn tables(shared: &Shared) -> AdminAnswer {
             // A copy on each backend; its function says so.
             let function = match r.ready {
                 true => "REFERENCE",
-                false => "REFERENCE (copying)",
+                false => "REFERENCE (writes wait)",
             };
             vec![
                 some(&r.table.db),

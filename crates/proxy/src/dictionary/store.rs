@@ -148,7 +148,12 @@ pub async fn load(
                 .split(',')
                 .filter_map(|b| b.parse().ok())
                 .collect(),
-            ready: text(&references, r, 3) == "ready",
+            // A schema change on its copies holds its writes as a copy does.
+            ready: text(&references, r, 3) == "ready"
+                && !(0..changing.len()).any(|c| {
+                    text(&changing, c, 0) == text(&references, r, 0)
+                        && text(&changing, c, 1) == text(&references, r, 1)
+                }),
         })
         .collect();
     let mut result = Vec::with_capacity(tables.len());
