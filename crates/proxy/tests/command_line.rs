@@ -252,13 +252,77 @@ fn workers_of(pid: u32) -> usize {
         .count()
 }
 
+/// How a test starts `hscale serve`: as it is, pinned to CPU 0, or in a
+/// control group whose CPU quota is one CPU.
+enum Launch {
+    Plain,
+    Pinned,
+    Quota(CpuQuota),
+}
+
+/// A control group with a quota of one CPU (100 ms per 100 ms), cgroup v2
+/// or v1's `cpu` controller; removed when dropped. `None` where this
+/// process may not make one (not root, a read-only /sys/fs/cgroup).
+struct CpuQuota {
+    dir: std::path::PathBuf,
+}
+
+impl CpuQuota {
+    fn make(name: &str) -> Option<CpuQuota> {
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let (dir, settings): (_, &[(&str, &str)]) = match v2.exists() {
+            true => {
+                // The root's children get the cpu controller only if it
+                // hands it down.
+                let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
+                (
+                    std::path::PathBuf::from("/sys/fs/cgroup").join(name),
+                    &[("cpu.max", "100000 100000")],
+                )
+            }
+            false => (
+                std::path::PathBuf::from("/sys/fs/cgroup/cpu").join(name),
+                &[
+                    ("cpu.cfs_period_us", "100000"),
+                    ("cpu.cfs_quota_us", "100000"),
+                ],
+            ),
+        };
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        let quota = CpuQuota { dir };
+        for (file, value) in settings {
+            std::fs::write(quota.dir.join(file), value).ok()?;
+        }
+        Some(quota)
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 /// `threads = 0` runs one worker per CPU the process may use: under
-/// `taskset -c 0` (as a container's CPU quota would) one, whatever the
-/// machine has; a number runs that many. Each serves clients.
+/// `taskset -c 0`, and in a control group with a quota of one CPU (as a
+/// container's), one, whatever the machine has; a number runs that many.
+/// Each serves clients.
 #[test]
 fn threads_zero_runs_a_worker_per_cpu_the_process_may_use() {
     let dir = scratch("workers");
-    for (threads, taskset, expected) in [(0, true, 1), (3, false, 3)] {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"));
+    let mut cases = vec![(0, Launch::Pinned, 1), (3, Launch::Plain, 3)];
+    match CpuQuota::make(&format!("hscale-workers-{}", std::process::id())) {
+        Some(quota) => cases.push((0, Launch::Quota(quota), 1)),
+        // Only root may make a control group: CI runs as root and checks it.
+        None if root => panic!("root could not make a control group with a CPU quota"),
+        None => eprintln!("not root: the CPU quota case is left out"),
+    }
+    for (threads, launch, expected) in cases {
         let port = hscale::mariadb::free_port().unwrap();
         let config = dir.join(format!("hscale-{threads}.toml"));
         let text = config_text(port, "").replace(
@@ -266,13 +330,24 @@ fn threads_zero_runs_a_worker_per_cpu_the_process_may_use() {
             &format!("listen = \"127.0.0.1:{port}\"\nthreads = {threads}"),
         );
         std::fs::write(&config, text).unwrap();
-        let mut command = match taskset {
-            true => {
+        let mut command = match &launch {
+            Launch::Pinned => {
                 let mut command = Command::new("taskset");
                 command.args(["-c", "0", HSCALE]);
                 command
             }
-            false => Command::new(HSCALE),
+            Launch::Plain => Command::new(HSCALE),
+            // The shell joins the group, then becomes hscale.
+            Launch::Quota(quota) => {
+                let mut command = Command::new("sh");
+                command.args([
+                    "-c",
+                    "echo $$ > \"$0/cgroup.procs\" && exec \"$@\"",
+                    quota.dir.to_str().unwrap(),
+                    HSCALE,
+                ]);
+                command
+            }
         };
         let mut child = command
             .args(["serve", "--config", config.to_str().unwrap()])
