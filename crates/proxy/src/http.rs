@@ -95,6 +95,18 @@ pub fn metrics(shared: &Shared) -> String {
         "Statements that waited for a move's fence or a lock on their table.",
         plain(c.waited.load(Ordering::Relaxed)),
     );
+    metric(
+        "hscale_lookup_joins_total",
+        "counter",
+        "SELECTs the partitions could not answer alone, answered by a lookup join.",
+        plain(c.lookup_joins.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hscale_copied_statements_total",
+        "counter",
+        "SELECTs the partitions could not answer alone, answered from copies of their tables.",
+        plain(c.copied.load(Ordering::Relaxed)),
+    );
     let xa = &shared.xa;
     metric(
         "hscale_xa_committed_total",

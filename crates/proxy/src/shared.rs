@@ -405,6 +405,10 @@ pub struct Counters {
     /// Statements that waited for a fence or a lock on their table (each
     /// counted once, however long it waited).
     pub waited: AtomicU64,
+    /// SELECTs the partitions could not answer alone, answered by a lookup
+    /// join (`lookup_joins`) or from copies of their tables (`copied`).
+    pub lookup_joins: AtomicU64,
+    pub copied: AtomicU64,
 }
 
 impl Counters {

@@ -116,6 +116,178 @@ pub fn write_text_row<V: AsRef<[u8]>>(values: &[Option<V>], dst: &mut Vec<u8>) {
     }
 }
 
+/// A column's type code and flags, as a binary row needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinaryColumn {
+    pub code: u8,
+    pub unsigned: bool,
+}
+
+impl BinaryColumn {
+    /// From a column definition.
+    pub fn of(definition: &[u8]) -> Option<BinaryColumn> {
+        let fixed = column_fixed(definition)?;
+        let flags = u16::from_le_bytes([fixed[7], fixed[8]]);
+        Some(BinaryColumn {
+            code: fixed[6],
+            unsigned: flags & UNSIGNED_FLAG != 0,
+        })
+    }
+
+    /// Whether a text value of this type has one exact binary form: not so
+    /// FLOAT and DOUBLE, which the text protocol prints rounded.
+    pub fn converts(self) -> bool {
+        !matches!(self.code, 4 | 5) && (self.code <= 19 || self.code >= 245)
+    }
+}
+
+const UNSIGNED_FLAG: u16 = 32;
+
+/// A text row's values as a binary row, COM_STMT_EXECUTE's answer, for
+/// `columns`. `None` where a type does not convert (`BinaryColumn::converts`)
+/// or a value does not read as its type.
+pub fn write_binary_row<V: AsRef<[u8]>>(
+    columns: &[BinaryColumn],
+    values: &[Option<V>],
+    dst: &mut Vec<u8>,
+) -> Option<()> {
+    if columns.len() != values.len() {
+        return None;
+    }
+    dst.push(0x00);
+    // The NULL bitmap: two bits offset.
+    let bitmap_at = dst.len();
+    dst.resize(bitmap_at + (values.len() + 7 + 2) / 8, 0);
+    for (i, (column, value)) in columns.iter().zip(values).enumerate() {
+        let Some(value) = value else {
+            dst[bitmap_at + (i + 2) / 8] |= 1 << ((i + 2) % 8);
+            continue;
+        };
+        let text = value.as_ref();
+        match column.code {
+            // TINY, SHORT, YEAR, LONG, INT24, LONGLONG
+            1 | 2 | 13 | 3 | 9 | 8 => {
+                let size = match column.code {
+                    1 => 1,
+                    2 | 13 => 2,
+                    3 | 9 => 4,
+                    _ => 8,
+                };
+                let number: i128 = std::str::from_utf8(text).ok()?.parse().ok()?;
+                let fits = match column.unsigned || column.code == 13 {
+                    true => number >= 0 && number < 1i128 << (8 * size),
+                    false => {
+                        number >= -(1i128 << (8 * size - 1)) && number < 1i128 << (8 * size - 1)
+                    }
+                };
+                if !fits {
+                    return None;
+                }
+                dst.extend_from_slice(&number.to_le_bytes()[..size]);
+            }
+            // TIMESTAMP, DATE, DATETIME
+            7 | 10 | 12 => write_binary_datetime(text, dst)?,
+            // TIME
+            11 => write_binary_time(text, dst)?,
+            code if BinaryColumn {
+                code,
+                unsigned: false,
+            }
+            .converts()
+                && code != 6 =>
+            {
+                write_lenenc_bytes(text, dst)
+            }
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+/// `YYYY-MM-DD[ HH:MM:SS[.ffffff]]` as the binary protocol's date and time:
+/// as long as its non-zero parts need (0, 4, 7 or 11 bytes), as MariaDB
+/// sends it.
+fn write_binary_datetime(text: &[u8], dst: &mut Vec<u8>) -> Option<()> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (date, time) = match text.split_once(' ') {
+        Some((date, time)) => (date, Some(time)),
+        None => (text, None),
+    };
+    let mut date = date.splitn(3, '-');
+    let year: u16 = date.next()?.parse().ok()?;
+    let month: u8 = date.next()?.parse().ok()?;
+    let day: u8 = date.next()?.parse().ok()?;
+    let (hour, minute, second, micro) = match time {
+        Some(time) => clock(time)?,
+        None => (0, 0, 0, 0),
+    };
+    let hour = u8::try_from(hour).ok()?;
+    let length = match (micro != 0, hour != 0 || minute != 0 || second != 0) {
+        (true, _) => 11,
+        (false, true) => 7,
+        (false, false) if year != 0 || month != 0 || day != 0 => 4,
+        _ => 0,
+    };
+    dst.push(length);
+    if length >= 4 {
+        dst.extend_from_slice(&year.to_le_bytes());
+        dst.extend_from_slice(&[month, day]);
+    }
+    if length >= 7 {
+        dst.extend_from_slice(&[hour, minute, second]);
+    }
+    if length == 11 {
+        dst.extend_from_slice(&micro.to_le_bytes());
+    }
+    Some(())
+}
+
+/// `[-]H+:MM:SS[.ffffff]` as the binary protocol's time: sign, days, hours
+/// of the day, minutes, seconds, microseconds (0, 8 or 12 bytes).
+fn write_binary_time(text: &[u8], dst: &mut Vec<u8>) -> Option<()> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (negative, time) = match text.strip_prefix('-') {
+        Some(time) => (true, time),
+        None => (false, text),
+    };
+    let (hours, minute, second, micro) = clock(time)?;
+    let length = match (micro != 0, hours != 0 || minute != 0 || second != 0) {
+        (true, _) => 12,
+        (false, true) => 8,
+        _ => 0,
+    };
+    dst.push(length);
+    if length >= 8 {
+        dst.push(u8::from(negative));
+        dst.extend_from_slice(&(hours / 24).to_le_bytes());
+        dst.extend_from_slice(&[(hours % 24) as u8, minute, second]);
+    }
+    if length == 12 {
+        dst.extend_from_slice(&micro.to_le_bytes());
+    }
+    Some(())
+}
+
+/// `H+:MM:SS[.f{1,6}]`: hours, minutes, seconds, microseconds.
+fn clock(text: &str) -> Option<(u32, u8, u8, u32)> {
+    let (whole, fraction) = match text.split_once('.') {
+        Some((whole, fraction)) => (whole, fraction),
+        None => (text, ""),
+    };
+    let mut parts = whole.splitn(3, ':');
+    let hours: u32 = parts.next()?.parse().ok()?;
+    let minute: u8 = parts.next()?.parse().ok()?;
+    let second: u8 = parts.next()?.parse().ok()?;
+    if fraction.len() > 6 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let micro = match fraction.is_empty() {
+        true => 0,
+        false => format!("{fraction:0<6}").parse().ok()?,
+    };
+    Some((hours, minute, second, micro))
+}
+
 /// Where a column definition's strings lie: catalog, schema, table,
 /// org_table, name, org_name.
 fn column_strings(payload: &[u8]) -> Option<[Range<usize>; 6]> {
@@ -298,6 +470,67 @@ mod tests {
         assert!(text_values(&row[..7], 4).is_none());
         assert!(visible_prefix(&row[..7], 4).is_none());
         assert!(visible_prefix(&row[..2], 2).is_none());
+    }
+
+    #[test]
+    fn text_values_become_binary_as_mariadb_sends_them() {
+        let column = |code, unsigned| BinaryColumn { code, unsigned };
+        let binary = |columns: &[BinaryColumn], values: &[Option<&str>]| {
+            let mut row = Vec::new();
+            write_binary_row(columns, values, &mut row).map(|()| row)
+        };
+        // Header, NULL bitmap (bit 2 + i), then each value.
+        assert_eq!(
+            binary(
+                &[
+                    column(1, false),
+                    column(3, true),
+                    column(8, false),
+                    column(13, false)
+                ],
+                &[Some("-1"), Some("4294967295"), None, Some("2024")],
+            ),
+            Some(vec![0, 0b10000, 0xff, 0xff, 0xff, 0xff, 0xff, 0xe8, 0x07])
+        );
+        assert_eq!(binary(&[column(1, false)], &[Some("128")]), None);
+        assert_eq!(binary(&[column(3, true)], &[Some("-1")]), None);
+        assert_eq!(
+            binary(
+                &[column(246, false), column(253, false)],
+                &[Some("1.50"), Some("")]
+            ),
+            Some(vec![0, 0, 4, b'1', b'.', b'5', b'0', 0])
+        );
+        // Dates and times as long as their non-zero parts need.
+        let date = |text| binary(&[column(12, false)], &[Some(text)]).map(|r| r[2..].to_vec());
+        assert_eq!(date("0000-00-00 00:00:00"), Some(vec![0]));
+        assert_eq!(date("2024-02-29"), Some(vec![4, 0xe8, 0x07, 2, 29]));
+        assert_eq!(
+            date("2024-02-29 00:00:00"),
+            Some(vec![4, 0xe8, 0x07, 2, 29])
+        );
+        assert_eq!(
+            date("2024-02-29 13:05:09"),
+            Some(vec![7, 0xe8, 0x07, 2, 29, 13, 5, 9])
+        );
+        assert_eq!(
+            date("2024-02-29 13:05:09.5"),
+            Some(vec![11, 0xe8, 0x07, 2, 29, 13, 5, 9, 0x20, 0xa1, 0x07, 0])
+        );
+        let time = |text| binary(&[column(11, false)], &[Some(text)]).map(|r| r[2..].to_vec());
+        assert_eq!(time("00:00:00"), Some(vec![0]));
+        assert_eq!(
+            time("-838:59:59"),
+            Some(vec![8, 1, 34, 0, 0, 0, 22, 59, 59])
+        );
+        assert_eq!(
+            time("01:02:03.000004"),
+            Some(vec![12, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0])
+        );
+        // FLOAT and DOUBLE print rounded: no exact binary form.
+        assert_eq!(binary(&[column(5, false)], &[Some("0.1")]), None);
+        assert!(!column(4, false).converts());
+        assert_eq!(binary(&[column(10, false)], &[Some("not a date")]), None);
     }
 
     #[test]

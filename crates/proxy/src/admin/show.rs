@@ -131,6 +131,14 @@ pub fn status(shared: &Shared) -> AdminAnswer {
         ("questions", counters.questions.total().to_string()),
         ("routed_statements", counters.routed.total().to_string()),
         (
+            "lookup_joins",
+            counters.lookup_joins.load(relaxed).to_string(),
+        ),
+        (
+            "copied_statements",
+            counters.copied.load(relaxed).to_string(),
+        ),
+        (
             "client_connections",
             counters.clients.load(relaxed).to_string(),
         ),

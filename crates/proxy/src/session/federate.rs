@@ -17,7 +17,7 @@ use hscale_planner::{
 };
 use hscale_wire::frame::write_lenenc;
 use hscale_wire::packets::{write_eof, write_result_end};
-use hscale_wire::resultset::{text_values, write_text_row};
+use hscale_wire::resultset::{text_values, write_binary_row, write_text_row, BinaryColumn};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::CapabilityFlags;
 use mysql_common::constants::ColumnFlags;
@@ -30,6 +30,7 @@ use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
 use crate::exec::{Command, StatementKey, FLUSH_AT};
+use crate::shared::Counters;
 use crate::spool::{Spool, SpoolBudget};
 
 /// Why the main backend's connection is held while a statement's copies
@@ -285,7 +286,7 @@ fn nullable(definition: &Bytes) -> Bytes {
     cleared.into()
 }
 
-/// A lookup join's answer.
+/// A lookup join's answer: rows as text or binary, as its command wants.
 struct Joined {
     columns: Vec<Bytes>,
     rows: Vec<Vec<u8>>,
@@ -300,14 +301,23 @@ impl Session {
         federation: &Federation,
         then: Then<'_>,
     ) -> Result<Option<Completion>, ProxyError> {
-        if let (Some(lookup), Then::Query { .. }) = (&federation.lookup, &then) {
-            if let Some(joined) = self.lookup_join(lookup).await? {
+        let binary = match &then {
+            Then::Query { .. } => Some(false),
+            Then::Execute { .. } => Some(true),
+            Then::Prepare { .. } => None,
+        };
+        if let (Some(lookup), Some(binary)) = (&federation.lookup, binary) {
+            if let Some(joined) = self.lookup_join(lookup, binary).await? {
                 tracing::debug!(
                     connection_id = self.connection_id,
                     "answered by a lookup join"
                 );
+                Counters::add(&self.shared.counters.lookup_joins, 1);
                 return self.send_joined(joined).await.map(|()| None);
             }
+        }
+        if binary.is_some() {
+            Counters::add(&self.shared.counters.copied, 1);
         }
         let main = self.shared.main;
         let mut temporaries = Vec::with_capacity(federation.copies.len());
@@ -530,9 +540,14 @@ impl Session {
             .await
     }
 
-    /// A lookup join's answer: its columns and rows; `None` where the copies
-    /// must answer instead (see `Lookup`).
-    async fn lookup_join(&mut self, lookup: &Lookup) -> Result<Option<Joined>, ProxyError> {
+    /// A lookup join's answer: its columns and rows, `binary` for an
+    /// EXECUTE; `None` where the copies must answer instead (see `Lookup`;
+    /// for an EXECUTE, also a column whose text has no exact binary form).
+    async fn lookup_join(
+        &mut self,
+        lookup: &Lookup,
+        binary: bool,
+    ) -> Result<Option<Joined>, ProxyError> {
         let mut outer = Sink::keep(MOST_KEYS);
         if self.read_rows(&lookup.outer, &mut outer).await.is_err() {
             return Ok(None);
@@ -572,7 +587,26 @@ impl Session {
                 (true, false) => inner_columns[i].clone(),
                 (false, _) => outer_columns[i].clone(),
             })
-            .collect();
+            .collect::<Vec<Bytes>>();
+        let types = match binary {
+            true => {
+                let types: Option<Vec<BinaryColumn>> =
+                    columns.iter().map(|c| BinaryColumn::of(c)).collect();
+                match types {
+                    Some(types) if types.iter().all(|t| t.converts()) => Some(types),
+                    _ => return Ok(None),
+                }
+            }
+            false => None,
+        };
+        let write_row = |values: &[Option<&[u8]>]| -> Option<Vec<u8>> {
+            let mut row = Vec::new();
+            match &types {
+                Some(types) => write_binary_row(types, values, &mut row)?,
+                None => write_text_row(values, &mut row),
+            }
+            Some(row)
+        };
         let mut rows = Vec::new();
         let mut matched = vec![false; outer_rows.len()];
         for (inner_row, key) in &inner_rows {
@@ -590,8 +624,9 @@ impl Session {
                         false => outer_row[i].as_deref(),
                     })
                     .collect();
-                let mut row = Vec::new();
-                write_text_row(&values, &mut row);
+                let Some(row) = write_row(&values) else {
+                    return Ok(None);
+                };
                 rows.push(row);
             }
         }
@@ -606,8 +641,9 @@ impl Session {
                         false => outer_row[i].as_deref(),
                     })
                     .collect();
-                let mut row = Vec::new();
-                write_text_row(&values, &mut row);
+                let Some(row) = write_row(&values) else {
+                    return Ok(None);
+                };
                 rows.push(row);
             }
         }
