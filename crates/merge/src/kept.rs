@@ -22,6 +22,10 @@ pub struct Budget {
     pub spill_bytes: u64,
     /// Where temporary files go; `None`: the system's temporary directory.
     pub spill_dir: Option<PathBuf>,
+    /// How many groups one sort takes at most: a worker serves other
+    /// clients between sorts, so no client of its waits for a whole
+    /// budget's sort.
+    pub sort_chunk: usize,
 }
 
 impl Default for Budget {
@@ -30,6 +34,7 @@ impl Default for Budget {
             memory_bytes: 64 << 20,
             spill_bytes: 1 << 30,
             spill_dir: None,
+            sort_chunk: 4096,
         }
     }
 }
@@ -60,12 +65,20 @@ pub(crate) struct Kept {
     budget: Budget,
     /// Groups in arrival order (sorted after each cut).
     memory: Vec<Ranked>,
+    /// Sorted chunks of at most `sort_chunk` groups, in arrival order, each
+    /// reversed (its first group last, to pop).
+    chunks: Vec<Vec<Ranked>>,
+    /// Of `memory` and `chunks`.
     bytes: usize,
     runs: Vec<Run>,
     spilled: u64,
-    /// Once the answer is being sent: the next group of each run (then of
-    /// memory, last), and how many were sent.
+    /// Once the answer is being sent: the next group of each run, then of
+    /// each chunk, and how many were sent.
     heads: Vec<Option<Ranked>>,
+    /// The sources whose head is a group, least head first (ties: the
+    /// earlier source), so that each group sent costs log(sources)
+    /// comparisons.
+    order: Vec<usize>,
     sent: usize,
     draining: bool,
 }
@@ -82,10 +95,12 @@ impl Kept {
             keep: usize::try_from(keep).unwrap_or(usize::MAX),
             budget,
             memory: Vec::new(),
+            chunks: Vec::new(),
             bytes: 0,
             runs: Vec::new(),
             spilled: 0,
             heads: Vec::new(),
+            order: Vec::new(),
             sent: 0,
             draining: false,
         }
@@ -108,13 +123,16 @@ impl Kept {
         self.memory.push(ranked);
         // With a LIMIT, what cannot be among the first is dropped now and
         // then; sorting every 2 × LIMIT groups keeps that O(n log LIMIT).
-        if self.memory.len() >= self.keep.saturating_mul(2) {
+        let cut_at = self.keep.saturating_mul(2);
+        if cut_at < self.budget.sort_chunk && self.memory.len() >= cut_at {
             self.sort_and_cut(compare);
+        } else if self.memory.len() >= self.budget.sort_chunk.max(1) {
+            self.seal(compare);
         }
         if self.bytes > self.budget.memory_bytes {
-            self.sort_and_cut(compare);
+            self.seal(compare);
             if self.bytes > self.budget.memory_bytes / 2 {
-                self.spill()?;
+                self.spill(compare)?;
             }
         }
         Ok(())
@@ -122,13 +140,40 @@ impl Kept {
 
     /// Stable: equal groups stay in arrival order, the first to come first.
     fn sort_and_cut(&mut self, compare: &impl Fn(&Ranked, &Ranked) -> Ordering) {
+        let before: usize = self.memory.iter().map(Ranked::size).sum();
         self.memory.sort_by(compare);
         self.memory.truncate(self.keep);
-        self.bytes = self.memory.iter().map(Ranked::size).sum();
+        let after: usize = self.memory.iter().map(Ranked::size).sum();
+        self.bytes = self.bytes + after - before;
     }
 
-    /// Writes the (sorted) groups in memory to a new run.
-    fn spill(&mut self) -> Result<(), MergeError> {
+    /// The groups in memory, sorted and cut, become a chunk.
+    fn seal(&mut self, compare: &impl Fn(&Ranked, &Ranked) -> Ordering) {
+        if self.memory.is_empty() {
+            return;
+        }
+        self.sort_and_cut(compare);
+        let mut chunk = std::mem::take(&mut self.memory);
+        chunk.reverse();
+        self.chunks.push(chunk);
+    }
+
+    /// The next group of the chunks in order, ties to the earliest chunk;
+    /// its chunk, if any.
+    fn least_chunk(&self, compare: &impl Fn(&Ranked, &Ranked) -> Ordering) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            let Some(head) = chunk.last() else { continue };
+            best = match best {
+                Some(b) if compare(head, self.chunks[b].last().expect("a head")).is_ge() => best,
+                _ => Some(i),
+            };
+        }
+        best
+    }
+
+    /// Writes the (sorted) chunks to a new run, merged: at most `keep`.
+    fn spill(&mut self, compare: &impl Fn(&Ranked, &Ranked) -> Ordering) -> Result<(), MergeError> {
         let io = |e: std::io::Error| MergeError::Spill(e.to_string());
         let file = match &self.budget.spill_dir {
             Some(dir) => tempfile::tempfile_in(dir),
@@ -136,8 +181,12 @@ impl Kept {
         }
         .map_err(io)?;
         let mut writer = BufWriter::new(file);
-        let left = self.memory.len();
-        for ranked in self.memory.drain(..) {
+        let mut left = 0;
+        while left < self.keep {
+            let Some(i) = self.least_chunk(compare) else {
+                break;
+            };
+            let ranked = self.chunks[i].pop().expect("the least head");
             for part in [&ranked.row, &ranked.first] {
                 writer
                     .write_all(&(part.len() as u32).to_le_bytes())
@@ -148,7 +197,9 @@ impl Kept {
             if self.spilled > self.budget.spill_bytes {
                 return Err(MergeError::Budget(self.budget.spill_bytes));
             }
+            left += 1;
         }
+        self.chunks.clear();
         self.bytes = 0;
         let mut file = writer.into_inner().map_err(|e| io(e.into_error()))?;
         file.rewind().map_err(io)?;
@@ -166,16 +217,33 @@ impl Kept {
         rank: &impl Fn(Bytes, Bytes) -> Result<Ranked, MergeError>,
     ) -> Result<(), MergeError> {
         self.draining = true;
-        self.sort_and_cut(compare);
         // Memory holds the last groups to come: after every run's.
-        self.memory.reverse();
-        let mut heads = Vec::with_capacity(self.runs.len() + 1);
+        self.seal(compare);
+        let mut heads = Vec::with_capacity(self.runs.len() + self.chunks.len());
         for i in 0..self.runs.len() {
             heads.push(self.read(i, rank)?);
         }
-        heads.push(self.memory.pop());
+        for chunk in &mut self.chunks {
+            heads.push(chunk.pop());
+        }
         self.heads = heads;
+        for source in 0..self.heads.len() {
+            self.place(source, compare);
+        }
         Ok(())
+    }
+
+    /// Puts `source` in `order` by its head, if it has one.
+    fn place(&mut self, source: usize, compare: &impl Fn(&Ranked, &Ranked) -> Ordering) {
+        let Some(head) = &self.heads[source] else {
+            return;
+        };
+        let heads = &self.heads;
+        let at = self.order.partition_point(|&other| {
+            let theirs = heads[other].as_ref().expect("ordered sources have heads");
+            compare(theirs, head).then(other.cmp(&source)).is_lt()
+        });
+        self.order.insert(at, source);
     }
 
     /// The next group of the answer.
@@ -187,23 +255,17 @@ impl Kept {
         if self.sent >= self.keep {
             return Ok(None);
         }
-        // Among equal groups the earliest run's: it came first.
-        let mut best: Option<usize> = None;
-        for (i, head) in self.heads.iter().enumerate() {
-            let Some(head) = head else { continue };
-            best = match best {
-                Some(b) if compare(head, self.heads[b].as_ref().expect("a head")).is_ge() => best,
-                _ => Some(i),
-            };
-        }
-        let Some(i) = best else {
+        // Among equal groups the earliest source's: it came first.
+        if self.order.is_empty() {
             return Ok(None);
-        };
-        let next = match i == self.runs.len() {
-            true => self.memory.pop(),
-            false => self.read(i, rank)?,
+        }
+        let i = self.order.remove(0);
+        let next = match i.checked_sub(self.runs.len()) {
+            Some(chunk) => self.chunks[chunk].pop(),
+            None => self.read(i, rank)?,
         };
         let ranked = std::mem::replace(&mut self.heads[i], next).expect("the best head");
+        self.place(i, compare);
         self.sent += 1;
         Ok(Some(ranked.row))
     }

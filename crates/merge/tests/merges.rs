@@ -656,6 +656,8 @@ fn combined_groups_sorted_past_the_memory_budget_spill_and_merge_back() {
             .collect();
         let budget = Budget {
             memory_bytes: rng.random_range(200..3000),
+            // Sorted in chunks of a few groups, merged when sent or spilled.
+            sort_chunk: rng.random_range(1..6),
             ..Budget::default()
         };
         let merger = Merger::new(
@@ -697,7 +699,7 @@ fn combined_groups_sorted_past_the_memory_budget_spill_and_merge_back() {
     let budget = Budget {
         memory_bytes: 1000,
         spill_bytes: 2000,
-        spill_dir: None,
+        ..Budget::default()
     };
     let merger = Merger::new(spec(0, None), 1, collations(), Encoding::Text).with_budget(budget);
     let failed = run_merger(merger, vec![many], &definitions);

@@ -139,6 +139,7 @@ impl Session {
             memory_bytes: scans.memory_bytes,
             spill_bytes: scans.spill_bytes,
             spill_dir: scans.spill_dir.clone(),
+            ..Budget::default()
         };
         let (timeout_ms, fan_out) = (scans.timeout_ms, scans.fan_out);
         // An ordered merge reads every partition's next row: all run at once.
@@ -342,6 +343,11 @@ impl Session {
             self.read_columns(merger, i, &mut sources[i]).await?;
         }
         loop {
+            // Rows already read, and a merge's answer once every group has
+            // come, take no turn at the socket, where tokio counts a task's
+            // work: one unit a row lets this worker's other sessions run
+            // every 128 rows, not after megabytes.
+            tokio::task::consume_budget().await;
             let i = match merger.step().map_err(merge_error)? {
                 Next::Row(row) => {
                     if let Some(copying) = out.copying.as_deref_mut() {
