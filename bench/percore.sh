@@ -174,26 +174,34 @@ if [ "$STRACE_SECONDS" -gt 0 ]; then
   done
 fi
 
-# Where MariaDB spends its time per query, direct and behind the first
-# instance: one run each under `perf record` of MariaDB (cpu-clock, so a
-# sample is 1/999 s of its CPU), split into MariaDB's own code, the C
-# library and the kernel, and the part that builds result set column
-# definitions (what a client that caches metadata is spared).
+# Where the time per query goes, by one run under `perf record` (cpu-clock,
+# so a sample is 1/999 s of the watched process's CPU) per path: MariaDB's,
+# direct and behind the first instance, split into its own code, the C
+# library, the kernel, and the part that builds result set column
+# definitions (what a client that caches metadata is spared); then each
+# hscale instance's, split into its own code, the C library, the kernel's
+# scheduling and waiting (a worker parking in epoll_wait and woken again),
+# and the rest of the kernel (sockets, TCP).
 [ "$PERF_SECONDS" -gt 0 ] || exit 0
-command -v perf >/dev/null || { echo "no perf: the profile of MariaDB is skipped" >&2; exit 0; }
-profile() { # port mode -> "µs per query: mariadbd libc kernel metadata"
+command -v perf >/dev/null || { echo "no perf: the profiles are skipped" >&2; exit 0; }
+profile() { # pid port mode -> "µs per query: own libc kernel-scheduling kernel-rest metadata"
   local data="$WORK/perf.data" q
-  perf record -q -e cpu-clock -F 999 -p "$MARIADB_PID" -o "$data" -- sleep "$PERF_SECONDS" 2>/dev/null &
+  perf record -q -e cpu-clock -F 999 -p "$1" -o "$data" -- sleep "$PERF_SECONDS" 2>/dev/null &
   local recorder=$!
-  q=$(sysbench_run "$1" "$2" "$PERF_SECONDS" 2>&1 | awk '/queries:/ {print $2; exit}')
+  q=$(sysbench_run "$2" "$3" "$PERF_SECONDS" 2>&1 | awk '/queries:/ {print $2; exit}')
   wait "$recorder" 2>/dev/null || true
   perf report -i "$data" -n --no-children --sort dso,symbol --stdio 2>/dev/null |
     awk -v q="$q" '$1 ~ /%$/ {
         n = $2; dso = $3; sym = $5
-        if (dso == "mariadbd") own += n; else if (dso ~ /^libc/) libc += n; else if (dso ~ /kernel/) kernel += n
+        if (dso == "mariadbd" || dso == "hscale") own += n
+        else if (dso ~ /^libc/) libc += n
+        else if (dso ~ /kernel/) {
+          if (sym ~ /schedule|switch_to|task_switch|wake_up|ep_poll|epoll_wait|irqrestore|enqueue_task|dequeue_task|update_curr|select_task_rq|idle/) sched += n
+          else kernel += n
+        }
         if (sym ~ /store_field_metadata|send_result_set_metadata|net_store_data_cs|my_convert|store_string_aux|send_fields/) meta += n
       }
-      END { f = 1e6 / 999 / q; printf "%.2f %.2f %.2f %.3f", own * f, libc * f, kernel * f, meta * f }'
+      END { f = 1e6 / 999 / q; printf "%.2f %.2f %.2f %.2f %.3f", own * f, libc * f, sched * f, kernel * f, meta * f }'
 }
 echo
 echo "MariaDB's CPU per query by where it runs (perf, ${PERF_SECONDS}s each, point_select; perf slows what it watches: compare direct with behind, not with the table above):"
@@ -205,7 +213,19 @@ for mode in auto disable; do
   for target in direct "${LABELS[0]}"; do
     port=$DIRECT
     [ "$target" = direct ] || port=${PORTS[0]}
-    read -r own libc kernel meta <<<"$(profile "$port" "$mode")"
-    echo "| $workload | $target | $own | $libc | $kernel | $meta |"
+    read -r own libc sched kernel meta <<<"$(profile "$MARIADB_PID" "$port" "$mode")"
+    echo "| $workload | $target | $own | $libc | $(echo "$sched $kernel" | awk '{printf "%.2f", $1 + $2}') | $meta |"
+  done
+done
+echo
+echo "hscale's CPU per query by where it runs (perf, ${PERF_SECONDS}s each, point_select; compare the instances with each other):"
+echo "| workload | instance | hscale's code (µs) | C library (µs) | kernel: scheduling, epoll waits (µs) | kernel: the rest (µs) |"
+echo "|---|---|---:|---:|---:|---:|"
+for mode in auto disable; do
+  workload=point_select_ps
+  [ "$mode" = disable ] && workload=point_select_text
+  for i in "${!LABELS[@]}"; do
+    read -r own libc sched kernel _ <<<"$(profile "${SERVE_PIDS[$i]}" "${PORTS[$i]}" "$mode")"
+    echo "| $workload | ${LABELS[$i]} | $own | $libc | $sched | $kernel |"
   done
 done
