@@ -4,7 +4,7 @@
 # thread, so a long step of one merge (a sort of the groups an ORDER BY over
 # aggregates reorders) holds every other session of that worker.
 #
-#   bench/fairness.sh [--rows N] [--seconds N] [--before BINARY]
+#   bench/fairness.sh [--rows N] [--seconds N] [--before BINARY] [--threads K]
 #
 # One MariaDB (the playground's, over TCP); `big` partitioned by MOD(2) of id
 # (both partitions on it), N rows in N/2 groups; each hscale instance
@@ -14,6 +14,8 @@
 # grp` over and over (hscale combines the partitions' groups and sorts
 # them); printed: the point selects' p99 and longest latency and rate, and
 # how long the heavy statement took, beside them and alone.
+# --threads K (K > 1): K workers, one instance that moves clients off a busy
+# worker (`move_clients = "by_load"`, the default) and one that never does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -21,11 +23,13 @@ source bench/common.sh
 ROWS=400000
 SECONDS_EACH=10
 BEFORE=""
+THREADS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --before) BEFORE=$(realpath "$2"); shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -38,14 +42,20 @@ trap 'stop_everything "${PIDS[@]}" ${HEAVY_PID:-}; rm -rf "$WORK"' EXIT
 BACKEND_PATH=tcp start_playground "$(free_port)" "$WORK/playground.log"
 direct() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N "$@"; }
 
-LABELS=() PORTS=()
-for build in now ${BEFORE:+before}; do
+LABELS=() PORTS=() HTTPS=()
+INSTANCES="now ${BEFORE:+before}"
+[ "$THREADS" -gt 1 ] && INSTANCES="now never"
+for build in $INSTANCES; do
   binary=target/release/hscale
   [ "$build" = before ] && binary=$BEFORE
+  settings="threads = $THREADS"
+  [ "$THREADS" -gt 1 ] && settings="$settings
+move_clients = \"$([ "$build" = never ] && echo never || echo by_load)\""
   port=$(free_port)
-  start_serve "$binary" "$port" "$WORK/hscale-$build.log" "" "max_connections = 64" "threads = 1"
-  PIDS+=("$SERVE_PID") LABELS+=("$build") PORTS+=("$port")
+  start_serve "$binary" "$port" "$WORK/hscale-$build.log" "" "max_connections = 64" "$settings"
+  PIDS+=("$SERVE_PID") LABELS+=("$build") PORTS+=("$port") HTTPS+=("$SERVE_HTTP")
 done
+moved() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^hscale_clients_moved_total/ {print $2}'; }
 
 direct -e "CREATE DATABASE fair; CREATE TABLE fair.big (id INT PRIMARY KEY, grp INT NOT NULL);
   CREATE DATABASE sbtest"
@@ -70,10 +80,10 @@ sysbench_run() { # port
 }
 sysbench_run "$DIRECT" prepare >/dev/null
 
-echo "bench/fairness.sh: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $ROWS rows in $((ROWS / 2)) groups, threads = 1, sysbench point_select 4 threads, ${SECONDS_EACH}s per cell"
+echo "bench/fairness.sh: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $ROWS rows in $((ROWS / 2)) groups, threads = $THREADS, sysbench point_select 4 threads, ${SECONDS_EACH}s per cell"
 echo
-echo "| hscale | heavy statement beside | point selects/s | p99 (ms) | longest (ms) | heavy statement (s) |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "| hscale | heavy statement beside | point selects/s | p99 (ms) | longest (ms) | heavy statement (s) | clients moved |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 for i in "${!LABELS[@]}"; do
   port=${PORTS[$i]}
   alone=$(for _ in 1 2 3; do
@@ -81,9 +91,10 @@ for i in "${!LABELS[@]}"; do
     proxy "$port" -e "$HEAVY" >/dev/null
     echo "$start $(date +%s.%N)" | awk '{print $2 - $1}'
   done | median)
-  echo "| ${LABELS[$i]} | alone | - | - | - | $alone |"
+  echo "| ${LABELS[$i]} | alone | - | - | - | $alone | - |"
   for heavy in no yes; do
     timing=""
+    moved0=$(moved "${HTTPS[$i]}")
     if [ "$heavy" = yes ]; then
       (
         while :; do
@@ -104,6 +115,7 @@ for i in "${!LABELS[@]}"; do
     rate=$(echo "$out" | awk '/queries:/ {gsub(/[(]/, "", $3); print $3; exit}')
     p99=$(echo "$out" | awk '/99th percentile:/ {print $3; exit}')
     longest=$(echo "$out" | awk '/max:/ {print $2; exit}')
-    echo "| ${LABELS[$i]} | $heavy | $rate | $p99 | $longest | ${timing:--} |"
+    moved1=$(moved "${HTTPS[$i]}")
+    echo "| ${LABELS[$i]} | $heavy | $rate | $p99 | $longest | ${timing:--} | $(( ${moved1:-0} - ${moved0:-0} )) |"
   done
 done

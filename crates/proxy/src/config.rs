@@ -48,6 +48,9 @@ pub struct ProxyConfig {
     /// Worker threads; 0 means one per core.
     #[serde(default)]
     pub threads: usize,
+    /// When a client moves to another worker between its statements.
+    #[serde(default)]
+    pub move_clients: MoveClients,
     /// How long opening a backend connection may take before the statement fails.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
@@ -701,4 +704,19 @@ level = "info"
         let problems = Config::parse(&text).unwrap().validate();
         assert_eq!(problems[0].path, "dictionary.backend");
     }
+}
+
+/// When a client moves to another worker (`[proxy] move_clients`,
+/// `cores::Balance`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveClients {
+    /// From a worker kept busy to one mostly idle, one at a time.
+    #[default]
+    ByLoad,
+    /// Never: a client stays on the worker it was handed to.
+    Never,
+    /// At every statement boundary where it may (to the next worker): for
+    /// tests of what a move must keep.
+    Always,
 }

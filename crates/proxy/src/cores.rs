@@ -1,19 +1,29 @@
 //! One single-threaded runtime per core (docs/ARCHITECTURE.md, "Cores").
 //!
 //! Each worker thread runs its own tokio runtime and serves the clients the
-//! acceptor hands it, from their login to their last statement: a session's
-//! client socket, its backend connections and its tasks are polled by one
-//! thread and woken by that thread's reactor, so a query crosses no core
-//! and no worker wakes another to steal work. ProxySQL's threads work the
-//! same way; tokio's shared scheduler let any worker poll any session, and
-//! the CPU per query grew with the workers (issue 42).
+//! acceptor hands it: a session's client socket, its backend connections and
+//! its tasks are polled by one thread and woken by that thread's reactor, so
+//! a query crosses no core and no worker wakes another to steal work.
+//! ProxySQL's threads work the same way; tokio's shared scheduler let any
+//! worker poll any session, and the CPU per query grew with the workers
+//! (issue 42).
+//!
+//! A client is placed on the worker serving the fewest, and moves only
+//! between statements, when `Balance` finds its worker kept busy (a heavy
+//! merge) while another is mostly idle: the session leaves its worker's
+//! reactor with nothing of its own in flight (no transaction, no connection
+//! held) and the other worker takes it up where it stopped, so the other
+//! clients of a busy worker need not share it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
+use crate::config::MoveClients;
+use crate::session::{Served, Session};
 use crate::shared::Shared;
 
 thread_local! {
@@ -39,17 +49,24 @@ pub fn count(threads: usize) -> usize {
     }
 }
 
-/// A client accepted, with its place under `[proxy] max_connections`.
-struct Arrival {
-    socket: std::net::TcpStream,
-    slot: OwnedSemaphorePermit,
+/// A client for a worker, with its place under `[proxy] max_connections`.
+enum Arrival {
+    /// Just accepted.
+    Accepted {
+        socket: std::net::TcpStream,
+        slot: OwnedSemaphorePermit,
+    },
+    /// Logged in on another worker, its socket detached (`ClientStream::Moving`).
+    Moved {
+        session: Box<Session>,
+        slot: OwnedSemaphorePermit,
+    },
 }
 
 /// The running workers; `stop` ends them and every task they run.
 pub struct Workers {
+    shared: Arc<Shared>,
     inboxes: Vec<mpsc::UnboundedSender<Arrival>>,
-    /// Clients each worker serves now: a new one goes to the least busy.
-    serving: Arc<[AtomicUsize]>,
     stopped: Vec<oneshot::Receiver<()>>,
 }
 
@@ -57,39 +74,31 @@ impl Workers {
     /// Starts `shared.cores` workers, each serving the clients it is handed.
     pub fn start(shared: &Arc<Shared>) -> std::io::Result<Workers> {
         let cores = shared.cores;
-        let serving: Arc<[AtomicUsize]> = (0..cores).map(|_| AtomicUsize::new(0)).collect();
+        let (inboxes, arrivals): (Vec<_>, Vec<_>) =
+            (0..cores).map(|_| mpsc::unbounded_channel()).unzip();
+        // A worker hands a moving client to another's inbox; held weakly,
+        // so that `stop` closes every inbox by dropping `inboxes`.
+        let exits: Arc<[mpsc::WeakUnboundedSender<Arrival>]> =
+            inboxes.iter().map(|inbox| inbox.downgrade()).collect();
         let mut workers = Workers {
-            inboxes: Vec::with_capacity(cores),
-            serving: serving.clone(),
+            shared: shared.clone(),
+            inboxes,
             stopped: Vec::with_capacity(cores),
         };
-        for core in 0..cores {
+        for (core, mut arrivals) in arrivals.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let (inbox, mut arrivals) = mpsc::unbounded_channel::<Arrival>();
             let (done, stopped) = oneshot::channel();
-            let (shared, serving) = (shared.clone(), serving.clone());
+            let (shared, exits) = (shared.clone(), exits.clone());
             std::thread::Builder::new()
                 .name(format!("hscale-core-{core}"))
                 .spawn(move || {
                     CORE.with(|c| c.set(core));
+                    shared.balance.started(core);
                     runtime.block_on(async {
-                        while let Some(Arrival { socket, slot }) = arrivals.recv().await {
-                            let socket = match tokio::net::TcpStream::from_std(socket) {
-                                Ok(socket) => socket,
-                                Err(e) => {
-                                    tracing::warn!("cannot serve a client on core {core}: {e}");
-                                    serving[core].fetch_sub(1, Ordering::Relaxed);
-                                    continue;
-                                }
-                            };
-                            let (shared, serving) = (shared.clone(), serving.clone());
-                            tokio::spawn(async move {
-                                crate::server::serve_client(shared, socket).await;
-                                drop(slot);
-                                serving[core].fetch_sub(1, Ordering::Relaxed);
-                            });
+                        while let Some(arrival) = arrivals.recv().await {
+                            tokio::spawn(serve(shared.clone(), core, arrival, exits.clone()));
                         }
                     });
                     // Ends every session and task of this core, as a stopped
@@ -97,7 +106,6 @@ impl Workers {
                     drop(runtime);
                     let _ = done.send(());
                 })?;
-            workers.inboxes.push(inbox);
             workers.stopped.push(stopped);
         }
         Ok(workers)
@@ -105,9 +113,8 @@ impl Workers {
 
     /// Hands a client to the worker serving the fewest.
     pub fn hand(&self, socket: tokio::net::TcpStream, slot: OwnedSemaphorePermit) {
-        let core = (0..self.serving.len())
-            .min_by_key(|&core| self.serving[core].load(Ordering::Relaxed))
-            .unwrap_or(0);
+        let balance = &self.shared.balance;
+        let core = balance.least_serving();
         let socket = match socket.into_std() {
             Ok(socket) => socket,
             Err(e) => {
@@ -115,9 +122,12 @@ impl Workers {
                 return;
             }
         };
-        self.serving[core].fetch_add(1, Ordering::Relaxed);
-        if self.inboxes[core].send(Arrival { socket, slot }).is_err() {
-            self.serving[core].fetch_sub(1, Ordering::Relaxed);
+        balance.arrived(core);
+        if self.inboxes[core]
+            .send(Arrival::Accepted { socket, slot })
+            .is_err()
+        {
+            balance.left(core);
         }
     }
 
@@ -127,5 +137,254 @@ impl Workers {
         for stopped in self.stopped {
             let _ = stopped.await;
         }
+    }
+}
+
+/// A client's time on worker `core`: to its end, or until it moves on.
+async fn serve(
+    shared: Arc<Shared>,
+    core: usize,
+    arrival: Arrival,
+    exits: Arc<[mpsc::WeakUnboundedSender<Arrival>]>,
+) {
+    let (served, slot) = match arrival {
+        Arrival::Accepted { socket, slot } => {
+            let socket = match tokio::net::TcpStream::from_std(socket) {
+                Ok(socket) => socket,
+                Err(e) => {
+                    tracing::warn!("cannot serve a client on core {core}: {e}");
+                    shared.balance.left(core);
+                    return;
+                }
+            };
+            (
+                crate::server::serve_client(shared.clone(), socket).await,
+                slot,
+            )
+        }
+        Arrival::Moved { session, slot } => (Session::resume(session).await, slot),
+    };
+    let balance = &shared.balance;
+    balance.left(core);
+    match served {
+        Served::Ended => crate::server::client_ended(&shared, slot),
+        Served::Moving(session, to) => {
+            balance.arrived(to);
+            balance.moved.fetch_add(1, Ordering::Relaxed);
+            let inbox = exits[to].upgrade();
+            let sent = inbox.map(|inbox| inbox.send(Arrival::Moved { session, slot }));
+            if !matches!(sent, Some(Ok(()))) {
+                // Stopping: the session ends with the process.
+                balance.left(to);
+            }
+        }
+    }
+}
+
+/// How often `balance_loop` looks at the workers' CPU time.
+const BALANCE_PERIOD: Duration = Duration::from_millis(200);
+
+/// A worker busier than this share of a CPU over a period, and by `GAP`
+/// busier than another, gives that one a client: absolute, so that lightly
+/// loaded workers keep their clients; relative, so that evenly loaded ones
+/// do, however busy (on a machine shared with MariaDB no worker gets a
+/// whole CPU).
+const BUSY: f64 = 0.5;
+const GAP: f64 = 0.3;
+
+/// Where clients are and when one moves (`[proxy] move_clients`): the
+/// acceptor places a client on the worker serving the fewest; every
+/// `BALANCE_PERIOD` the CPU time of each worker's thread is read, and where
+/// one was kept busy and another mostly idle, the busy one is asked to give
+/// one client away. The first of its sessions to reach a statement boundary
+/// free to move takes the request: the light, frequent ones, never a merge
+/// in the middle of its rows.
+pub struct Balance {
+    mode: MoveClients,
+    serving: Box<[Line<AtomicUsize>]>,
+    /// Per worker: 0, or 1 + the worker one of its clients is asked to move to.
+    requests: Box<[Line<AtomicUsize>]>,
+    /// Per worker, its thread's CPU clock (`pthread_getcpuclockid`), once
+    /// started; -1 before.
+    clocks: Box<[AtomicI64]>,
+    /// Clients moved between workers.
+    pub moved: AtomicU64,
+}
+
+/// On a cache line of its own: each worker's counts are written by the
+/// sessions on it, not passed between cores.
+#[derive(Default)]
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl Balance {
+    pub fn new(cores: usize, mode: MoveClients) -> Balance {
+        Balance {
+            mode,
+            serving: (0..cores).map(|_| Line::default()).collect(),
+            requests: (0..cores).map(|_| Line::default()).collect(),
+            clocks: (0..cores).map(|_| AtomicI64::new(-1)).collect(),
+            moved: AtomicU64::new(0),
+        }
+    }
+
+    /// The worker serving the fewest clients.
+    fn least_serving(&self) -> usize {
+        (0..self.serving.len())
+            .min_by_key(|&core| self.serving[core].0.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    fn arrived(&self, core: usize) {
+        self.serving[core].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn left(&self, core: usize) {
+        self.serving[core].0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Clients each worker serves now.
+    pub fn serving(&self) -> Vec<usize> {
+        let serving = self.serving.iter();
+        serving.map(|n| n.0.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Called on worker `core`'s own thread as it starts.
+    fn started(&self, core: usize) {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: pthread_self() is the calling thread, alive; `clock` is
+        // a valid place for the answer.
+        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0 {
+            self.clocks[core].store(i64::from(clock), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a client of the calling worker is asked to move: cheap, read
+    /// at every statement boundary before the session looks whether it may.
+    pub fn asked(&self) -> bool {
+        let core = current();
+        match self.mode {
+            MoveClients::Never => false,
+            MoveClients::Always => core != NO_WORKER && self.requests.len() > 1,
+            MoveClients::ByLoad => self
+                .requests
+                .get(core)
+                .is_some_and(|r| r.0.load(Ordering::Relaxed) != 0),
+        }
+    }
+
+    /// Takes the calling worker's request, if no other session took it:
+    /// the worker to move to.
+    pub fn claim(&self) -> Option<usize> {
+        let core = current();
+        let workers = self.requests.len();
+        match self.mode {
+            MoveClients::Never => None,
+            MoveClients::Always => (core != NO_WORKER && workers > 1).then(|| (core + 1) % workers),
+            MoveClients::ByLoad => {
+                let request = &self.requests.get(core)?.0;
+                let to = request.swap(0, Ordering::Relaxed);
+                to.checked_sub(1)
+            }
+        }
+    }
+
+    /// The CPU time each worker's thread has used, in nanoseconds (`None`
+    /// where it is not known).
+    fn cpu_times(&self) -> Vec<Option<u64>> {
+        let read = |clock: i64| {
+            let clock = libc::clockid_t::try_from(clock).ok()?;
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `now` is a valid place for the answer; a clock of a
+            // thread that ended makes the call fail, not misbehave.
+            if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+                return None;
+            }
+            Some(now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
+        };
+        let clocks = self.clocks.iter();
+        clocks.map(|c| read(c.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Looks at the workers every `BALANCE_PERIOD`, asking a busy one to
+    /// give a client to an idle one. Runs until aborted.
+    pub async fn watch(&self) {
+        if self.mode != MoveClients::ByLoad || self.requests.len() < 2 {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(BALANCE_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut before = (Instant::now(), self.cpu_times());
+        loop {
+            tick.tick().await;
+            let now = (Instant::now(), self.cpu_times());
+            let wall = now.0.duration_since(before.0).as_nanos().max(1) as f64;
+            let busy: Vec<f64> = (now.1.iter().zip(&before.1))
+                .map(|pair| match pair {
+                    (Some(after), Some(earlier)) => after.saturating_sub(*earlier) as f64 / wall,
+                    _ => 0.0,
+                })
+                .collect();
+            before = now;
+            for request in self.requests.iter() {
+                request.0.store(0, Ordering::Relaxed);
+            }
+            if let Some((from, to)) = move_one(&busy, &self.serving()) {
+                self.requests[from].0.store(to + 1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The worker that should give a client away and the one to take it: the
+/// busiest, if it was kept busy and serves more than one client, and the
+/// idlest, if it was by far less busy.
+fn move_one(busy: &[f64], serving: &[usize]) -> Option<(usize, usize)> {
+    let by_load = |a: &usize, b: &usize| busy[*a].total_cmp(&busy[*b]);
+    let from = (0..busy.len()).max_by(by_load)?;
+    let to = (0..busy.len()).min_by(by_load)?;
+    let moves = busy[from] >= BUSY && busy[from] - busy[to] >= GAP && serving[from] > 1;
+    moves.then_some((from, to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_worker_gives_a_client_to_an_idle_one() {
+        assert_eq!(move_one(&[0.95, 0.1], &[5, 2]), Some((0, 1)));
+        assert_eq!(move_one(&[0.2, 0.9, 0.5, 0.3], &[3, 3, 3, 3]), Some((1, 0)));
+        // A merge's worker on two cores shared with MariaDB.
+        assert_eq!(move_one(&[0.55, 0.2], &[3, 2]), Some((0, 1)));
+    }
+
+    #[test]
+    fn evenly_loaded_or_lone_clients_stay() {
+        // Every worker busy: no one is idle enough to take a client.
+        assert_eq!(move_one(&[0.95, 0.8], &[32, 32]), None);
+        // Every worker lightly loaded: no one is kept busy.
+        assert_eq!(move_one(&[0.45, 0.05], &[4, 4]), None);
+        // A busy worker's only client (a heavy merge) has nowhere better to be.
+        assert_eq!(move_one(&[1.0, 0.0], &[1, 4]), None);
+        assert_eq!(move_one(&[], &[]), None);
+        assert_eq!(move_one(&[1.0], &[3]), None);
+    }
+
+    #[test]
+    fn a_request_is_taken_once() {
+        let balance = Balance::new(2, MoveClients::ByLoad);
+        balance.requests[0].0.store(2, Ordering::Relaxed);
+        CORE.with(|c| c.set(0));
+        assert!(balance.asked());
+        assert_eq!(balance.claim(), Some(1));
+        assert!(!balance.asked());
+        assert_eq!(balance.claim(), None);
+        CORE.with(|c| c.set(NO_WORKER));
+        assert!(!balance.asked());
+        assert_eq!(balance.claim(), None);
     }
 }

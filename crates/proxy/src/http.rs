@@ -89,6 +89,21 @@ pub fn metrics(shared: &Shared) -> String {
         "Client connections open now.",
         plain(c.clients.load(Ordering::Relaxed)),
     );
+    let serving = shared.balance.serving().into_iter().enumerate();
+    metric(
+        "hscale_worker_clients",
+        "gauge",
+        "Client connections each worker thread serves now.",
+        serving
+            .map(|(worker, n)| (format!("{{worker=\"{worker}\"}}"), n as u64))
+            .collect(),
+    );
+    metric(
+        "hscale_clients_moved_total",
+        "counter",
+        "Clients moved from a busy worker thread to an idle one between statements.",
+        plain(shared.balance.moved.load(Ordering::Relaxed)),
+    );
     metric(
         "hscale_statements_waited_total",
         "counter",

@@ -37,6 +37,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             http: None,
             max_connections: 4096,
             threads: 0,
+            move_clients: Default::default(),
             connect_timeout_ms: 3000,
             queue_timeout_ms: 10_000,
             transactions: Default::default(),

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::cores::Workers;
 use crate::error::ProxyError;
-use crate::session::Session;
+use crate::session::{Served, Session};
 use crate::shared::{Counters, Shared};
 
 pub struct Server {
@@ -53,11 +53,18 @@ impl Server {
     }
 }
 
-/// A client's whole life, on the worker it was handed to.
-pub(crate) async fn serve_client(shared: Arc<Shared>, socket: TcpStream) {
+/// A client's life on the worker it was handed to: to its end, or until it
+/// moves to another (`cores::Balance`).
+pub(crate) async fn serve_client(shared: Arc<Shared>, socket: TcpStream) -> Served {
     Counters::add(&shared.counters.connections, 1);
     Counters::add(&shared.counters.clients, 1);
-    Session::serve(shared.clone(), socket).await;
+    Session::serve(shared.clone(), socket).await
+}
+
+/// A client's session ended, on whichever worker: its place under
+/// `max_connections` is free.
+pub(crate) fn client_ended(shared: &Shared, slot: tokio::sync::OwnedSemaphorePermit) {
+    drop(slot);
     shared
         .counters
         .clients
@@ -106,6 +113,8 @@ pub async fn run(
         shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),
     ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
+    let balancing = shared.clone();
+    let balance = tokio::spawn(async move { balancing.balance.watch().await });
     let server = Server::new(listener, shared.clone(), workers);
     tokio::select! {
         _ = server.accept_loop() => {}
@@ -115,6 +124,7 @@ pub async fn run(
     sweep.abort();
     recovery.abort();
     idle.abort();
+    balance.abort();
     server.workers.stop().await;
     crate::dictionary::leave(&shared).await;
     Ok(())

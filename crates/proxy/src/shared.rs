@@ -353,6 +353,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// Worker threads, each with a runtime of its own (`cores`).
     pub cores: usize,
+    /// Where clients are, and when one moves to another worker.
+    pub balance: crate::cores::Balance,
     pub counters: Counters,
     pub sessions: Sessions,
     pub dictionary: DictionaryHandle,
@@ -497,6 +499,7 @@ impl Shared {
             new_session_sql_mode: String::new(),
             max_connections: config.proxy.max_connections,
             cores,
+            balance: crate::cores::Balance::new(cores, config.proxy.move_clients),
             counters: Counters::default(),
             sessions: Sessions::default(),
             sequences: Default::default(),

@@ -4,7 +4,7 @@
 //! configurations from the configured PEM files and holds the stream types.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -195,6 +195,9 @@ impl ToBackend {
 pub enum ClientStream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::server::TlsStream<Rewind<TcpStream>>>),
+    /// A plain client's socket on its way to another worker, registered
+    /// with no reactor (`cores::Balance`); reads and writes fail.
+    Moving(std::net::TcpStream),
 }
 
 impl ClientStream {
@@ -214,6 +217,33 @@ impl ClientStream {
     pub fn is_tls(&self) -> bool {
         matches!(self, ClientStream::Tls(_))
     }
+
+    /// Leaves the calling worker's reactor, the socket kept open (a
+    /// duplicate of it: the registered one is closed with its registration).
+    pub fn detach(&mut self) -> io::Result<()> {
+        let ClientStream::Plain(socket) = self else {
+            return Err(io::Error::other("only a plain client socket moves"));
+        };
+        let duplicate = socket.as_fd().try_clone_to_owned()?;
+        *self = ClientStream::Moving(duplicate.into());
+        Ok(())
+    }
+
+    /// Registers a moved socket with the calling worker's reactor.
+    pub fn attach(&mut self) -> io::Result<()> {
+        let ClientStream::Moving(socket) = self else {
+            return Err(io::Error::other("the client socket is not moving"));
+        };
+        *self = ClientStream::Plain(TcpStream::from_std(socket.try_clone()?)?);
+        Ok(())
+    }
+}
+
+fn moving() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the client is moving between workers",
+    )
 }
 
 impl AsRawFd for ClientStream {
@@ -221,6 +251,7 @@ impl AsRawFd for ClientStream {
         match self {
             ClientStream::Plain(s) => s.as_raw_fd(),
             ClientStream::Tls(s) => s.get_ref().0.inner.as_raw_fd(),
+            ClientStream::Moving(s) => s.as_raw_fd(),
         }
     }
 }
@@ -274,6 +305,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 }
@@ -287,6 +319,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 
@@ -294,6 +327,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 
@@ -301,6 +335,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 }

@@ -71,11 +71,18 @@ fn workers_share_the_backend_connections_under_its_maximum() {
     config.proxy.threads = 2;
     config.backends[0].max_connections = 2;
     let proxy = Proxy::start(config);
-    let clients: Vec<_> = (0..8)
+    clients_at_once_get_every_answer(&proxy, &db, 8, 200);
+    assert!(proxy.shared.main_pool().open_connections() <= 2);
+}
+
+/// `clients` clients at once, each running `statements` statements, get
+/// every answer, their own.
+fn clients_at_once_get_every_answer(proxy: &Proxy, db: &str, clients: u64, statements: u64) {
+    let threads: Vec<_> = (0..clients)
         .map(|c| {
-            let mut conn = proxy.connect(Some(&db));
+            let mut conn = proxy.connect(Some(db));
             std::thread::spawn(move || {
-                (0..200)
+                (0..statements)
                     .map(|i| {
                         conn.query_first::<u64, _>(format!("SELECT {c} * 1000 + {i}"))
                             .unwrap()
@@ -85,12 +92,11 @@ fn workers_share_the_backend_connections_under_its_maximum() {
             })
         })
         .collect();
-    let sums: Vec<u64> = clients.into_iter().map(|t| t.join().unwrap()).collect();
-    let expected: Vec<u64> = (0..8)
-        .map(|c| (0..200).map(|i| c * 1000 + i).sum())
+    let sums: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let expected: Vec<u64> = (0..clients)
+        .map(|c| (0..statements).map(|i| c * 1000 + i).sum())
         .collect();
     assert_eq!(sums, expected);
-    assert!(proxy.shared.main_pool().open_connections() <= 2);
 }
 
 /// A session gets back the connection it returned last if no one used it
@@ -843,4 +849,115 @@ fn a_client_idle_past_its_wait_timeout_is_closed_and_the_pool_keeps_its_connecti
     );
     let one: Option<i32> = patient.query_first("SELECT 1").unwrap();
     assert_eq!(one, Some(1), "a client with the default wait_timeout stays");
+}
+
+/// Two workers, every client moving to the other at every statement where
+/// it may (`move_clients = "always"`): none notices. Each keeps its
+/// settings, variables, database, prepared statements, insert id, the
+/// previous statement's warnings and row counts; a temporary table keeps
+/// its client on one worker while it lives; KILL finds a client that moved;
+/// clients at once on both workers get every answer.
+#[test]
+fn clients_moving_between_workers_notice_nothing() {
+    let db = database_with_table("mux_moving");
+    let other_db = cluster().database("mux_moving_other");
+    cluster()
+        .direct(1, Some(&db))
+        .query_drop("CREATE TABLE seq (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
+        .unwrap();
+    let mut config = cluster().config();
+    config.proxy.threads = 2;
+    config.proxy.move_clients = hscale::config::MoveClients::Always;
+    config.backends[0].max_connections = 4;
+    let proxy = Proxy::start(config);
+    let moved = || {
+        proxy
+            .shared
+            .balance
+            .moved
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+
+    let zones = ["+01:00", "-03:00", "+04:30"];
+    let mut clients: Vec<_> = zones.iter().map(|_| proxy.connect(Some(&db))).collect();
+    let mut statements = Vec::new();
+    for (i, (c, zone)) in clients.iter_mut().zip(zones).enumerate() {
+        c.query_drop(format!("SET time_zone = '{zone}'")).unwrap();
+        statements.push(c.prep(format!("SELECT ? + {i}, @@time_zone")).unwrap());
+    }
+    let before = moved();
+    for round in 0..5 {
+        for (i, (c, zone)) in clients.iter_mut().zip(zones).enumerate() {
+            let tz: Option<String> = c.query_first("SELECT @@time_zone").unwrap();
+            assert_eq!(tz.as_deref(), Some(zone), "client {i}, round {round}");
+            let prepared: Option<(i64, String)> = c.exec_first(&statements[i], (round,)).unwrap();
+            assert_eq!(prepared, Some((round + i as i64, zone.to_string())));
+        }
+    }
+    assert!(moved() >= before + 15, "moved {} times", moved() - before);
+
+    let a = &mut clients[0];
+    a.query_drop("INSERT INTO seq (v) VALUES (1)").unwrap();
+    a.query_drop("SELECT 1").unwrap();
+    assert_eq!(
+        a.query_first::<u64, _>("SELECT LAST_INSERT_ID()").unwrap(),
+        Some(1)
+    );
+    a.query_drop("SELECT CAST('12abc' AS SIGNED)").unwrap();
+    let warnings: Vec<(String, u32, String)> = a.query("SHOW WARNINGS").unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].1, 1292);
+    let mut direct = cluster().direct(1, Some(&db));
+    let oracle = previous_statement_script(&mut direct);
+    direct.query_drop("DELETE FROM t").unwrap();
+    assert_eq!(previous_statement_script(a), oracle);
+    a.query_drop(format!("USE {other_db}")).unwrap();
+    for _ in 0..3 {
+        let current: Option<String> = a.query_first("SELECT DATABASE()").unwrap();
+        assert_eq!(current.as_deref(), Some(other_db.as_str()));
+    }
+    a.query_drop(format!("USE {db}")).unwrap();
+
+    // A temporary table or a user variable binds its connection, and so its
+    // client to its worker.
+    let b = &mut clients[1];
+    b.query_drop("CREATE TEMPORARY TABLE scratch (x INT)")
+        .unwrap();
+    let pinned = moved();
+    for x in 0..5 {
+        b.query_drop(format!("INSERT INTO scratch VALUES ({x})"))
+            .unwrap();
+    }
+    assert_eq!(
+        b.query_first::<i64, _>("SELECT SUM(x) FROM scratch")
+            .unwrap(),
+        Some(10)
+    );
+    assert_eq!(moved(), pinned, "a client with a temporary table moved");
+    let c = &mut clients[2];
+    c.query_drop("SET @mine = 7").unwrap();
+    for _ in 0..3 {
+        assert_eq!(c.query_first::<i64, _>("SELECT @mine").unwrap(), Some(7));
+    }
+    assert_eq!(moved(), pinned, "a client with a user variable moved");
+
+    // KILL of a client that moved since it logged in.
+    let victim = u64::from(clients[2].connection_id());
+    for _ in 0..3 {
+        clients[2].query_drop("SELECT 1").unwrap();
+    }
+    clients[0].query_drop(format!("KILL {victim}")).unwrap();
+    assert!(clients[2].query_drop("SELECT 1").is_err());
+    clients[1].query_drop("SELECT 1").unwrap();
+
+    let before = moved();
+    clients_at_once_get_every_answer(&proxy, &db, 6, 100);
+    assert!(moved() > before + 100, "moved {} times", moved() - before);
+    // Each worker's count follows its clients there and back: the two left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let serving = || proxy.shared.balance.serving().iter().sum::<usize>();
+    while serving() != 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(serving(), 2, "{:?}", proxy.shared.balance.serving());
 }

@@ -3,7 +3,9 @@
 //! DROP_PARTITION), refusals, transactions over two backends, and an oracle:
 //! the same random rows and statements in one plain table on one server.
 
-use hscale::config::Transactions;
+use std::sync::atomic::Ordering;
+
+use hscale::config::{MoveClients, Transactions};
 use hscale_testkit::{cluster, Proxy};
 use mysql::prelude::Queryable;
 use mysql::Conn;
@@ -955,8 +957,40 @@ fn random_prepared_transactions_answer_like_one_plain_table() {
     random_transactions("part_tx_oracle_ps", true, Transactions::Multi);
 }
 
+/// Clients that move to another worker at every statement where they may
+/// (`move_clients = "always"`, two workers) keep their transactions,
+/// savepoints, autocommit and prepared statements: the same answers.
+#[test]
+fn random_transactions_of_clients_moving_between_workers_answer_like_one_plain_table() {
+    let moved = random_transactions_with(
+        "part_tx_oracle_moving",
+        true,
+        Transactions::Atomic,
+        MoveClients::Always,
+    );
+    assert!(moved > 100, "clients moved {moved} times");
+}
+
 fn random_transactions(name: &str, prepared: bool, mode: Transactions) {
-    let (proxy, db) = setup_with(name, mode);
+    random_transactions_with(name, prepared, mode, MoveClients::default());
+}
+
+/// Runs the generated transactions; how often clients moved between workers.
+fn random_transactions_with(
+    name: &str,
+    prepared: bool,
+    mode: Transactions,
+    moves: MoveClients,
+) -> u64 {
+    let db = cluster().database(name);
+    cluster().direct(1, Some(&db)).query_drop(USERS).unwrap();
+    let mut config = cluster().config();
+    config.proxy.transactions = mode;
+    if moves == MoveClients::Always {
+        config.proxy.move_clients = moves;
+        config.proxy.threads = 2;
+    }
+    let proxy = Proxy::start(config);
     let oracle_db = cluster().database(&format!("{name}_plain"));
     let mut oracle = cluster().direct(1, Some(&oracle_db));
     oracle.query_drop(USERS).unwrap();
@@ -1034,6 +1068,7 @@ fn random_transactions(name: &str, prepared: bool, mode: Transactions) {
     c.query_drop("COMMIT").unwrap();
     oracle.query_drop("COMMIT").unwrap();
     assert_eq!(rows(&mut other), rows(&mut oracle_other));
+    proxy.shared.balance.moved.load(Ordering::Relaxed)
 }
 
 #[test]

@@ -50,6 +50,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
         &self.stream
     }
 
+    /// The stream itself, what was read and not consumed staying here.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
     /// Reads one whole packet. `Ok(None)`: the peer closed between packets.
     pub async fn read_packet(&mut self) -> Result<Option<Packet>, WireError> {
         let mut assembled: Option<BytesMut> = None;
@@ -135,6 +140,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PacketStream<S> {
     /// Queues a packet; nothing is sent before `flush`.
     pub fn queue_packet(&mut self, seq: u8, payload: &[u8]) -> u8 {
         write_packet(seq, payload, &mut self.wbuf)
+    }
+
+    /// Whether everything queued was written to the stream.
+    pub fn is_flushed(&self) -> bool {
+        self.wbuf.is_empty()
     }
 
     /// The write buffer, for callers that frame packets themselves.

@@ -142,6 +142,10 @@ pub fn status(shared: &Shared) -> AdminAnswer {
             "client_connections",
             counters.clients.load(relaxed).to_string(),
         ),
+        (
+            "moved_clients",
+            shared.balance.moved.load(relaxed).to_string(),
+        ),
         ("dictionary_version", dictionary.version.to_string()),
         (
             "dictionary_fresh",

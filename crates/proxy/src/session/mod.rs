@@ -125,11 +125,28 @@ pub struct Session {
     /// The sequence number of the command's answer: 1, unless the client
     /// sent more than the command (a LOCAL INFILE's packets).
     reply_seq: u8,
+    /// Its socket could not leave this worker once: it stays.
+    stays: bool,
+}
+
+/// How a session's time on a worker ended.
+pub enum Served {
+    /// The client quit or its connection failed.
+    Ended,
+    /// Between statements, to the worker named: its socket detached
+    /// (`ClientStream::Moving`), nothing of its own in flight.
+    Moving(Box<Session>, usize),
+}
+
+/// Why the command loop returned without an error.
+enum Leave {
+    Quit,
+    MoveTo(usize),
 }
 
 impl Session {
     /// Serves one client until it quits or its connection fails.
-    pub async fn serve(shared: Arc<Shared>, socket: TcpStream) {
+    pub async fn serve(shared: Arc<Shared>, socket: TcpStream) -> Served {
         let _ = socket.set_nodelay(true);
         let peer = socket.peer_addr().ok();
         let connection_id = shared.next_connection_id();
@@ -142,7 +159,7 @@ impl Session {
                 if let Some(mut client) = client {
                     let _ = reply_error(&mut client, &e, seq).await;
                 }
-                return;
+                return Served::Ended;
             }
             Ok((None, Ok(_))) => unreachable!("a login keeps its stream"),
             Err(_) => {
@@ -151,7 +168,7 @@ impl Session {
                     ?peer,
                     "closed: no login within login_timeout_ms"
                 );
-                return;
+                return Served::Ended;
             }
         };
         client.set_max_packet(shared.max_allowed_packet);
@@ -175,7 +192,7 @@ impl Session {
                 returned: None,
             })
             .collect();
-        let mut session = Session {
+        let mut session = Box::new(Session {
             handle: shared.sessions.register(connection_id, &login.user),
             admin,
             slots,
@@ -204,20 +221,78 @@ impl Session {
             column_names: Default::default(),
             probed_columns: Default::default(),
             definitions: Default::default(),
-        };
+            stays: false,
+        });
         session.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
             tracing::info!(connection_id, "login failed: {e}");
             let _ = reply_error(&mut session.client, &e, login.next_seq).await;
-            return;
+            session.finish();
+            return Served::Ended;
         }
-        if let Err(e) = session.command_loop().await {
-            tracing::debug!(connection_id, "connection ends: {e}");
+        Session::run(session).await
+    }
+
+    /// Goes on serving a client that moved here from another worker.
+    pub async fn resume(mut session: Box<Session>) -> Served {
+        if let Err(e) = session.client.get_mut().attach() {
+            tracing::warn!(
+                connection_id = session.connection_id,
+                "a moved client cannot be served here: {e}"
+            );
+            session.finish();
+            return Served::Ended;
+        }
+        Session::run(session).await
+    }
+
+    /// Serves commands until the client leaves, or moves to another worker.
+    async fn run(mut session: Box<Session>) -> Served {
+        let connection_id = session.connection_id;
+        loop {
+            match session.command_loop().await {
+                Ok(Leave::MoveTo(worker)) => match session.client.get_mut().detach() {
+                    Ok(()) => {
+                        tracing::debug!(connection_id, worker, "client moves to another worker");
+                        return Served::Moving(session, worker);
+                    }
+                    Err(e) => {
+                        tracing::warn!(connection_id, "a client cannot leave its worker: {e}");
+                        session.stays = true;
+                    }
+                },
+                Ok(Leave::Quit) => break,
+                Err(e) => {
+                    tracing::debug!(connection_id, "connection ends: {e}");
+                    break;
+                }
+            }
         }
         session.finish();
         tracing::info!(connection_id, "client disconnected");
+        Served::Ended
+    }
+
+    /// Whether the session may leave this worker now: between statements,
+    /// with nothing registered with this worker's reactor but the client's
+    /// plain socket (no connection held, no transaction, no state still to
+    /// read from a connection) and its answer sent whole.
+    fn may_move(&self) -> bool {
+        !self.stays
+            && matches!(self.client.get_ref(), ClientStream::Plain(_))
+            && self.client.is_flushed()
+            && !self.tx.in_transaction()
+            && !self.tx.reached_any()
+            && !self.tx.unsettled()
+            && self.unread.is_empty()
+            && !self.session_variables_changed
+            && self.slots.iter().all(|slot| slot.held.is_none())
+            && !matches!(
+                self.previous,
+                Previous::On { messages: true, .. } | Previous::Scattered { messages: true, .. }
+            )
     }
 
     /// Checks the requested database exists (as MySQL does at login) and says OK.
@@ -238,7 +313,10 @@ impl Session {
         Ok(())
     }
 
-    async fn command_loop(&mut self) -> Result<(), ProxyError> {
+    async fn command_loop(&mut self) -> Result<Leave, ProxyError> {
+        // A session that just arrived serves a command before it may leave
+        // again: two workers asking at once must not pass it back and forth.
+        let mut served_here = false;
         loop {
             if self.tx.unsettled() {
                 self.settle_transaction().await;
@@ -258,6 +336,11 @@ impl Session {
                 &mut self.transaction_tables,
             );
             self.statement_tables.clear();
+            if served_here && self.shared.balance.asked() && self.may_move() {
+                if let Some(worker) = self.shared.balance.claim() {
+                    return Ok(Leave::MoveTo(worker));
+                }
+            }
             self.handle.set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
                 packet = self.client.read_packet() => packet,
@@ -278,7 +361,7 @@ impl Session {
             };
             self.handle.set_busy();
             let Some(packet) = packet else {
-                return Ok(());
+                return Ok(Leave::Quit);
             };
             if packet.first_seq != 0 {
                 return Err(ProxyError::Client(WireError::OutOfOrder {
@@ -292,7 +375,7 @@ impl Session {
                 }));
             };
             if code == command::QUIT {
-                return Ok(());
+                return Ok(Leave::Quit);
             }
             let behind = self.session_variables_changed || !self.unread.is_empty();
             if behind && !self.reads_back_later(&packet.payload) {
@@ -304,6 +387,7 @@ impl Session {
             }
             self.shared.counters.questions.add(1);
             self.reply_seq = 1;
+            served_here = true;
             if let Err(e) = self.dispatch(code, packet.payload).await {
                 let (_, disposition) = e.to_client();
                 tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
