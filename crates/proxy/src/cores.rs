@@ -56,7 +56,7 @@ enum Arrival {
         socket: std::net::TcpStream,
         slot: OwnedSemaphorePermit,
     },
-    /// Logged in on another worker, its socket detached (`ClientStream::Moving`).
+    /// Logged in on another worker, its socket detached (`ClientSocket::Moving`).
     Moved {
         session: Box<Session>,
         slot: OwnedSemaphorePermit,

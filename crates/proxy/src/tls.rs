@@ -193,14 +193,15 @@ impl ToBackend {
 
 /// A client's socket, in clear or switched to TLS.
 pub enum ClientStream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<Rewind<TcpStream>>>),
-    /// A plain client's socket on its way to another worker, registered
-    /// with no reactor (`cores::Balance`); reads and writes fail.
-    Moving(std::net::TcpStream),
+    Plain(ClientSocket),
+    Tls(Box<tokio_rustls::server::TlsStream<Rewind<ClientSocket>>>),
 }
 
 impl ClientStream {
+    pub fn new(socket: TcpStream) -> ClientStream {
+        ClientStream::Plain(ClientSocket::Registered(socket))
+    }
+
     /// Switches to TLS; `early` holds what the client sent after its
     /// SSLRequest before hscale answered (the start of its TLS handshake).
     pub async fn accept(self, early: BytesMut, acceptor: &TlsAcceptor) -> io::Result<ClientStream> {
@@ -218,32 +219,73 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(_))
     }
 
-    /// Leaves the calling worker's reactor, the socket kept open (a
-    /// duplicate of it: the registered one is closed with its registration).
+    /// The socket under the TLS session, if any.
+    fn socket(&mut self) -> &mut ClientSocket {
+        match self {
+            ClientStream::Plain(socket) => socket,
+            ClientStream::Tls(tls) => &mut tls.get_mut().0.inner,
+        }
+    }
+
+    /// Leaves the calling worker's reactor between two commands, to be
+    /// served by another worker (`cores::Balance`): a TLS session's state
+    /// goes along untouched.
     pub fn detach(&mut self) -> io::Result<()> {
-        let ClientStream::Plain(socket) = self else {
-            return Err(io::Error::other("only a plain client socket moves"));
-        };
-        let duplicate = socket.as_fd().try_clone_to_owned()?;
-        *self = ClientStream::Moving(duplicate.into());
-        Ok(())
+        self.socket().detach()
     }
 
     /// Registers a moved socket with the calling worker's reactor.
     pub fn attach(&mut self) -> io::Result<()> {
-        let ClientStream::Moving(socket) = self else {
-            return Err(io::Error::other("the client socket is not moving"));
-        };
-        *self = ClientStream::Plain(TcpStream::from_std(socket.try_clone()?)?);
-        Ok(())
+        self.socket().attach()
     }
 }
 
-fn moving() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotConnected,
-        "the client is moving between workers",
-    )
+/// A client's TCP socket, registered with the reactor of the worker serving
+/// it, or on its way to another.
+pub enum ClientSocket {
+    Registered(TcpStream),
+    /// Registered with no reactor; reads and writes fail.
+    Moving(std::net::TcpStream),
+}
+
+impl ClientSocket {
+    /// The socket kept open by a duplicate of it: the registered one is
+    /// closed with its registration.
+    fn detach(&mut self) -> io::Result<()> {
+        let ClientSocket::Registered(socket) = self else {
+            return Err(io::Error::other("the client socket is moving already"));
+        };
+        let duplicate = socket.as_fd().try_clone_to_owned()?;
+        *self = ClientSocket::Moving(duplicate.into());
+        Ok(())
+    }
+
+    fn attach(&mut self) -> io::Result<()> {
+        let ClientSocket::Moving(socket) = self else {
+            return Err(io::Error::other("the client socket is not moving"));
+        };
+        *self = ClientSocket::Registered(TcpStream::from_std(socket.try_clone()?)?);
+        Ok(())
+    }
+
+    fn registered(&mut self) -> io::Result<&mut TcpStream> {
+        match self {
+            ClientSocket::Registered(socket) => Ok(socket),
+            ClientSocket::Moving(_) => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the client is moving between workers",
+            )),
+        }
+    }
+}
+
+impl AsRawFd for ClientSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            ClientSocket::Registered(s) => s.as_raw_fd(),
+            ClientSocket::Moving(s) => s.as_raw_fd(),
+        }
+    }
 }
 
 impl AsRawFd for ClientStream {
@@ -251,7 +293,46 @@ impl AsRawFd for ClientStream {
         match self {
             ClientStream::Plain(s) => s.as_raw_fd(),
             ClientStream::Tls(s) => s.get_ref().0.inner.as_raw_fd(),
-            ClientStream::Moving(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl AsyncRead for ClientSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => Pin::new(s).poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for ClientSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut().registered() {
+            Ok(s) => Pin::new(s).poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => Pin::new(s).poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => Pin::new(s).poll_shutdown(cx),
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 }
@@ -305,7 +386,6 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
-            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 }
@@ -319,7 +399,6 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
-            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 
@@ -327,7 +406,6 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s).poll_flush(cx),
-            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 
@@ -335,7 +413,6 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s).poll_shutdown(cx),
-            ClientStream::Moving(_) => Poll::Ready(Err(moving())),
         }
     }
 }

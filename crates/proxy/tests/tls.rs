@@ -143,3 +143,43 @@ fn backends_are_reached_over_verified_tls_by_an_account_that_requires_it() {
         "{err:?}"
     );
 }
+
+/// A client over TLS moves between workers with its TLS session
+/// (`move_clients = "always"`, two workers): every answer arrives, in order,
+/// encrypted, as the client goes back and forth.
+#[test]
+fn a_client_over_tls_moves_between_workers_with_its_session() {
+    let mut config = tls_config();
+    config.proxy.threads = 2;
+    config.proxy.move_clients = hscale::config::MoveClients::Always;
+    let proxy = Proxy::start(config);
+    let ca = format!("--ssl-ca={}", cluster().tls.ca.display());
+    let statements: String = (0..50).map(|i| format!("SELECT {i} * 2; ")).collect();
+    let out = cli(
+        proxy.port,
+        &[
+            "--ssl",
+            "--ssl-verify-server-cert",
+            &ca,
+            "--skip-column-names",
+        ],
+        &format!("status; {statements}"),
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = said.lines().collect();
+    let answers = &lines[lines.len().saturating_sub(50)..];
+    let expected: Vec<String> = (0..50).map(|i| (i * 2).to_string()).collect();
+    assert_eq!(answers, expected);
+    assert!(said.contains("Cipher in use is"), "{said}");
+    let moved = proxy
+        .shared
+        .balance
+        .moved
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(moved >= 40, "moved {moved} times");
+}

@@ -134,7 +134,7 @@ pub enum Served {
     /// The client quit or its connection failed.
     Ended,
     /// Between statements, to the worker named: its socket detached
-    /// (`ClientStream::Moving`), nothing of its own in flight.
+    /// (`ClientSocket::Moving`), nothing of its own in flight.
     Moving(Box<Session>, usize),
 }
 
@@ -150,7 +150,7 @@ impl Session {
         let _ = socket.set_nodelay(true);
         let peer = socket.peer_addr().ok();
         let connection_id = shared.next_connection_id();
-        let client = PacketStream::new(ClientStream::Plain(socket), MAX_LOGIN_PACKET);
+        let client = PacketStream::new(ClientStream::new(socket), MAX_LOGIN_PACKET);
         let login = handshake::login(client, &shared, connection_id);
         let (mut client, login) = match tokio::time::timeout(shared.login_timeout, login).await {
             Ok((Some(client), Ok(login))) => (client, login),
@@ -277,11 +277,10 @@ impl Session {
 
     /// Whether the session may leave this worker now: between statements,
     /// with nothing registered with this worker's reactor but the client's
-    /// plain socket (no connection held, no transaction, no state still to
-    /// read from a connection) and its answer sent whole.
+    /// socket (no connection held, no transaction, no state still to read
+    /// from a connection) and its answer sent whole.
     fn may_move(&self) -> bool {
         !self.stays
-            && matches!(self.client.get_ref(), ClientStream::Plain(_))
             && self.client.is_flushed()
             && !self.tx.in_transaction()
             && !self.tx.reached_any()
