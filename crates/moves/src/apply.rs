@@ -135,9 +135,21 @@ impl PendingChanges {
         Ok(())
     }
 
-    fn hold(&mut self, key: String, row: Option<String>) {
+    /// A row's key condition and where it ends (`None`: removed).
+    pub fn hold(&mut self, key: String, row: Option<String>) {
         self.bytes += key.len() + row.as_ref().map_or(0, String::len);
         self.rows.insert(key, row);
+    }
+
+    /// About how much it holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its rows, each as it ends, let go.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (String, Option<String>)> {
+        self.bytes = 0;
+        std::mem::take(&mut self.rows).into_iter()
     }
 }
 

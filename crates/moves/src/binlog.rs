@@ -10,6 +10,7 @@ use mysql_common::binlog::value::BinlogValue;
 use mysql_common::binlog::EventStreamReader;
 
 use crate::position::BinlogPosition;
+use crate::xa::Xid;
 use crate::MoveError;
 
 /// One row image: a value per column, in the table's order.
@@ -31,6 +32,17 @@ pub enum Decoded {
     /// A transaction ended (committed): a point the destination may
     /// commit at, and the applier's checkpoint with it.
     Commit,
+    /// An XA transaction's prepared group begins (MariaDB's GTID event
+    /// flagged as prepared XA) at `at`: its row changes follow, up to its
+    /// `XaPrepared`, and count only once a later `XaEnded` commits them.
+    XaStart { at: BinlogPosition },
+    /// The prepared group ends: it is `xid`'s. `one_phase`: committed
+    /// with it (`XA COMMIT ... ONE PHASE` where the server logs it so).
+    XaPrepared { xid: Xid, one_phase: bool },
+    /// `XA COMMIT xid` (`committed`) or `XA ROLLBACK xid` of a prepared
+    /// transaction, possibly long after its group and from another
+    /// connection.
+    XaEnded { xid: Xid, committed: bool },
     /// A statement changed the watched table's definition (DDL).
     Ddl(String),
     /// Nothing a move applies.
@@ -65,6 +77,12 @@ const QUERY_EVENT: u8 = 0x02;
 const ROTATE_EVENT: u8 = 0x04;
 const FORMAT_DESCRIPTION_EVENT: u8 = 0x0f;
 const XID_EVENT: u8 = 0x10;
+const XA_PREPARE_EVENT: u8 = 38;
+/// MariaDB's GTID event: it starts every event group, and says whether
+/// the group is an XA transaction's prepared half.
+const MARIADB_GTID_EVENT: u8 = 162;
+/// The GTID event's `flags2` bit of a group that XA PREPARE wrote.
+const FL_PREPARED_XA: u8 = 64;
 
 impl Decoder {
     /// Reading from `start`, for the rows of `watched`; `checksums`: the
@@ -118,11 +136,25 @@ impl Decoder {
             self.position = BinlogPosition::new(name, rotate.position());
             return Ok(Decoded::Other);
         }
+        let starts_at = self.position.offset;
         // A dump's artificial events (the format description a dump starts
         // with, heartbeats) have no position of their own.
         if header.log_pos() != 0 {
             self.position.offset = u64::from(header.log_pos());
             self.timestamp = header.timestamp();
+        }
+        if kind == MARIADB_GTID_EVENT {
+            // seq_no (8 bytes), domain_id (4), flags2 (1), ...
+            let prepared = event
+                .data()
+                .get(12)
+                .is_some_and(|f| f & FL_PREPARED_XA != 0);
+            return Ok(match prepared && header.log_pos() != 0 {
+                true => Decoded::XaStart {
+                    at: BinlogPosition::new(self.position.file.clone(), starts_at),
+                },
+                false => Decoded::Other,
+            });
         }
         if MARIADB_EVENTS.contains(&kind) {
             return Ok(Decoded::Other);
@@ -130,8 +162,33 @@ impl Decoder {
         match kind {
             XID_EVENT => Ok(Decoded::Commit),
             QUERY_EVENT => self.query(&event),
+            XA_PREPARE_EVENT => self.xa_prepare(event.data()),
             _ => self.rows(&event),
         }
+    }
+
+    /// one_phase (1 byte), formatID (4), gtrid_length (4), bqual_length
+    /// (4), gtrid and bqual.
+    fn xa_prepare(&self, data: &[u8]) -> Result<Decoded, MoveError> {
+        let broken = || {
+            MoveError::Binlog(format!(
+                "an XA PREPARE event at {} cut short",
+                self.position
+            ))
+        };
+        let word = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+        };
+        let (format, gtrid, bqual) = (
+            word(1).ok_or_else(broken)?,
+            word(5).ok_or_else(broken)? as usize,
+            word(9).ok_or_else(broken)? as usize,
+        );
+        let ids = data.get(13..13 + gtrid + bqual).ok_or_else(broken)?;
+        Ok(Decoded::XaPrepared {
+            xid: Xid::new(format, &ids[..gtrid], &ids[gtrid..]),
+            one_phase: data[0] != 0,
+        })
     }
 
     fn query(&self, event: &Event) -> Result<Decoded, MoveError> {
@@ -147,7 +204,10 @@ impl Decoder {
         if verb.eq_ignore_ascii_case("COMMIT") {
             return Ok(Decoded::Commit);
         }
-        if verb.eq_ignore_ascii_case("BEGIN") || verb.eq_ignore_ascii_case("XA") {
+        if verb.eq_ignore_ascii_case("XA") {
+            return Ok(xa_decision(&sql).unwrap_or(Decoded::Other));
+        }
+        if verb.eq_ignore_ascii_case("BEGIN") {
             return Ok(Decoded::Other);
         }
         // A statement logged as text changes no rows under ROW format,
@@ -199,6 +259,24 @@ impl Decoder {
         }
         Ok(Decoded::Rows(changes))
     }
+}
+
+/// `XA COMMIT xid` or `XA ROLLBACK xid` as the server logs them (the xid
+/// as `X'gtrid',X'bqual',formatID`); other XA statements (`XA END`) are
+/// none.
+fn xa_decision(sql: &str) -> Option<Decoded> {
+    let mut words = sql
+        .trim_start()
+        .splitn(3, |c: char| c.is_ascii_whitespace());
+    let _xa = words.next()?;
+    let verb = words.next()?;
+    let committed = match verb.to_ascii_uppercase().as_str() {
+        "COMMIT" => true,
+        "ROLLBACK" => false,
+        _ => return None,
+    };
+    let xid = Xid::parse_logged(words.next()?)?;
+    Some(Decoded::XaEnded { xid, committed })
 }
 
 /// Why a backend's binary log cannot feed a move, from its `log_bin`,

@@ -6,16 +6,20 @@
 pub mod apply;
 pub mod binlog;
 pub mod columns;
+pub mod follow;
 pub mod position;
 pub mod split;
 pub mod table;
+pub mod xa;
 
 pub use apply::{EveryRow, PendingChanges, RowFilter};
 pub use binlog::{binlog_refusal, Decoded, Decoder, RowChange, Watched};
 pub use columns::{Column, ColumnKind};
+pub use follow::{Follower, PartView, Step};
 pub use position::BinlogPosition;
 pub use split::{Routing, ValuesFilter};
 pub use table::{Checksum, MovedTable, TextValue};
+pub use xa::{Group, Undecided, Xid};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MoveError {

@@ -364,10 +364,6 @@ pub(crate) fn summarize_into(
                 s.names_partitioned |= check_names && partitioned.contains(name);
                 s.names_guarded |= check_guarded && partitioned.guards(name);
             }
-            // A lock name, after GET_LOCK( and the like.
-            TokenKind::Quoted(_) if s.user_lock && check_guarded => {
-                s.names_guarded |= partitioned.guards_lock(&sql[token.start + 1..token.end]);
-            }
             TokenKind::Quoted(_) | TokenKind::Symbol(_) | TokenKind::Number => {}
         }
         if statement_words == 0 {
@@ -381,6 +377,10 @@ pub(crate) fn summarize_into(
     }
     s.kind = first;
     s.reads_previous_statement |= s.reads_diagnostics;
+    // Lock names, by value: `'hscale' '.admin'`, `0x6873...`, CONCAT(...).
+    if check_guarded && (s.user_lock || mentions_lock_test(sql)) {
+        s.names_guarded |= crate::literal::names_guarded_lock(sql, quoting, partitioned);
+    }
     s
 }
 
@@ -468,6 +468,14 @@ pub fn target_database(sql: &[u8]) -> Option<String> {
 
 /// `in_later_statement`: past the first `;`, where ROW_COUNT() and FOUND_ROWS()
 /// read a statement of the same query, on the same connection.
+/// IS_USED_LOCK( or IS_FREE_LOCK(, which bind no connection but name a
+/// lock; looked for only where hscale's locks are guarded.
+fn mentions_lock_test(sql: &[u8]) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    let has = |needle: &[u8]| lower.windows(needle.len()).any(|w| w == needle);
+    has(b"is_used_lock") || has(b"is_free_lock")
+}
+
 fn note_function(word: &[u8], in_later_statement: bool, s: &mut Summary) {
     if word.len() < 8 {
         return;
@@ -732,6 +740,17 @@ mod tests {
             "USE hscale",
             "SELECT GET_LOCK('hscale.admin', 0)",
             "SELECT RELEASE_LOCK('HScale.move_writers')",
+            // By value, however spelled.
+            "SELECT GET_LOCK('hscale' '.admin', 0)",
+            "SELECT GET_LOCK(_utf8mb4'hscale.admin', 0)",
+            "SELECT GET_LOCK(X'687363616c652e61646d696e', 0)",
+            "SELECT GET_LOCK(0x687363616c652e61646d696e, 0)",
+            "SELECT IS_USED_LOCK('hscale.admin')",
+            "SELECT is_free_lock('hscale.move_writers')",
+            "DO RELEASE_LOCK('hscale.admin')",
+            // Names hscale cannot read could be its own.
+            "SELECT GET_LOCK(CONCAT('hscale', '.admin'), 0)",
+            "SELECT GET_LOCK(@name, 0)",
         ] {
             assert!(guarded(sql), "{sql}");
         }
@@ -739,6 +758,9 @@ mod tests {
             "SELECT * FROM users WHERE nickname = 'users_default'",
             "SELECT 'hscale.admin'",
             "SELECT GET_LOCK('app.hscale', 0)",
+            "SELECT GET_LOCK('app' '.lock', 0), IS_FREE_LOCK(0x6170)",
+            // A prepared statement's parameter: its value is bound later.
+            "SELECT GET_LOCK(?, 10)",
             "SELECT hscale_id FROM t",
         ] {
             assert!(!guarded(sql), "{sql}");

@@ -7,10 +7,12 @@ mod cache;
 pub mod collation;
 pub mod connection_id;
 pub mod dictionary;
+mod dynamic;
 mod federate;
 pub mod hashing;
 pub mod kill;
 pub mod lexer;
+mod literal;
 mod load;
 mod lock;
 mod maintenance;
@@ -35,6 +37,7 @@ pub use dictionary::{
     partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
     PhysicalId, ReferenceTable, TableDefinition, TableName, Target,
 };
+pub use dynamic::{Dynamic, Using, XA_FORMAT_ID};
 pub use federate::{
     drop_temporaries, Column, Copy, Federation, Lookup, Reduce, Reference, Temporary, Used,
     MOST_KEYS, MOST_LOOKUP_ROWS,

@@ -136,6 +136,11 @@ pub enum Action {
     /// A table the statement names is locked by a partition move; plan again
     /// once the dictionary changes.
     Wait(TableName),
+    /// Dynamic SQL: the statement inside, or what hscale keeps of it.
+    Dynamic(crate::dynamic::Dynamic),
+    /// XA RECOVER: the main backend's prepared transactions but those of
+    /// hscale's own two-phase commit.
+    XaRecover,
     Refuse(Refusal),
 }
 
@@ -443,9 +448,24 @@ fn plan_summarized(
         _ => SessionChange::Nothing,
     };
     let control = tx_control(sql, &summary, ctx.quoting);
+    let dynamic_elsewhere = match summary.multi_statement {
+        true => crate::dynamic::in_statements(sql, ctx),
+        false => None,
+    };
+    let has_tables = !ctx.dictionary.names().is_empty();
     let action = match summary.kind {
         _ if control.is_some() => Action::Transaction(control.expect("checked")),
+        _ if dynamic_elsewhere.is_some() => dynamic_elsewhere.expect("checked"),
         Kind::Admin => Action::Admin,
+        Kind::Xa => crate::dynamic::client_xa(&text(), ctx.quoting),
+        Kind::SqlPrepared if has_tables => {
+            crate::dynamic::dynamic(&text(), ctx).unwrap_or(Action::Main)
+        }
+        Kind::Other if has_tables && crate::dynamic::creates_dynamic_routine(sql, ctx.quoting) => {
+            Action::Dynamic(crate::dynamic::Dynamic::Unread {
+                what: "a stored routine, trigger or event that runs dynamic SQL",
+            })
+        }
         // hscale answers KILL itself, so it cannot be one of several statements.
         Kind::Kill if summary.multi_statement => Action::Refuse(Refusal {
             table: None,
@@ -460,8 +480,9 @@ fn plan_summarized(
             })
         }
         Kind::Lock if summary.names_partitioned => crate::lock::lock_tables(&text(), ctx),
-        Kind::Other if !ctx.dictionary.names().is_empty() => {
-            match crate::show::listing(&text(), ctx) {
+        Kind::Other if has_tables => match crate::dynamic::dynamic(&text(), ctx) {
+            Some(dropped) => dropped,
+            None => match crate::show::listing(&text(), ctx) {
                 Some(listing) => Action::Listing(Box::new(listing)),
                 None if summary.names_partitioned => crate::maintenance::maintenance(&text(), ctx)
                     .or_else(|| match summary.multi_statement {
@@ -470,12 +491,14 @@ fn plan_summarized(
                     })
                     .unwrap_or_else(|| partitioned(&text(), &summary)),
                 None => Action::Main,
-            }
-        }
+            },
+        },
         _ if summary.names_partitioned => partitioned(&text(), &summary),
         _ => Action::Main,
     };
     let action = wait_for_fence(action, ctx.passed_fences);
+    let mut summary = summary;
+    summary.names_guarded |= crate::dynamic::guards_inside(&action, ctx);
     let interprets = !matches!(action, Action::Main)
         || !matches!(change, SessionChange::Nothing)
         || summary.kind == Kind::Set;

@@ -15,7 +15,7 @@ use hscale_wire::packets::ErrorPacket;
 
 use crate::backend::accounts::AccountId;
 use crate::backend::{BackendConn, Bucket, ConnKey};
-use crate::dictionary::store::{decisions_ddl, exec, ident, text};
+use crate::dictionary::store::{decisions_ddl, decisions_proof_ddl, exec, ident, text};
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
@@ -45,6 +45,73 @@ pub struct Coordinator {
     /// Whether each client account may write decisions on each backend
     /// (by account and slot), once asked (`may_record`).
     recordable: Mutex<HashMap<(AccountId, usize), bool>>,
+    /// The key of the decisions' proofs, read when the dictionary opens.
+    key: std::sync::OnceLock<DecisionKey>,
+}
+
+/// The key hscale proves its decision rows with. A plain part's commit
+/// writes its decision with the client's account, which may therefore
+/// insert rows into `xa_decisions`; recovery believes a row only if it
+/// carries an HMAC-SHA256 of the transaction's id and decision under this
+/// key, which lives in the dictionary (`xa_key`), where only hscale's own
+/// account reads (docs/security.md).
+pub struct DecisionKey([u8; 32]);
+
+impl DecisionKey {
+    pub fn new(key: [u8; 32]) -> DecisionKey {
+        DecisionKey(key)
+    }
+
+    /// A new random key, in hex, for the first instance to store.
+    pub fn fresh_hex() -> String {
+        hex(&rand::random::<[u8; 32]>())
+    }
+
+    /// The proof of `decision` for the transaction `gtrid`, in hex.
+    pub fn proof(&self, gtrid: &str, decision: Decision) -> String {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(gtrid.as_bytes());
+        mac.update(b"|");
+        mac.update(decision.as_str().as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads the key of the decisions' proofs (`ensure_schema` made it).
+pub async fn load_key(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+    let rows = exec(
+        conn,
+        &format!(
+            "SELECT secret FROM {}.xa_key WHERE id = 1",
+            ident(&shared.dictionary.schema)
+        ),
+    )
+    .await?;
+    let secret = rows.first().and_then(|row| row.first().cloned().flatten());
+    let key = secret
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .ok_or_else(|| ProxyError::DictionaryCorrupt {
+            table: hscale_planner::TableName {
+                db: shared.dictionary.schema.clone(),
+                name: "xa_key".into(),
+            },
+            what: "it holds no key of 32 bytes".into(),
+        })?;
+    let _ = shared.xa.key.set(DecisionKey::new(key));
+    Ok(())
+}
+
+fn key(shared: &Shared) -> &DecisionKey {
+    shared
+        .xa
+        .key
+        .get()
+        .expect("the dictionary opens before any transaction or recovery")
 }
 
 /// A transaction over several backends, running on this instance; its
@@ -150,9 +217,10 @@ pub async fn may_record(shared: &Shared, slot: usize, bucket: &Bucket) -> bool {
 /// the COMMIT runs only if the decision went in.
 pub fn commit_with_decision(shared: &Shared, gtrid: &str) -> String {
     format!(
-        "INSERT INTO {} (gtrid, decision, decided) VALUES ('{gtrid}', '{}', NOW(6));\nCOMMIT",
+        "INSERT INTO {} (gtrid, decision, decided, proof) VALUES ('{gtrid}', '{}', NOW(6), '{}');\nCOMMIT",
         decisions_table(shared),
-        Decision::Commit.as_str()
+        Decision::Commit.as_str(),
+        key(shared).proof(gtrid, Decision::Commit)
     )
 }
 
@@ -192,23 +260,41 @@ async fn insert_decision(
     decision: Decision,
 ) -> Recorded {
     let table = decisions_table(shared);
+    let key = key(shared);
     let insert = format!(
-        "INSERT INTO {table} (gtrid, decision, decided) VALUES ('{gtrid}', '{}', NOW(6))",
-        decision.as_str()
+        "INSERT INTO {table} (gtrid, decision, decided, proof) VALUES ('{gtrid}', '{}', NOW(6), '{}')",
+        decision.as_str(),
+        key.proof(gtrid, decision)
     );
-    match exec(conn, &insert).await {
-        Ok(_) => Recorded::Durable,
-        Err(ProxyError::Refused(e)) if e.code == ER_DUP_ENTRY => {
-            match read_decisions(shared, conn, &[gtrid]).await {
-                Ok(found) => match found.get(gtrid) {
-                    Some(&earlier) => Recorded::Preempted(earlier),
-                    None => Recorded::Refused(ProxyError::Refused(e)),
-                },
-                Err(e) => Recorded::Unknown(e),
+    let mut forged_removed = false;
+    loop {
+        match exec(conn, &insert).await {
+            Ok(_) => return Recorded::Durable,
+            Err(ProxyError::Refused(e)) if e.code == ER_DUP_ENTRY => {
+                match read_decisions(shared, conn, &[gtrid]).await {
+                    Ok(found) => match found.get(gtrid) {
+                        Some(&earlier) => return Recorded::Preempted(earlier),
+                        // A row hscale did not write (it lacks the proof of
+                        // either decision) holds the place: removed, once.
+                        None if !forged_removed => {
+                            let forged = format!(
+                                "DELETE FROM {table} WHERE gtrid = '{gtrid}' AND NOT proof <=> '{}' AND NOT proof <=> '{}'",
+                                key.proof(gtrid, Decision::Commit),
+                                key.proof(gtrid, Decision::Abort)
+                            );
+                            if let Err(e) = exec(conn, &forged).await {
+                                return Recorded::Unknown(e);
+                            }
+                            forged_removed = true;
+                        }
+                        None => return Recorded::Refused(ProxyError::Refused(e)),
+                    },
+                    Err(e) => return Recorded::Unknown(e),
+                }
             }
+            Err(e @ ProxyError::Refused(_)) => return Recorded::Refused(e),
+            Err(e) => return Recorded::Unknown(e),
         }
-        Err(e @ ProxyError::Refused(_)) => Recorded::Refused(e),
-        Err(e) => Recorded::Unknown(e),
     }
 }
 
@@ -228,14 +314,28 @@ async fn read_decisions(
     let rows = exec(
         conn,
         &format!(
-            "SELECT gtrid, decision FROM {} WHERE gtrid IN ({})",
+            "SELECT gtrid, decision, proof FROM {} WHERE gtrid IN ({})",
             decisions_table(shared),
             list.join(", ")
         ),
     )
     .await?;
+    let key = key(shared);
+    // Only hscale's own rows: one the client's account wrote without the
+    // key is no decision.
     Ok((0..rows.len())
-        .filter_map(|row| Some((text(&rows, row, 0), Decision::parse(&text(&rows, row, 1))?)))
+        .filter_map(|row| {
+            let gtrid = text(&rows, row, 0);
+            let decision = Decision::parse(&text(&rows, row, 1))?;
+            if text(&rows, row, 2) != key.proof(&gtrid, decision) {
+                tracing::warn!(
+                    gtrid,
+                    "a two-phase commit decision without hscale's proof is ignored"
+                );
+                return None;
+            }
+            Some((gtrid, decision))
+        })
         .collect())
 }
 
@@ -333,15 +433,20 @@ pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u
             // A plain part's commit writes its decision there.
             Ok(mut conn) if slot != shared.main && !connections.tables_made.contains(&slot) => {
                 let schema = &shared.dictionary.schema;
-                let database = format!("CREATE DATABASE IF NOT EXISTS {}", ident(schema));
-                match exec(&mut conn, &database).await {
-                    Ok(_) => match exec(&mut conn, &decisions_ddl(schema)).await {
-                        Ok(_) => {
-                            connections.tables_made.insert(slot);
-                            Ok(conn)
-                        }
-                        Err(e) => Err(e),
-                    },
+                let made = async {
+                    exec(
+                        &mut conn,
+                        &format!("CREATE DATABASE IF NOT EXISTS {}", ident(schema)),
+                    )
+                    .await?;
+                    exec(&mut conn, &decisions_ddl(schema)).await?;
+                    exec(&mut conn, &decisions_proof_ddl(schema)).await
+                };
+                match made.await {
+                    Ok(_) => {
+                        connections.tables_made.insert(slot);
+                        Ok(conn)
+                    }
                     Err(e) => Err(e),
                 }
             }

@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hscale_testkit::{cluster, Proxy};
+use hscale_testkit::{cluster, xa_prepared, Proxy};
 use mysql::prelude::Queryable;
 use mysql::Conn;
 
@@ -55,14 +55,6 @@ fn xa_count(counts: &[(String, u64)], name: &str) -> u64 {
         .map_or(0, |(_, v)| *v)
 }
 
-fn prepared(backend: usize) -> Vec<String> {
-    let rows: Vec<(u32, u32, u32, Vec<u8>)> =
-        cluster().direct(backend, None).query("XA RECOVER").unwrap();
-    rows.into_iter()
-        .map(|(_, _, _, data)| String::from_utf8_lossy(&data).into_owned())
-        .collect()
-}
-
 #[test]
 fn a_write_over_two_backends_commits_on_both_in_two_phases() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -91,7 +83,7 @@ fn a_write_over_two_backends_commits_on_both_in_two_phases() {
         assert_eq!(ran, 3, "{what}: one branch per statement");
     }
     for backend in 1..=2 {
-        assert!(prepared(backend).is_empty(), "nothing left prepared");
+        assert!(xa_prepared(backend).is_empty(), "nothing left prepared");
     }
     let rows: Vec<(u32, String)> = c
         .query("SELECT id, CAST(total AS CHAR) FROM orders ORDER BY id")
@@ -235,7 +227,7 @@ fn a_transaction_over_two_backends_commits_in_two_phases() {
         .unwrap();
     assert_eq!(totals, ["9.00", "10.00"]);
     for backend in 1..=2 {
-        assert!(prepared(backend).is_empty(), "nothing left prepared");
+        assert!(xa_prepared(backend).is_empty(), "nothing left prepared");
     }
 }
 
@@ -245,12 +237,18 @@ fn recovery_resolves_branches_a_dead_instance_left_prepared() {
     let (_proxy, db, _c) = setup("atomic_recovery");
     let format = hscale_transaction::FORMAT_ID;
     let dead = "999999-deadbeef";
-    // Transaction 1 was decided (commit), transaction 2 was not: its owner
-    // died between PREPARE and the decision.
-    cluster()
-        .direct(1, Some("hscale"))
+    // Transaction 1 was decided (commit, with hscale's proof), transaction
+    // 2 was not: its owner died between PREPARE and the decision.
+    let mut dictionary = cluster().direct(1, Some("hscale"));
+    let key: Vec<u8> = dictionary
+        .query_first("SELECT secret FROM xa_key WHERE id = 1")
+        .unwrap()
+        .unwrap();
+    let proof = hscale::xa::DecisionKey::new(key.try_into().unwrap())
+        .proof(&format!("{dead}:1"), hscale_transaction::Decision::Commit);
+    dictionary
         .query_drop(format!(
-            "INSERT INTO xa_decisions VALUES ('{dead}:1', 'commit', NOW(6))"
+            "INSERT INTO xa_decisions (gtrid, decision, decided, proof) VALUES ('{dead}:1', 'commit', NOW(6), '{proof}')"
         ))
         .unwrap();
     for (sequence, even, odd) in [(1, 10, 11), (2, 20, 21)] {
@@ -276,7 +274,7 @@ fn recovery_resolves_branches_a_dead_instance_left_prepared() {
     drop(own);
     let deadline = Instant::now() + Duration::from_secs(20);
     let ours = |backend| {
-        prepared(backend)
+        xa_prepared(backend)
             .into_iter()
             .filter(|data| data.starts_with(dead))
             .count()
@@ -302,73 +300,23 @@ fn recovery_resolves_branches_a_dead_instance_left_prepared() {
         Some("abort"),
         "fenced before the rollback"
     );
-    assert_eq!(prepared(1), ["client-branch"]);
+    assert_eq!(xa_prepared(1), ["client-branch"]);
     cluster()
         .direct(1, None)
         .query_drop("XA ROLLBACK 'client-branch'")
         .unwrap();
 }
 
-/// A `hscale serve` process of the test's own on the cluster's backends and
-/// dictionary, with `HSCALE_FAILPOINT` set; ended with the test however it
-/// ends.
-struct Serve {
-    child: std::process::Child,
-    port: u16,
-    config: std::path::PathBuf,
-}
+/// A `hscale serve` process of the test's own, with `HSCALE_FAILPOINT` set.
+struct Serve;
 
 impl Serve {
-    fn start(name: &str, failpoint: &str) -> Serve {
+    fn start(name: &str, failpoint: &str) -> hscale_testkit::Serve {
         Serve::start_with(name, failpoint, "", "hscale")
     }
 
-    /// `more`: more backends' sections; `schema`: the dictionary's.
-    fn start_with(name: &str, failpoint: &str, more: &str, schema: &str) -> Serve {
-        let port = hscale::mariadb::free_port().unwrap();
-        let config = hscale_testkit::serve_config(name, port, more, schema, 2000);
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hscale"))
-            .args(["serve", "--config", config.to_str().unwrap()])
-            .env("HSCALE_FAILPOINT", failpoint)
-            .spawn()
-            .unwrap();
-        Serve {
-            child,
-            port,
-            config,
-        }
-    }
-
-    fn connect(&self, db: &str) -> Conn {
-        let started = Instant::now();
-        loop {
-            match hscale_testkit::try_connect(self.port, "root", "", Some(db)) {
-                Ok(conn) => return conn,
-                Err(e) => {
-                    assert!(
-                        started.elapsed() < Duration::from_secs(30),
-                        "hscale serve: {e}"
-                    );
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-    }
-
-    /// The prefix of its branches' ids: its instance name begins with its
-    /// process id.
-    fn branches(&self) -> String {
-        format!("{}-", self.child.id())
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(folder) = self.config.parent() {
-            let _ = std::fs::remove_dir_all(folder);
-        }
+    fn start_with(name: &str, failpoint: &str, more: &str, schema: &str) -> hscale_testkit::Serve {
+        hscale_testkit::Serve::start(env!("CARGO_BIN_EXE_hscale"), name, failpoint, more, schema)
     }
 }
 
@@ -410,7 +358,7 @@ fn wait_for_recovery(prefix: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let left = || {
         (1..=2)
-            .flat_map(prepared)
+            .flat_map(xa_prepared)
             .filter(|data| data.starts_with(prefix))
             .count()
     };
@@ -597,8 +545,7 @@ fn writes_over_two_backends_survive_hscale_killed_at_every_step() {
         };
         let point = format!("{point} (in a transaction: {in_transaction})");
         assert!(died.is_err(), "{point}: the process died under the client");
-        let status = killed.child.wait().unwrap();
-        assert!(!status.success(), "{point}: killed");
+        assert!(!killed.wait().success(), "{point}: killed");
         wait_for_recovery(&killed.branches());
         if commits {
             expected[2] -= 7;
@@ -624,10 +571,50 @@ fn writes_over_two_backends_survive_hscale_killed_at_every_step() {
     assert_eq!(now, wanted, "every acknowledged transfer, nothing else");
     assert_eq!(now.iter().map(|(_, b)| b).sum::<i64>(), 10_000);
     let hscale_branches: usize = (1..=2)
-        .flat_map(prepared)
+        .flat_map(xa_prepared)
         .filter(|data| data.contains(':'))
         .count();
     assert_eq!(hscale_branches, 0, "XA RECOVER empty of hscale's branches");
+}
+
+/// A plain part's commit writes its decision with the client's account,
+/// which may therefore insert decision rows: recovery believes only rows
+/// that carry hscale's proof. An instance dies after PREPARE (the decision
+/// is abort); a commit row forged for its transaction, as the client's
+/// account could write it, is not believed: the branch is rolled back, and
+/// no transfer is half applied.
+#[test]
+fn a_decision_without_hscales_proof_is_not_believed() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (_proxy, db, mut c) = setup("atomic_forged");
+    c.query_drop("INSERT INTO orders VALUES (1, 1, 100.00), (2, 2, 100.00)")
+        .unwrap();
+    let mut killed = Serve::start("atomic_forged", "xa_after_prepare");
+    let mut through = killed.connect(&db);
+    // The plain part on backend 1 (id 2), the XA branch on backend 2.
+    assert!(transfer_in_transaction(&mut through, 2, 1, 7).is_err());
+    assert!(!killed.wait().success());
+    let branch: Vec<(u32, u32, u32, Vec<u8>)> =
+        cluster().direct(2, None).query("XA RECOVER").unwrap();
+    let (_, gtrid_length, _, data) = branch
+        .into_iter()
+        .find(|(_, _, _, data)| data.starts_with(killed.branches().as_bytes()))
+        .expect("the dead instance's branch, prepared");
+    let gtrid = String::from_utf8_lossy(&data[..gtrid_length as usize]).into_owned();
+    for proof in ["NULL", "REPEAT('0', 64)"] {
+        cluster()
+            .direct(1, Some("hscale"))
+            .query_drop(format!(
+                "REPLACE INTO xa_decisions (gtrid, decision, decided, proof) VALUES ('{gtrid}', 'commit', NOW(6), {proof})"
+            ))
+            .unwrap();
+    }
+    wait_for_recovery(&killed.branches());
+    assert_eq!(
+        balances(&mut c),
+        [(1, 100), (2, 100)],
+        "the forged commit was not believed: rolled back on both backends"
+    );
 }
 
 /// A backend killed (SIGKILL) while a write over it and another backend is
@@ -717,7 +704,7 @@ fn a_backend_killed_after_prepare_commits_its_branch_when_it_is_back() {
         (vec![(2, 993)], vec![(1, 1007)]),
         "both branches committed"
     );
-    assert!(prepared(1)
+    assert!(xa_prepared(1)
         .iter()
         .all(|data| !data.starts_with(&serve.branches())));
     drop(serve);

@@ -98,10 +98,17 @@ async fn a_kept_digest_lets_the_next_login_through_without_the_password() {
     let answers = sha2_exchange(port, "sha2_fast", "s3cret").await;
     assert_eq!(answers[0], [0x01, 0x03]);
     assert_eq!(answers[1][0], 0x00, "{answers:?}");
-    // A wrong password against the kept digest.
-    let answers = sha2_exchange(port, "sha2_fast", "wrong").await;
-    assert_eq!(answers.len(), 1);
-    assert_eq!(u16::from_le_bytes([answers[0][1], answers[0][2]]), 1045);
+    // A wrong password against the kept digest goes on to the full
+    // exchange, as an unknown user's login does: the answers do not tell
+    // which users exist, or logged in lately.
+    assert_eq!(
+        sha2_exchange(port, "sha2_fast", "wrong").await,
+        [vec![0x01, 0x04]]
+    );
+    assert_eq!(
+        sha2_exchange(port, "no_such_user", "s3cret").await,
+        [vec![0x01, 0x04]]
+    );
     tokio::task::spawn_blocking(move || drop(proxy))
         .await
         .unwrap();
@@ -120,6 +127,13 @@ fn a_first_login_over_rsa_or_tls_proves_the_password_and_a_wrong_one_is_denied()
     assert!(
         matches!(&denied, mysql::Error::MySqlError(e) if e.code == 1045),
         "{denied:?}"
+    );
+    // An unknown user goes through the same RSA exchange to its 1045.
+    let unknown =
+        hscale_testkit::try_connect(proxy.port, "no_such_user", "pw-rsa", None).unwrap_err();
+    assert!(
+        matches!(&unknown, mysql::Error::MySqlError(e) if e.code == 1045),
+        "{unknown:?}"
     );
     let mut c = hscale_testkit::connect(proxy.port, "sha2_rsa", "pw-rsa", None);
     let user: String = c.query_first("SELECT CURRENT_USER()").unwrap().unwrap();

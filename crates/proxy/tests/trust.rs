@@ -301,10 +301,17 @@ fn a_user_without_admin_runs_as_its_own_account_and_cannot_reach_what_hscale_own
     assert_eq!(code, 1227, "{message}");
     let (code, message) = error_of(&mut app, "SELECT * FROM mysql.user");
     assert_eq!(code, 1142, "{message}");
-    // Another account's thread on backend 1.
+    // Another account's thread on backend 1: the text of an EXECUTE
+    // IMMEDIATE is the client's statement, a KILL hscale answers (no client
+    // of its has that id); the backend refuses the application's account.
     let direct = cluster().direct(1, None);
     let kill = format!("EXECUTE IMMEDIATE 'KILL QUERY {}'", direct.connection_id());
     let (code, message) = error_of(&mut app, &kill);
+    assert_eq!(code, 1094, "{message}");
+    let mut app_on_backend =
+        hscale_testkit::connect(cluster().port(1), "trust_app", "app-pw", None);
+    let kill = format!("KILL QUERY {}", direct.connection_id());
+    let (code, message) = error_of(&mut app_on_backend, &kill);
     assert_eq!(code, 1095, "{message}");
     let others: u64 = app
         .query_first(

@@ -347,6 +347,92 @@ pub fn serve_config(name: &str, port: u16, more: &str, schema: &str, lease_ms: u
     path
 }
 
+/// The data (gtrid and bqual) of each XA transaction prepared on `backend`.
+pub fn xa_prepared(backend: usize) -> Vec<String> {
+    let rows: Vec<(u32, u32, u32, Vec<u8>)> =
+        cluster().direct(backend, None).query("XA RECOVER").unwrap();
+    rows.into_iter()
+        .map(|(_, _, _, data)| String::from_utf8_lossy(&data).into_owned())
+        .collect()
+}
+
+/// A `hscale serve` process of a test's own on the cluster's backends and
+/// dictionary (`serve_config`, a lease of 2 s), with `HSCALE_FAILPOINT`
+/// set; killed (SIGKILL) when dropped, its scratch folder removed.
+pub struct Serve {
+    child: std::process::Child,
+    pub port: u16,
+    config: PathBuf,
+}
+
+impl Serve {
+    /// `binary`: the test's `env!("CARGO_BIN_EXE_hscale")`; `more`: more
+    /// sections of the configuration; `schema`: the dictionary's.
+    pub fn start(binary: &str, name: &str, failpoint: &str, more: &str, schema: &str) -> Serve {
+        let port = hscale::mariadb::free_port().unwrap();
+        let config = serve_config(name, port, more, schema, 2000);
+        let child = std::process::Command::new(binary)
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .env("HSCALE_FAILPOINT", failpoint)
+            .spawn()
+            .unwrap();
+        Serve {
+            child,
+            port,
+            config,
+        }
+    }
+
+    /// A client, once the process listens.
+    pub fn connect(&self, db: &str) -> Conn {
+        let started = std::time::Instant::now();
+        loop {
+            match try_connect(self.port, "root", "", Some(db)) {
+                Ok(conn) => return conn,
+                Err(e) => {
+                    assert!(
+                        started.elapsed() < std::time::Duration::from_secs(30),
+                        "hscale serve: {e}"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// The prefix of its branches' ids: its instance name begins with its
+    /// process id.
+    pub fn branches(&self) -> String {
+        format!("{}-", self.child.id())
+    }
+
+    /// Whether it has ended (a failpoint killed it).
+    pub fn has_ended(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
+    /// Waits for it to end; how it ended.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("hscale serve")
+    }
+
+    /// Kills it now (SIGKILL).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(folder) = self.config.parent() {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    }
+}
+
 /// A MariaDB server of the test's own, in the scratch folder `name` (its
 /// data directory copied from one installed there once), for a test that
 /// kills and restarts it; the folder, to remove at the end.

@@ -24,7 +24,7 @@ pub use machine::{
 /// The XA format id of hscale's branches: `XA RECOVER` lists every
 /// prepared branch on a server, those of other coordinators (a client's own
 /// XA statements) too; hscale resolves only its own.
-pub const FORMAT_ID: u32 = 0x6873_6331;
+pub const FORMAT_ID: u32 = hscale_planner::XA_FORMAT_ID;
 
 /// The id of one branch: the transaction (`gtrid`: the instance that
 /// coordinates it and its sequence there) and the backend it runs on, with

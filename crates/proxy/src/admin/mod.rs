@@ -167,6 +167,45 @@ fn resolve(name: &str, caller: &Caller) -> Result<TableName, ProxyError> {
 }
 
 /// After a change: this instance loads it, then waits for the others.
+/// The server's own schemas: their tables are the server's, never an
+/// application's to partition or copy.
+const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
+
+/// Refuses a table that SETUP_TABLE or SETUP_REFERENCE must leave alone:
+/// the server's system tables (renaming `mysql.global_priv` keeps the
+/// server from starting), hscale's own schema and working tables
+/// (`_hscale_...`), and the tables of a partitioned table (its name, its
+/// default and partition tables).
+fn check_manageable(
+    shared: &Shared,
+    dictionary: &Dictionary,
+    db: &str,
+    name: &str,
+) -> Result<(), AdminError> {
+    let table = format!("`{db}`.`{name}`");
+    if SYSTEM_SCHEMAS.iter().any(|s| s.eq_ignore_ascii_case(db)) {
+        return Err(AdminError::Invalid(format!(
+            "{table} is a table of the server's own schema `{db}`, which hscale never partitions or copies"
+        )));
+    }
+    if db.eq_ignore_ascii_case(&shared.dictionary.schema) {
+        return Err(AdminError::Invalid(format!(
+            "{table} is in hscale's own schema, which is never partitioned or copied"
+        )));
+    }
+    if name.len() >= 8 && name[..8].eq_ignore_ascii_case("_hscale_") {
+        return Err(AdminError::Invalid(format!(
+            "{table} is one of hscale's working tables (`_hscale_...`)"
+        )));
+    }
+    if let Some(owner) = dictionary.claimant(db, name) {
+        return Err(AdminError::Invalid(format!(
+            "{table} is a table of partitioned table {owner}"
+        )));
+    }
+    Ok(())
+}
+
 async fn publish(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError> {
     crate::dictionary::reload(shared).await?;
     let version = store::read_version(&mut lock.conn, &shared.dictionary.schema).await?;

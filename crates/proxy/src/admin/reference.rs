@@ -11,7 +11,7 @@
 use hscale_moves::Column;
 use hscale_planner::TableName;
 
-use super::{current, publish, AdminAnswer, AdminError, AdminLock};
+use super::{check_manageable, current, publish, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::moves::copy::raw_connection;
@@ -24,9 +24,7 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
     let mut lock = AdminLock::take(shared).await?;
     let dictionary = current(shared, &mut lock).await?;
     let main_backend = shared.main_backend();
-    if dictionary.table(&table.db, &table.name).is_some() {
-        return Err(AdminError::Invalid(format!("{table} is partitioned")).into());
-    }
+    check_manageable(shared, &dictionary, &table.db, &table.name)?;
     // One whose copying stopped (its instance died) is copied anew: its
     // writes wait until it is ready.
     let resumed = match dictionary.reference(&table.db, &table.name) {

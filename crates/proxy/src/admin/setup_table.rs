@@ -5,7 +5,7 @@
 use hscale_planner::collation::{kind_of, CollationKind, LEARNED};
 use hscale_planner::{ColumnKind, Dictionary, HashFunction, TableName};
 
-use super::{current, publish, slot, AdminAnswer, AdminError, AdminLock};
+use super::{check_manageable, current, publish, slot, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -130,19 +130,14 @@ fn check_collation(column: &str, collation: &str) -> Result<(), AdminError> {
 }
 
 /// Refuses, before anything changes, names whose renaming would break what
-/// stands: hscale's own schema, a table the dictionary already uses, a
-/// default table elsewhere than its table. Returns the default table's name.
+/// stands (`check_manageable`), a reference table, a default table
+/// elsewhere than its table. Returns the default table's name.
 fn check_names(
     shared: &Shared,
     dictionary: &Dictionary,
     table: &TableName,
     default_table: &str,
 ) -> Result<String, AdminError> {
-    if table.db.eq_ignore_ascii_case(&shared.dictionary.schema) {
-        return Err(AdminError::Invalid(format!(
-            "{table} is in hscale's own schema, which is never partitioned"
-        )));
-    }
     let default_table = match default_table.split_once('.') {
         Some((db, name)) if db == table.db => name,
         Some(_) => {
@@ -159,9 +154,10 @@ fn check_names(
                 "'{name}' is no table name of 1 to 64 characters"
             )));
         }
-        if let Some(owner) = dictionary.claimant(&table.db, name) {
+        check_manageable(shared, dictionary, &table.db, name)?;
+        if dictionary.reference(&table.db, name).is_some() {
             return Err(AdminError::Invalid(format!(
-                "`{}`.`{name}` is a table of partitioned table {owner}",
+                "`{}`.`{name}` is a reference table",
                 table.db
             )));
         }

@@ -255,8 +255,15 @@ pub fn explain(
                 .map(|other| row("(listing)", other.backend, None, &other.sql));
             std::iter::once(first).chain(elsewhere).collect()
         }
-        Action::Admin | Action::Kill(_) => {
+        Action::Admin | Action::Kill(_) | Action::XaRecover => {
             vec![row("(hscale)", shared.main_backend(), None, statement)]
+        }
+        Action::Dynamic(dynamic) => {
+            let what = match &dynamic {
+                hscale_planner::Dynamic::Run(text) => format!("(runs) {text}"),
+                other => format!("{other:?}"),
+            };
+            vec![row("(dynamic SQL)", shared.main_backend(), None, &what)]
         }
         Action::Load(load) => (load.table.all_targets().iter())
             .map(|target| {

@@ -239,6 +239,7 @@ pub async fn own_connection(shared: &Shared, slot: usize) -> Result<Box<BackendC
 pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     let mut conn = own_connection(shared, shared.main).await?;
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
+    crate::xa::load_key(shared, &mut conn).await?;
     moves::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;
     reload_with(shared, &mut conn, Load::Always).await

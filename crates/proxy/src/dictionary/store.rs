@@ -51,7 +51,16 @@ const OPTIONS: &str = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
 /// transaction's plain part writes its commit there as it commits.
 pub fn decisions_ddl(schema: &str) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS {}.xa_decisions (gtrid VARCHAR(64) NOT NULL PRIMARY KEY, decision VARCHAR(8) NOT NULL, decided DATETIME(6) NOT NULL, KEY decided (decided)) {OPTIONS}",
+        "CREATE TABLE IF NOT EXISTS {}.xa_decisions (gtrid VARCHAR(64) NOT NULL PRIMARY KEY, decision VARCHAR(8) NOT NULL, decided DATETIME(6) NOT NULL, proof CHAR(64) NULL, KEY decided (decided)) {OPTIONS}",
+        ident(schema)
+    )
+}
+
+/// Decisions made before they carried proof of who wrote them get the
+/// column.
+pub fn decisions_proof_ddl(schema: &str) -> String {
+    format!(
+        "ALTER TABLE {}.xa_decisions ADD COLUMN IF NOT EXISTS proof CHAR(64) NULL",
         ident(schema)
     )
 }
@@ -85,6 +94,11 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         decisions_ddl(schema),
         // Old decisions are cleared by this, without scanning the table.
         format!("ALTER TABLE {s}.xa_decisions ADD INDEX IF NOT EXISTS decided (decided)"),
+        decisions_proof_ddl(schema),
+        // The key of the decisions' proofs (`xa::DecisionKey`): made once,
+        // by the first instance; readable by hscale's own account only.
+        format!("CREATE TABLE IF NOT EXISTS {s}.xa_key (id TINYINT UNSIGNED PRIMARY KEY, secret VARBINARY(64) NOT NULL) {options}"),
+        format!("INSERT IGNORE INTO {s}.xa_key VALUES (1, X'{}')", crate::xa::DecisionKey::fresh_hex()),
         // Reference tables (SETUP_REFERENCE): the backends with a copy, and
         // 'copying' until every copy is made, then 'ready'.
         format!("CREATE TABLE IF NOT EXISTS {s}.reference_tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, backends VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, PRIMARY KEY (db, name)) {options}"),

@@ -14,9 +14,11 @@
 //! every part before it reads the checkpoint, which waits for a transaction
 //! the old owner has open: an old owner that wakes up writes nothing more.
 
+use std::time::{Duration, Instant};
+
 use hscale_moves::{
-    BinlogPosition, Checksum, Decoded, MoveError, MovedTable, PendingChanges, RowFilter, TextValue,
-    Watched,
+    BinlogPosition, Checksum, Follower, Group, MoveError, MovedTable, PartView, PendingChanges,
+    RowFilter, Step, TextValue, Undecided, Watched, Xid,
 };
 
 use super::binlog::{position_of, BinlogDump};
@@ -33,8 +35,16 @@ pub struct Checkpoint {
     pub copy_done: bool,
     /// How far the applier has applied the source's binlog.
     pub applied: Option<BinlogPosition>,
+    /// Where the earliest XA transaction that was prepared and undecided
+    /// at `applied` starts in the log: a resumed applier reads from there
+    /// to hold those transactions again, applying nothing up to `applied`.
+    pub undecided_from: Option<BinlogPosition>,
     pub rows_copied: u64,
 }
+
+/// How long a move waits for XA transactions prepared on its source before
+/// it started to be decided, before it fails naming one.
+const PREPARED_BEFORE_WAIT: Duration = Duration::from_secs(60);
 
 /// How many source transactions the applier groups into one of its own.
 const TRANSACTIONS_PER_COMMIT: usize = 200;
@@ -72,6 +82,12 @@ pub struct Copy {
     /// The first keeps the checkpoint.
     writers: Vec<Writer>,
     dump: Option<BinlogDump>,
+    /// Where the first chunk's dump starts: before every XA transaction
+    /// that can be undecided at its snapshot.
+    first_dump_from: Option<BinlogPosition>,
+    /// What the applier does with each event (XA transactions held until
+    /// decided); made when the dump opens.
+    follower: Follower,
     pub checkpoint: Checkpoint,
     pub chunks_verified: u64,
     pub chunks_repaired: u64,
@@ -143,7 +159,8 @@ impl Copy {
         for (part, w) in writers.iter_mut().enumerate() {
             let conn = &mut w.conn;
             exec(conn, &format!("CREATE DATABASE IF NOT EXISTS {schema}")).await?;
-            exec(conn, &format!("CREATE TABLE IF NOT EXISTS {checkpoints} (job BIGINT UNSIGNED NOT NULL, part TINYINT UNSIGNED NOT NULL, epoch BIGINT UNSIGNED NOT NULL, copied_key LONGTEXT NULL, copy_done BOOLEAN NOT NULL, applied VARCHAR(600) NULL, rows_copied BIGINT UNSIGNED NOT NULL, PRIMARY KEY (job, part)) ENGINE=InnoDB")).await?;
+            exec(conn, &format!("CREATE TABLE IF NOT EXISTS {checkpoints} (job BIGINT UNSIGNED NOT NULL, part TINYINT UNSIGNED NOT NULL, epoch BIGINT UNSIGNED NOT NULL, copied_key LONGTEXT NULL, copy_done BOOLEAN NOT NULL, applied VARCHAR(600) NULL, undecided_from VARCHAR(600) NULL, rows_copied BIGINT UNSIGNED NOT NULL, PRIMARY KEY (job, part)) ENGINE=InnoDB")).await?;
+            exec(conn, &format!("ALTER TABLE {checkpoints} ADD COLUMN IF NOT EXISTS undecided_from VARCHAR(600) NULL AFTER applied")).await?;
             exec(conn, &format!("INSERT INTO {checkpoints} (job, part, epoch, copy_done, rows_copied) VALUES ({job}, {part}, {epoch}, FALSE, 0) ON DUPLICATE KEY UPDATE epoch = IF(epoch <= {epoch}, {epoch}, epoch)")).await?;
             let held = exec(
                 conn,
@@ -157,7 +174,7 @@ impl Copy {
         let dest = &mut writers[0].conn;
         let rows = exec(
             dest,
-            &format!("SELECT copied_key, copy_done, applied, rows_copied FROM {checkpoints} WHERE job = {job} AND part = 0"),
+            &format!("SELECT copied_key, copy_done, applied, rows_copied, undecided_from FROM {checkpoints} WHERE job = {job} AND part = 0"),
         )
         .await?;
         let checkpoint = match rows.first() {
@@ -170,9 +187,13 @@ impl Copy {
                 applied: row[2]
                     .as_deref()
                     .and_then(|p| BinlogPosition::parse(&String::from_utf8_lossy(p))),
+                undecided_from: row[4]
+                    .as_deref()
+                    .and_then(|p| BinlogPosition::parse(&String::from_utf8_lossy(p))),
                 rows_copied: store::text(&rows, 0, 3).parse().unwrap_or(0),
             },
         };
+        let follower = Follower::new(Undecided::new(writers.len()), None);
         Ok(Copy {
             job,
             epoch,
@@ -181,6 +202,8 @@ impl Copy {
             source,
             writers,
             dump: None,
+            first_dump_from: None,
+            follower,
             checkpoint,
             chunks_verified: 0,
             chunks_repaired: 0,
@@ -201,13 +224,18 @@ impl Copy {
             .copied_key
             .as_ref()
             .map_or("NULL".into(), |k| text_literal(&encode_key(k)));
-        let applied = c
-            .applied
-            .as_ref()
-            .map_or("NULL".into(), |p| text_literal(&p.to_string()));
+        let position = |p: &Option<BinlogPosition>| {
+            p.as_ref()
+                .map_or("NULL".into(), |p| text_literal(&p.to_string()))
+        };
         format!(
-            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {applied}, rows_copied = {} WHERE job = {} AND part = 0",
-            self.checkpoints, c.copy_done, c.rows_copied, self.job
+            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {}, undecided_from = {}, rows_copied = {} WHERE job = {} AND part = 0",
+            self.checkpoints,
+            c.copy_done,
+            position(&c.applied),
+            position(&c.undecided_from),
+            c.rows_copied,
+            self.job
         )
     }
 
@@ -239,20 +267,28 @@ impl Copy {
         Ok(())
     }
 
-    /// Starts the binlog dump where the applier stands, or at `snapshot`
-    /// for a move's first chunk: every change after it reaches the
-    /// destination.
+    /// Starts the binlog dump: where the applier stands (`applied`), or at
+    /// `snapshot` for a move's first chunk, so that every change after it
+    /// reaches the destination. The dump reads from earlier where XA
+    /// transactions may be undecided there (`undecided_from`, or the first
+    /// chunk's `first_dump_from`), applying nothing up to that point.
     async fn dump(
         &mut self,
         shared: &Shared,
         snapshot: &BinlogPosition,
     ) -> Result<&mut BinlogDump, ProxyError> {
         if self.dump.is_none() {
-            let start = self
-                .checkpoint
-                .applied
-                .get_or_insert_with(|| snapshot.clone())
-                .clone();
+            let c = &mut self.checkpoint;
+            if c.applied.is_none() {
+                c.applied = Some(snapshot.clone());
+                c.undecided_from = self.first_dump_from.take();
+            }
+            let applied = c.applied.clone().expect("set above");
+            let start = match &c.undecided_from {
+                Some(from) if *from < applied => from.clone(),
+                _ => applied.clone(),
+            };
+            self.follower = Follower::new(Undecided::new(self.writers.len()), Some(applied));
             let dump =
                 BinlogDump::open(shared, self.source_slot, start, self.watched.clone()).await?;
             self.dump = Some(dump);
@@ -260,11 +296,41 @@ impl Copy {
         Ok(self.dump.as_mut().expect("opened above"))
     }
 
+    /// A place in the source's log before every XA transaction that can
+    /// still be undecided at a snapshot taken after this returns: the end
+    /// of the log, once each transaction XA RECOVER listed then is decided
+    /// (one prepared before it and undecided at the snapshot would be
+    /// listed, and still be there).
+    async fn before_undecided(&mut self) -> Result<BinlogPosition, ProxyError> {
+        let end = super::binlog::end_of_log(&mut self.source).await?;
+        let prepared = exec(&mut self.source, "XA RECOVER FORMAT='SQL'").await?;
+        let started = Instant::now();
+        loop {
+            let now = exec(&mut self.source, "XA RECOVER FORMAT='SQL'").await?;
+            let Some(waited) = prepared.iter().find(|xid| now.contains(xid)) else {
+                return Ok(end);
+            };
+            if started.elapsed() >= PREPARED_BEFORE_WAIT {
+                let xid = waited.last().cloned().flatten().unwrap_or_default();
+                return Err(MoveError::Unsupported(format!(
+                    "the XA transaction {} on backend {} stayed prepared for {PREPARED_BEFORE_WAIT:?}: a move starts once the transactions prepared before it are decided (XA COMMIT or XA ROLLBACK it)",
+                    String::from_utf8_lossy(&xid),
+                    self.source.backend
+                ))
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Copies the next chunk of `rows` rows under a snapshot, brings the
     /// applier to the snapshot's position, and compares the chunk on both
     /// sides there, copying it again if they differ. False when the copy
     /// is complete.
     pub async fn copy_chunk(&mut self, shared: &Shared, rows: usize) -> Result<bool, ProxyError> {
+        if self.dump.is_none() && self.checkpoint.applied.is_none() {
+            self.first_dump_from = Some(self.before_undecided().await?);
+        }
         exec(
             &mut self.source,
             "START TRANSACTION WITH CONSISTENT SNAPSHOT",
@@ -406,7 +472,9 @@ impl Copy {
 
     /// Applies the source's changes until the applier reaches `target`, a
     /// transaction's end; each group of transactions commits on the
-    /// destinations, the checkpoint's last.
+    /// destinations, the checkpoint's last. An XA transaction's changes
+    /// are held from its PREPARE and applied at its `XA COMMIT`, in commit
+    /// order, or dropped at its `XA ROLLBACK`.
     pub async fn apply_until(&mut self, target: &BinlogPosition) -> Result<(), ProxyError> {
         if self.dump.is_none() {
             return Ok(());
@@ -415,14 +483,16 @@ impl Copy {
         let mut transactions = 0;
         while self.applied_to() < target {
             let dump = self.dump.as_mut().expect("checked above");
-            match dump.next().await? {
-                Decoded::Rows(changes) => {
-                    if !open {
-                        for i in 0..self.writers.len() {
-                            self.begin(i).await?;
-                        }
-                        open = true;
-                    }
+            let event = dump.next().await?;
+            let parts: Vec<PartView> = self
+                .writers
+                .iter()
+                .map(|w| (&w.part.table, &*w.part.filter))
+                .collect();
+            let step = self.follower.step(event, dump.position(), &parts)?;
+            match step {
+                Step::Apply(changes) => {
+                    self.open_applied(&mut open).await?;
                     for w in &mut self.writers {
                         w.pending.absorb(&w.part.table, &changes, &*w.part.filter)?;
                         if w.pending.is_full() {
@@ -430,7 +500,11 @@ impl Copy {
                         }
                     }
                 }
-                Decoded::Commit => {
+                Step::Commit(group) => {
+                    if let Some(group) = group {
+                        self.open_applied(&mut open).await?;
+                        self.apply_group(group).await?;
+                    }
                     transactions += 1;
                     if open && transactions >= TRANSACTIONS_PER_COMMIT {
                         self.commit_applied(true).await?;
@@ -438,21 +512,53 @@ impl Copy {
                         transactions = 0;
                     }
                 }
-                Decoded::Ddl(sql)
+                Step::Ddl(sql)
                     if self
                         .fence_rename
                         .as_ref()
                         .is_some_and(|r| sql.contains(r.as_str())) => {}
-                Decoded::Ddl(sql) => {
+                Step::Ddl(sql) => {
                     return Err(MoveError::Unsupported(format!(
                         "the moved table was changed on its backend while it moved ({sql})"
                     ))
                     .into())
                 }
-                Decoded::Other => {}
+                Step::Skip => {}
             }
         }
         self.commit_applied(open).await
+    }
+
+    /// Begins the applier's transaction on every part, unless `open`.
+    async fn open_applied(&mut self, open: &mut bool) -> Result<(), ProxyError> {
+        if !*open {
+            for i in 0..self.writers.len() {
+                self.begin(i).await?;
+            }
+            *open = true;
+        }
+        Ok(())
+    }
+
+    /// A committed XA transaction's changes, as if its rows changed at its
+    /// commit: its row locks kept every other writer off them meanwhile.
+    async fn apply_group(&mut self, group: Group) -> Result<(), ProxyError> {
+        for change in group.into_changes()? {
+            let (part, key, row) = change?;
+            let w = &mut self.writers[part];
+            w.pending.hold(key, row);
+            if w.pending.is_full() {
+                w.write_pending().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An XA transaction prepared on the source, not decided yet in the
+    /// log read so far, that changed rows the move takes: the fence waits
+    /// for its decision.
+    pub fn undecided_touching(&self) -> Option<&Xid> {
+        self.follower.touching()
     }
 
     /// Commits what was applied, the first part last with the checkpoint;
@@ -464,6 +570,9 @@ impl Copy {
             }
         }
         self.checkpoint.applied = Some(self.applied_to().clone());
+        if let Some(from) = self.follower.undecided_from(self.applied_to()) {
+            self.checkpoint.undecided_from = from;
+        }
         let save = self.save_statement();
         for i in (0..self.writers.len()).rev() {
             if i == 0 && !open {

@@ -1593,17 +1593,24 @@ async fn fence_and_switch(
             }
         };
         if let Err(reason) = renamed {
-            tracing::warn!(job = job.id, attempt, "fence lifted: {reason}");
-            change_owned(shared, main, job, &fence_statements(shared, job, false)).await?;
-            crate::dictionary::reload(shared).await?;
-            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            lift_fence(shared, main, job, attempt, &reason).await?;
             continue;
         }
-        // Nothing writes the old table now: its last changes are in the log.
+        // Nothing writes the old table now: its last changes are in the
+        // log, but for those of XA transactions prepared on it, which their
+        // XA COMMIT may still make.
         let end = binlog::end_of_log(&mut source).await?;
         let mut moved = 0;
         match copy.as_deref_mut() {
-            Some(copy) => copy.apply_until(&end).await?,
+            Some(copy) => {
+                copy.apply_until(&end).await?;
+                if let Some(xid) = copy.undecided_touching() {
+                    let reason = format!("the prepared XA transaction {xid} changed the partition and is not decided yet");
+                    exec(&mut source, &rename(&retired, &job.source_place())).await?;
+                    lift_fence(shared, main, job, attempt, &reason).await?;
+                    continue;
+                }
+            }
             None => moved = move_keyless(shared, main, job).await?,
         }
         if let Some(into) = job.joined(shared) {
@@ -1636,6 +1643,22 @@ async fn fence_and_switch(
         "the partition could not be fenced in {FENCE_ATTEMPTS} attempts: a transaction kept it open, or an instance did not answer"
     ))
     .into())
+}
+
+/// Lifts a fence that could not switch (`reason`) and waits before the
+/// next attempt.
+async fn lift_fence(
+    shared: &Shared,
+    main: &mut BackendConn,
+    job: &Job,
+    attempt: u32,
+    reason: &str,
+) -> Result<(), ProxyError> {
+    tracing::warn!(job = job.id, attempt, "fence lifted: {reason}");
+    change_owned(shared, main, job, &fence_statements(shared, job, false)).await?;
+    crate::dictionary::reload(shared).await?;
+    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+    Ok(())
 }
 
 /// HSCALE SHOW_MOVES: every job, newest first.

@@ -177,23 +177,20 @@ pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let known = shared.users.get(user);
     let right = match (used, known) {
-        (_, None) => false,
-        (CACHING_SHA2_PASSWORD, Some(known)) => {
+        // An unknown user goes through the exchange a known one does,
+        // against a password no one has, so that the answers do not tell
+        // which user names exist.
+        (CACHING_SHA2_PASSWORD, known) => {
+            let nobody = PasswordHash::DoubleSha1(rand::random());
+            let stored = known.map_or(&nobody, |k| &k.password);
             let mut exchange = Exchange { client, seq };
-            let right = sha2_login(
-                &mut exchange,
-                shared,
-                nonce,
-                user,
-                &known.password,
-                &answer,
-                secure,
-            )
-            .await
-            .map_err(|e| (e, exchange.seq))?;
+            let right = sha2_login(&mut exchange, shared, nonce, user, stored, &answer, secure)
+                .await
+                .map_err(|e| (e, exchange.seq))?;
             seq = exchange.seq;
-            right
+            right && known.is_some()
         }
+        (_, None) => false,
         (_, Some(known)) => {
             if let Some(stage1) = known.password.stage1(nonce, &answer) {
                 // What the user's backend account may need to log in.
@@ -235,7 +232,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<'_, S> {
 }
 
 /// caching_sha2_password: a scramble is checked against the digest kept
-/// from the user's last full login (fast authentication); without one the
+/// from the user's last full login (fast authentication); without one, or
+/// where it does not match, the
 /// client sends its password, in clear over TLS, else encrypted with
 /// hscale's RSA key, which it may ask for first. A right password's digest
 /// is kept, and what the user's backend account needs is learned from it.
@@ -251,14 +249,16 @@ async fn sha2_login<S: AsyncRead + AsyncWrite + Unpin>(
     if scramble.is_empty() {
         return Ok(*stored == PasswordHash::Empty);
     }
+    // A scramble that does not match the kept digest goes on to the full
+    // exchange, as MySQL does: a wrong password answers alike whether or
+    // not the user logged in lately.
     if let Some(digest) = shared.sha2.digest(user) {
-        let right = verify_sha2_scramble(&digest, nonce, scramble);
-        if right {
+        if verify_sha2_scramble(&digest, nonce, scramble) {
             exchange
                 .send(&[AUTH_MORE_DATA, SHA2_FAST_AUTH_SUCCESS])
                 .await?;
+            return Ok(true);
         }
-        return Ok(right);
     }
     exchange
         .send(&[AUTH_MORE_DATA, SHA2_PERFORM_FULL_AUTHENTICATION])

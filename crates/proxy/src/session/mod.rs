@@ -5,6 +5,7 @@
 
 mod admin;
 mod atomic;
+mod dynamic;
 mod federate;
 mod handshake;
 mod kill;
@@ -106,6 +107,9 @@ pub struct Session {
     statement_tables: SmallVec<[PhysicalId; 4]>,
     /// The client's prepared statements.
     statements: ClientStatements,
+    /// Statements the client prepared with PREPARE ... FROM text that
+    /// hscale routes or guards.
+    sql_statements: dynamic::SqlStatements,
     /// A statement may have changed wait_timeout or sql_mode: hscale asks
     /// the server for their values before the next command.
     session_variables_changed: bool,
@@ -215,6 +219,7 @@ impl Session {
             transaction_tables: SmallVec::new(),
             statement_tables: SmallVec::new(),
             statements: ClientStatements::default(),
+            sql_statements: dynamic::SqlStatements::default(),
             session_variables_changed: false,
             unread: Vec::new(),
             settings_listed: None,
@@ -492,6 +497,7 @@ impl Session {
         self.unread.clear();
         self.settings_listed = None;
         self.statements.clear();
+        self.sql_statements.clear();
         self.state.clear_settings();
         self.state.last_insert_id = 0;
         self.start_sql_mode();

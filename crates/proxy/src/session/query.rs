@@ -69,6 +69,8 @@ impl Session {
             | Action::Admin
             | Action::Kill(_)
             | Action::Exists { .. }
+            | Action::Dynamic(_)
+            | Action::XaRecover
             | Action::Refuse(_) => {}
             Action::LockTables(_)
             | Action::Load(_)
@@ -85,6 +87,12 @@ impl Session {
         let sql = &payload[1..];
         tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
         let plan = self.plan_waiting(|session| session.plan(sql)).await?;
+        self.run_plan(plan, payload).await
+    }
+
+    /// Does what a COM_QUERY's plan says.
+    pub(super) async fn run_plan(&mut self, plan: Plan, payload: Bytes) -> Result<(), ProxyError> {
+        let sql = &payload[1..];
         let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
         let main = self.shared.main;
         match plan.action {
@@ -207,6 +215,14 @@ impl Session {
                 let then = super::federate::Then::Query { payload, needs };
                 self.federate(&federation, then).await.map(drop)
             }
+            Action::Dynamic(dynamic) => {
+                let plan = Plan {
+                    action: Action::Main,
+                    ..plan
+                };
+                self.dynamic(dynamic, plan, payload).await
+            }
+            Action::XaRecover => self.xa_recover(payload).await,
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
     }

@@ -97,7 +97,11 @@ impl Session {
     }
 
     /// The whole answer of one statement on `backend`.
-    async fn answer_of(&mut self, backend: u32, payload: &Bytes) -> Result<Answer, ProxyError> {
+    pub(super) async fn answer_of(
+        &mut self,
+        backend: u32,
+        payload: &Bytes,
+    ) -> Result<Answer, ProxyError> {
         let slot = self.slot_of(backend)?;
         let mut lease = self.checkout(slot, Needs::default()).await?;
         let answer = match read_answer(&mut lease.conn, payload).await {

@@ -169,6 +169,13 @@ impl Session {
             }
             Action::Schema(change) => return refuse_schema(change.table),
             Action::Exists { table, .. } => return refuse_schema(table),
+            // The server prepares none of them either.
+            Action::Dynamic(_) | Action::XaRecover => {
+                return refuse(
+                    None,
+                    "dynamic SQL and XA RECOVER as prepared statements (send them as a query)",
+                )
+            }
             Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
                 unreachable!("plan_prepared makes templates, plan_waiting waits")
             }
