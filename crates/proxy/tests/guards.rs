@@ -118,9 +118,19 @@ fn dynamic_sql_is_routed_where_hscale_reads_it_and_refused_where_it_cannot() {
         "EXECUTE IMMEDIATE 'INSERT INTO users_default VALUES (99, ''mario'')'",
         "EXECUTE IMMEDIATE 'SELECT * FROM users_odd'",
         "EXECUTE IMMEDIATE 'DELETE FROM hscale.partitions'",
+        "EXECUTE IMMEDIATE 'SELECT GET_LOCK(''hscale.admin'', 0)'",
+        "PREPARE s FROM 'SELECT * FROM users_default'",
     ] {
         assert_eq!(error_of(&mut app, sql).0, 1142, "{sql}");
     }
+    // Admin commands, as written plainly: 1227 (a PREPARE of one names
+    // hscale's schema: 1142).
+    let setup = "EXECUTE IMMEDIATE 'HSCALE SETUP_TABLE(''countries'', ''code'', ''c_default'', 1, ''NONE()'')'";
+    assert_eq!(error_of(&mut app, setup).0, 1227);
+    assert_eq!(
+        error_of(&mut app, "PREPARE a FROM 'HSCALE SHOW_TABLES'").0,
+        1142
+    );
     // What it cannot read: refused, naming why.
     app.query_drop("SET @q = 'INSERT INTO users_default VALUES (98, ''luigi'')'")
         .unwrap();
@@ -167,10 +177,16 @@ fn dynamic_sql_is_routed_where_hscale_reads_it_and_refused_where_it_cannot() {
         .unwrap();
     assert_eq!(procedures, 0);
 
-    // An admin runs what hscale cannot read as written.
+    // An admin runs what hscale cannot read as written, and an admin
+    // command inside EXECUTE IMMEDIATE is checked as written plainly.
     admin
         .query_drop("EXECUTE IMMEDIATE CONCAT('SELECT COUNT(*) FROM users', '_default')")
         .unwrap();
+    let (code, _) = error_of(
+        &mut admin,
+        "EXECUTE IMMEDIATE 'HSCALE SETUP_TABLE(''mysql.global_priv'', ''User'', ''g_default'', 1, ''NONE()'')'",
+    );
+    assert_eq!(code, 1210);
 }
 
 #[test]
