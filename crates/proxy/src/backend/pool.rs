@@ -3,13 +3,16 @@
 //! lists up once and then takes and returns connections under its core's
 //! list's lock alone, which no other core takes but to borrow.
 //!
-//! Per core: a connection is registered with the reactor of the worker
-//! that opened it (`cores`), and it goes back to that worker's list, so
-//! its readiness wakes the thread that polls its session. A worker whose
-//! list is empty opens a connection while the backend's `max_connections`
-//! allows, else borrows another worker's idle one, else waits with every
-//! other worker's sessions for the next one returned (the first waiting
-//! is served first): no client starves because its worker's list is empty.
+//! Per core: a connection is registered with the reactor of one worker
+//! (`cores`), and it goes back to that worker's list, so its readiness
+//! wakes the thread that polls its session. A worker whose list is empty
+//! takes another worker's idle connection and moves it over (registered
+//! with its own reactor, then idle in its own list), else opens one while
+//! the backend's `max_connections` allows, else waits with every other
+//! worker's sessions for the next one returned (the first waiting is served
+//! first): no client starves because its worker's list is empty, and a
+//! backend holds about as many connections as statements run at once, not
+//! workers times clients (clients move between workers).
 //!
 //! A session takes back the connection it returned last, if no one used it
 //! since, else the oldest. Its own keeps a client on one connection, as it
@@ -241,6 +244,13 @@ impl Pool {
     }
 
     async fn acquire_slow(&self, bucket: &Bucket) -> Result<Lease, BackendError> {
+        // Another worker's idle connection comes over before a new one is
+        // opened: connections follow the statements in flight, not workers
+        // times clients (a client that moved to this worker left its
+        // connections idle on the other).
+        if let Some(conn) = self.borrow(bucket) {
+            return Ok(Lease { conn });
+        }
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return self.open(bucket.key, permit).await;
         }
@@ -368,25 +378,43 @@ impl Pool {
     /// and it is still alive: in the calling worker's list, where the
     /// session returned it unless it was borrowed.
     pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
-        bucket
-            .here()
-            .take_marked(mark)
-            .or_else(|| bucket.others().find_map(|list| list.take_marked(mark)))
-            .filter(|conn| !is_dead(conn))
+        if let Some(conn) = bucket.here().take_marked(mark) {
+            return Some(conn).filter(|conn| !is_dead(conn));
+        }
+        let conn = bucket.others().find_map(|list| list.take_marked(mark))?;
+        self.move_here(conn)
     }
 
     /// Another worker's idle connection of the key, the oldest of the first
-    /// list that has one.
+    /// list that has one, moved to this worker: registered with its reactor
+    /// and, once returned, idle in its list.
     fn borrow(&self, bucket: &Bucket) -> Option<Box<BackendConn>> {
         for list in bucket.others() {
             while let Some(conn) = list.take(None) {
-                if !is_dead(&conn) {
-                    self.borrowed.fetch_add(1, Ordering::Relaxed);
+                if let Some(conn) = self.move_here(conn) {
                     return Some(conn);
                 }
             }
         }
         None
+    }
+
+    /// An idle connection of another worker's list, alive, registered with
+    /// the calling worker's reactor; `None` where it is dead or cannot move.
+    fn move_here(&self, mut conn: Box<BackendConn>) -> Option<Box<BackendConn>> {
+        if is_dead(&conn) {
+            return None;
+        }
+        if let Err(e) = conn.stream.get_mut().rehome() {
+            tracing::info!(
+                backend = conn.backend,
+                "an idle backend connection could not move to another worker; dropped: {e}"
+            );
+            return None;
+        }
+        conn.core = crate::cores::current();
+        self.borrowed.fetch_add(1, Ordering::Relaxed);
+        Some(conn)
     }
 
     /// Closes one idle connection of another key to free its slot.

@@ -30,6 +30,30 @@ impl BackendStream {
         }
     }
 
+    /// Registers the socket with the calling worker's reactor instead of
+    /// the one that polled it so far (a connection taken from another
+    /// worker's idle list): a duplicate of the descriptor is registered, the
+    /// old registration closed with the old descriptor. A TLS session's
+    /// state goes along. Only between commands, with nothing unread.
+    pub fn rehome(&mut self) -> io::Result<()> {
+        match self {
+            BackendStream::Tcp(socket) => {
+                let duplicate = socket.as_fd().try_clone_to_owned()?;
+                *socket = TcpStream::from_std(std::net::TcpStream::from(duplicate))?;
+            }
+            BackendStream::Unix(unix) => {
+                let duplicate = unix.socket.get_ref().as_fd().try_clone_to_owned()?;
+                let stream = std::os::unix::net::UnixStream::from(duplicate);
+                *unix = UnixSocket {
+                    socket: register(stream, Interest::READABLE)?,
+                    write_space: None,
+                };
+            }
+            BackendStream::Tls(tls) => tls.get_mut().0.rehome()?,
+        }
+        Ok(())
+    }
+
     /// True when the peer has closed or sent something unasked: the connection
     /// cannot serve a new command. Never blocks. Without `ask_kernel` it costs
     /// nothing unless the reactor saw the socket become readable since hscale
