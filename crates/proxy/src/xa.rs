@@ -212,12 +212,12 @@ pub async fn may_record(shared: &Shared, slot: usize, bucket: &Bucket) -> bool {
     recordable
 }
 
-/// The query that commits a transaction's plain part with its commit
-/// decision inside: the server runs nothing after a failed statement, so
-/// the COMMIT runs only if the decision went in.
-pub fn commit_with_decision(shared: &Shared, gtrid: &str) -> String {
+/// The INSERT of a transaction's commit decision that its plain part runs
+/// just before its COMMIT (`session::atomic`): the decision is durable
+/// exactly when that part commits.
+pub fn decision_insert(shared: &Shared, gtrid: &str) -> String {
     format!(
-        "INSERT INTO {} (gtrid, decision, decided, proof) VALUES ('{gtrid}', '{}', NOW(6), '{}');\nCOMMIT",
+        "INSERT INTO {} (gtrid, decision, decided, proof) VALUES ('{gtrid}', '{}', NOW(6), '{}')",
         decisions_table(shared),
         Decision::Commit.as_str(),
         key(shared).proof(gtrid, Decision::Commit)

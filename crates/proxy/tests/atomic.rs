@@ -711,3 +711,50 @@ fn a_backend_killed_after_prepare_commits_its_branch_when_it_is_back() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that does not ask for several statements per query (the
+/// default of PyMySQL, go-sql-driver/mysql, mysql2, Connector/J) writes
+/// over two backends: what hscale sends of its own (a branch's XA START, the
+/// plain part's decision and COMMIT) needs no several statements per query
+/// where the client's connection cannot run them. Before, its COMMIT of a
+/// transaction over two backends and its INSERT over both answered 1064.
+/// Its own query of several statements is still refused, as MariaDB refuses
+/// it.
+#[test]
+fn a_client_without_multi_statements_writes_over_two_backends() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_one_statement");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut raw =
+            hscale_testkit::raw::RawClient::login(proxy.port, "root", "", Some(&db)).await;
+        for sql in [
+            "INSERT INTO orders VALUES (1, 1, 1.00), (2, 2, 2.00)",
+            "BEGIN",
+            "UPDATE orders SET total = total + 1 WHERE id = 1",
+            "UPDATE orders SET total = total + 1 WHERE id = 2",
+            "COMMIT",
+            "BEGIN",
+            "UPDATE orders SET total = total + 10 WHERE id = 1",
+            "UPDATE orders SET total = total + 10 WHERE id = 2",
+            "ROLLBACK",
+            "INSERT INTO orders VALUES (3, 3, 3.00), (4, 4, 4.00)",
+        ] {
+            let first = first_packet(&mut raw, sql).await;
+            assert_eq!(first[0], 0x00, "{sql}: {}", String::from_utf8_lossy(&first));
+        }
+        let refused = first_packet(&mut raw, "SELECT 1; SELECT 2").await;
+        assert_eq!(refused[0], 0xff);
+        assert_eq!(u16::from_le_bytes([refused[1], refused[2]]), 1064);
+    });
+    assert_eq!(balances(&mut c), [(1, 2), (2, 3), (3, 3), (4, 4)]);
+    assert_eq!(ids(1, &db, "orders_even"), [2, 4]);
+    assert_eq!(ids(2, &db, "orders_odd"), [1, 3]);
+    assert!((1..=2).all(|b| xa_prepared(b).iter().all(|d| !d.contains(':'))));
+}
+
+/// The first packet of a query's answer.
+async fn first_packet(raw: &mut hscale_testkit::raw::RawClient, sql: &str) -> Vec<u8> {
+    let bytes = raw.query_bytes(sql, false).await;
+    hscale_testkit::raw::payloads(&bytes).remove(0)
+}

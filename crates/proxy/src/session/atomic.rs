@@ -106,9 +106,9 @@ impl Session {
                 Next::RecordIn(backend) => {
                     failpoint::hit("xa_after_prepare").await;
                     let slot = shared.pool_index(backend).expect("a branch's backend");
-                    let sql = xa::commit_with_decision(&shared, &running.gtrid());
+                    let insert = xa::decision_insert(&shared, &running.gtrid());
                     let (lease, last) = parts.get_mut(&slot).expect("the plain part");
-                    let recorded = match run_statement(lease, &sql).await {
+                    let recorded = match commit_with(lease, &insert).await {
                         Ok(completion) => {
                             *last = completion;
                             committed_one = true;
@@ -278,6 +278,28 @@ pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>)
         .into_iter()
         .map(|o| o.expect("every future ended"))
         .collect()
+}
+
+/// Runs `first`, then COMMIT only if `first` succeeded: in one query where
+/// the connection runs several statements (the server runs nothing after a
+/// failed one), else in two, for a client that did not ask for several
+/// statements per query (most drivers' default), whose capabilities its
+/// connection carries.
+pub(super) async fn commit_with(lease: &mut Lease, first: &str) -> Result<Completion, ProxyError> {
+    if runs_several(lease) {
+        return run_statement(lease, &format!("{first};\nCOMMIT")).await;
+    }
+    run_statement(lease, first).await?;
+    run_statement(lease, "COMMIT").await
+}
+
+/// Whether the connection runs several statements in one query.
+pub(super) fn runs_several(lease: &Lease) -> bool {
+    lease
+        .conn
+        .key
+        .capabilities
+        .contains(hscale_wire::CapabilityFlags::CLIENT_MULTI_STATEMENTS)
 }
 
 async fn run_statement(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {

@@ -1163,14 +1163,17 @@ impl Atomic<'_> {
 
 /// One part of a write over several backends in its transaction (`start`:
 /// its XA START, or BEGIN): a text statement with it in the same query (the
-/// server runs nothing after a statement that fails), any other after it.
+/// server runs nothing after a statement that fails) where the connection
+/// runs several statements in one query, any other after it.
 async fn run_in_branch(
     lease: &mut Lease,
     part: Part<'_>,
     start: &str,
 ) -> Result<Completion, ProxyError> {
     match part {
-        Part::Command(Command::Raw([COM_QUERY, sql @ ..])) => {
+        Part::Command(Command::Raw([COM_QUERY, sql @ ..]))
+            if super::atomic::runs_several(lease) =>
+        {
             let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
             both.push(COM_QUERY);
             both.extend_from_slice(start.as_bytes());
