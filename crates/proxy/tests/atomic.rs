@@ -724,6 +724,9 @@ fn a_backend_killed_after_prepare_commits_its_branch_when_it_is_back() {
 fn a_client_without_multi_statements_writes_over_two_backends() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let (proxy, db, mut c) = setup("atomic_one_statement");
+    c.query_drop("CREATE TABLE countries (code CHAR(2) PRIMARY KEY, name VARCHAR(20))")
+        .unwrap();
+    c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let mut raw =
@@ -739,6 +742,12 @@ fn a_client_without_multi_statements_writes_over_two_backends() {
             "UPDATE orders SET total = total + 10 WHERE id = 2",
             "ROLLBACK",
             "INSERT INTO orders VALUES (3, 3, 3.00), (4, 4, 4.00)",
+            // A reference table's copies, alone and in a transaction.
+            "INSERT INTO countries VALUES ('de', 'Germany')",
+            "BEGIN",
+            "UPDATE orders SET total = total + 1 WHERE id = 3",
+            "INSERT INTO countries VALUES ('fr', 'France')",
+            "COMMIT",
         ] {
             let first = first_packet(&mut raw, sql).await;
             assert_eq!(first[0], 0x00, "{sql}: {}", String::from_utf8_lossy(&first));
@@ -747,7 +756,14 @@ fn a_client_without_multi_statements_writes_over_two_backends() {
         assert_eq!(refused[0], 0xff);
         assert_eq!(u16::from_le_bytes([refused[1], refused[2]]), 1064);
     });
-    assert_eq!(balances(&mut c), [(1, 2), (2, 3), (3, 3), (4, 4)]);
+    assert_eq!(balances(&mut c), [(1, 2), (2, 3), (3, 4), (4, 4)]);
+    for backend in 1..=2 {
+        let copy: Vec<String> = cluster()
+            .direct(backend, Some(&db))
+            .query("SELECT code FROM countries ORDER BY code")
+            .unwrap();
+        assert_eq!(copy, ["de", "fr"], "backend {backend}'s copy");
+    }
     assert_eq!(ids(1, &db, "orders_even"), [2, 4]);
     assert_eq!(ids(2, &db, "orders_odd"), [1, 3]);
     assert!((1..=2).all(|b| xa_prepared(b).iter().all(|d| !d.contains(':'))));
