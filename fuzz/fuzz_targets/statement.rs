@@ -1,9 +1,10 @@
 //! Whatever a client sends as SQL, the statement analysis answers without
-//! panicking, and the CONNECTION_ID() rewrite leaves no call behind.
+//! panicking, and the rewrite of CONNECTION_ID() and the server's variables
+//! leaves none behind.
 #![no_main]
 
 use hscale_planner::{
-    parse_kill, parse_set, replace_connection_id, summarize, target_database, Quoting,
+    parse_kill, parse_set, replace_own_values, summarize, target_database, OwnValues, Quoting,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -22,10 +23,16 @@ fuzz_target!(|input: &[u8]| {
     let text = String::from_utf8_lossy(sql);
     let _ = parse_set(&text, quoting);
     let _ = parse_kill(&text);
-    if let Some(rewritten) = replace_connection_id(sql, 4_294_967_295, quoting) {
-        assert!(summary.connection_id, "a call the lexer did not see");
+    let own = OwnValues {
+        connection_id: 4_294_967_295,
+        port: 65_535,
+        address: std::net::Ipv6Addr::LOCALHOST.into(),
+        hostname: "db'1\\",
+    };
+    if let Some(rewritten) = replace_own_values(sql, &own, quoting) {
+        assert!(summary.own_values, "a call the lexer did not see");
         assert_eq!(
-            replace_connection_id(&rewritten, 1, quoting),
+            replace_own_values(&rewritten, &own, quoting),
             None,
             "a call left behind"
         );

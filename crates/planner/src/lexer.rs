@@ -3,6 +3,7 @@
 //! name a partitioned table (only then is it parsed).
 
 use crate::dictionary::TableNames;
+use crate::own_values::is_server_variable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -54,9 +55,10 @@ pub struct Summary {
     /// @@warning_count, @@error_count: the messages the statement before
     /// left, which only the connection that ran it keeps.
     pub reads_diagnostics: bool,
-    /// CONNECTION_ID(), which must answer the id hscale greeted the client
-    /// with, not its backend connection's.
-    pub connection_id: bool,
+    /// CONNECTION_ID() or a variable naming the server (`@@port`, `@@socket`),
+    /// which must answer the client's connection to hscale, not the backend's
+    /// (`own_values`).
+    pub own_values: bool,
     /// More than one statement in one COM_QUERY.
     pub multi_statement: bool,
     /// Every statement of the query reads or writes rows or controls the
@@ -298,7 +300,7 @@ pub(crate) fn summarize_into(
         last_insert_id: false,
         reads_previous_statement: false,
         reads_diagnostics: false,
-        connection_id: false,
+        own_values: false,
         multi_statement: false,
         every_statement_plain: true,
         names_partitioned: false,
@@ -318,6 +320,7 @@ pub(crate) fn summarize_into(
                 if is_diagnostics_count(name) {
                     s.reads_diagnostics |= !after_statement_end;
                 }
+                s.own_values |= is_server_variable(name);
                 continue;
             }
             TokenKind::Symbol(b';') => {
@@ -349,6 +352,11 @@ pub(crate) fn summarize_into(
                         asks_for_diagnostics(sql[..token.start].trim_ascii(), word);
                 }
                 note_function(word, after_statement_end, &mut s);
+                // `@@global.port`: the prefix is its own token.
+                let global = b"@@global.";
+                s.own_values |= sql[..token.start].len() >= global.len()
+                    && sql[token.start - global.len()..token.start].eq_ignore_ascii_case(global)
+                    && is_server_variable(word);
                 if is_diagnostics_count(word) {
                     // `@@session.warning_count`: the prefix is its own token.
                     let before = sql[..token.start].to_ascii_lowercase();
@@ -493,7 +501,7 @@ fn note_function(word: &[u8], in_later_statement: bool, s: &mut Summary) {
     } else if is(b"last_insert_id") {
         s.last_insert_id = true;
     } else if is(b"connection_id") {
-        s.connection_id = true;
+        s.own_values = true;
     }
 }
 
@@ -869,9 +877,12 @@ mod tests {
 
     #[test]
     fn notes_connection_id() {
-        assert!(summary(b"UPDATE t SET owner = CONNECTION_ID()").connection_id);
-        assert!(!summary(b"SELECT 'connection_id()'").connection_id);
-        assert!(!summary(b"SELECT 1").connection_id);
+        assert!(summary(b"UPDATE t SET owner = CONNECTION_ID()").own_values);
+        assert!(!summary(b"SELECT 'connection_id()'").own_values);
+        assert!(!summary(b"SELECT 1").own_values);
+        assert!(summary(b"SELECT @@socket").own_values);
+        assert!(summary(b"SELECT 1, @@GLOBAL.port").own_values);
+        assert!(!summary(b"SELECT @@version, '@@port'").own_values);
     }
 
     #[test]

@@ -5,7 +5,6 @@ pub mod admin;
 mod auto;
 mod cache;
 pub mod collation;
-pub mod connection_id;
 pub mod dictionary;
 mod dynamic;
 mod federate;
@@ -17,6 +16,7 @@ mod load;
 mod lock;
 mod maintenance;
 mod messages;
+pub mod own_values;
 pub mod plan;
 mod rewrite;
 mod route;
@@ -32,7 +32,6 @@ mod united;
 pub use auto::{Generate, Upsert};
 pub use cache::{columns_fingerprint, PlanCache};
 pub use collation::{Folding, WeightTable};
-pub use connection_id::replace_connection_id;
 pub use dictionary::{
     partition_table, AutoColumn, Dictionary, PartitionEntry, PartitionState, PartitionedTable,
     PhysicalId, ReferenceTable, TableDefinition, TableName, Target,
@@ -50,6 +49,7 @@ pub use lexer::{
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
 pub use messages::{messages_read, MessagesRead};
+pub use own_values::{is_server_variable, replace_own_values, OwnValues};
 pub use plan::{
     plan, plan_copies, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route,
     SchemaChange, SchemaEffect, SessionChange, Step,

@@ -44,6 +44,10 @@ pub struct SessionHandle {
     /// id): a KILL stops each partition's query.
     scanning: Mutex<Vec<(u32, u32)>>,
     killed: Notify,
+    /// Set by `kill`, before the session's backend threads are killed: their
+    /// lost connections end the session without a word, as MariaDB closes a
+    /// killed connection.
+    was_killed: AtomicBool,
     /// Since when (ms after `Shared::started`) the client has sent nothing;
     /// `BUSY` while a command runs.
     waiting_since_ms: AtomicU64,
@@ -207,7 +211,12 @@ impl SessionHandle {
     }
 
     pub fn kill(&self) {
+        self.was_killed.store(true, Ordering::Relaxed);
         self.killed.notify_one();
+    }
+
+    pub fn was_killed(&self) -> bool {
+        self.was_killed.load(Ordering::Relaxed)
     }
 
     /// A scan's partition query started on this backend thread.
@@ -286,6 +295,7 @@ impl Sessions {
             running: AtomicU64::new(0),
             scanning: Mutex::new(Vec::new()),
             killed: Notify::new(),
+            was_killed: AtomicBool::new(false),
             waiting_since_ms: AtomicU64::new(BUSY),
             wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
             on: OnTables::new(),
@@ -335,6 +345,8 @@ impl Sessions {
 }
 
 pub struct Shared {
+    /// This host's name: what `@@hostname` answers through hscale.
+    pub hostname: String,
     pub users: HashMap<String, User>,
     /// The backend accounts: hscale's service account and the users'.
     pub accounts: Arc<Accounts>,
@@ -490,6 +502,7 @@ impl Shared {
             })
             .collect();
         Shared {
+            hostname: host_name(),
             users,
             accounts,
             pools,
@@ -680,6 +693,19 @@ async fn learn_collations(
         collations.insert(name, hscale_merge::Collation { space, pad });
     }
     Some(collations)
+}
+
+/// The host's name, as `gethostname(2)` gives it (MariaDB's `@@hostname`).
+fn host_name() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the name is NUL-terminated
+    // unless truncated, and the last byte stays 0 either way.
+    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len() - 1) };
+    if rc != 0 {
+        return String::new();
+    }
+    let len = name.iter().position(|&b| b == 0).unwrap_or(0);
+    String::from_utf8_lossy(&name[..len]).into_owned()
 }
 
 #[cfg(test)]

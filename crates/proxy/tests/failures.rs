@@ -258,6 +258,54 @@ fn kill_connection_ends_that_client_and_checks_ids_and_owners() {
     assert_eq!(unsupported.code, 1235);
 }
 
+/// A connection killed by another closes at once, idle or in the middle of a
+/// statement, without a word, as MariaDB closes it: pools see the close and
+/// open another (before, a busy one got an error of hscale's own first, and
+/// mysql_async's pool test of killed connections failed through hscale).
+#[tokio::test]
+async fn a_killed_connection_closes_at_once_as_mariadb_closes_it() {
+    let proxy = tokio::task::spawn_blocking(Proxy::for_cluster)
+        .await
+        .unwrap();
+    let mut answers = Vec::new();
+    for port in [cluster().port(1), proxy.port] {
+        let mut killer = RawClient::login(port, "root", "", None).await;
+        for statement in [None, Some("SELECT SLEEP(20)")] {
+            let mut victim = RawClient::login(port, "root", "", None).await;
+            if let Some(sql) = statement {
+                let command = [&[0x03][..], sql.as_bytes()].concat();
+                victim.stream.send_packet(0, &command).await.unwrap();
+                // The statement has reached the server once it is listed.
+                let running = format!(
+                    "SELECT COUNT(*) FROM information_schema.processlist WHERE info = '{sql}'"
+                );
+                let direct = cluster().port(1);
+                let mut watcher = RawClient::login(direct, "root", "", None).await;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !String::from_utf8_lossy(&watcher.query_bytes(&running, false).await)
+                    .contains("\u{1}1")
+                {
+                    assert!(Instant::now() < deadline, "the statement never ran");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let killed = killer
+                .query_bytes(&format!("KILL {}", victim.connection_id), false)
+                .await;
+            assert_eq!(killed[4], 0, "KILL answers OK: {killed:?}");
+            let started = Instant::now();
+            let said = victim.read_to_close().await;
+            assert!(started.elapsed() < Duration::from_secs(5));
+            answers.push((statement, said));
+        }
+    }
+    assert_eq!(answers[..2], answers[2..], "hscale closes as MariaDB does");
+    assert!(
+        answers.iter().all(|(_, said)| said.is_empty()),
+        "{answers:?}"
+    );
+}
+
 /// A client that kills itself, by CONNECTION_ID() or by its id, gets what
 /// MariaDB answers: KILL QUERY interrupts the KILL itself (1317) and the
 /// connection lives on; KILL CONNECTION ends it (1927), an open transaction

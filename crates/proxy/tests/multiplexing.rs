@@ -492,6 +492,89 @@ fn connection_id_is_the_id_the_client_was_greeted_with() {
     assert_eq!(names(client), names(&mut cluster().direct(1, Some(&db))));
 }
 
+/// The variables that say where "the server" is answer hscale's listener, in
+/// text and prepared statements, alone and in a select list, on the main
+/// backend and routed to partitions, with the columns MariaDB gives them. The
+/// Rust `mysql` crate with its default `prefer_socket` reads `@@socket` after
+/// login and moves to that socket when the server is on its host: through
+/// hscale it must stay with hscale (before, it went to backend 1's socket and
+/// its partitioned table was not there: 1146).
+#[test]
+fn variables_naming_the_server_answer_hscales_listener() {
+    let db = cluster().database("mux_server_variables");
+    let mut direct = cluster().direct(1, Some(&db));
+    direct
+        .query_drop("CREATE TABLE acc (id INT PRIMARY KEY, owner INT)")
+        .unwrap();
+    let proxy = Proxy::for_cluster();
+    let mut admin = proxy.connect(Some(&db));
+    admin
+        .query_drop("HSCALE SETUP_TABLE('acc', 'id', 'acc_default', 1, 'MOD(2)')")
+        .unwrap();
+    admin
+        .query_drop("HSCALE ADD_PARTITION('acc', 'odd', 1, 2)")
+        .unwrap();
+    admin
+        .query_drop("INSERT INTO acc VALUES (1, 10), (2, 20)")
+        .unwrap();
+    let backend_socket: Option<String> = direct.query_first("SELECT @@socket").unwrap();
+    assert!(
+        backend_socket.is_some(),
+        "the backend has a socket to move to"
+    );
+
+    let opts = hscale_testkit::opts(proxy.port, "root", "", Some(&db)).prefer_socket(true);
+    let mut client = mysql::Conn::new(opts).unwrap();
+    let rows: Vec<(i32, i32)> = client
+        .query("SELECT id, owner FROM acc ORDER BY id")
+        .unwrap();
+    assert_eq!(rows, [(1, 10), (2, 20)], "still talking to hscale");
+
+    let port = i64::from(proxy.port);
+    let hostname: String = direct.query_first("SELECT @@hostname").unwrap().unwrap();
+    let text: (String, i64, String, i64, String) = client
+        .query_first("SELECT @@socket, @@port, @@hostname, @@global.port, @@bind_address")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        text,
+        (String::new(), port, hostname, port, "127.0.0.1".to_string())
+    );
+    let prepared: (String, Option<String>, i64, i64) = client
+        .exec_first("SELECT @@socket, @@report_host, @@port, ? + 1", (1,))
+        .unwrap()
+        .unwrap();
+    assert_eq!(prepared, (String::new(), None, port, 2));
+    let routed: Vec<(i64, i32)> = client
+        .query("SELECT @@port, owner FROM acc WHERE id = 1")
+        .unwrap();
+    assert_eq!(routed, [(port, 10)]);
+    let scanned: Vec<(i64, i32)> = client
+        .exec("SELECT @@report_port p, owner FROM acc ORDER BY owner", ())
+        .unwrap();
+    assert_eq!(scanned, [(port, 10), (port, 20)]);
+
+    // Names and types as MariaDB gives them.
+    let columns = |conn: &mut mysql::Conn| {
+        let sql = "SELECT @@port, @@socket, @@global.port AS p, @@hostname, @@version IS NOT NULL";
+        let result = conn.query_iter(sql).unwrap();
+        let columns = result.columns();
+        let shape: Vec<String> = columns
+            .as_ref()
+            .iter()
+            .map(|c| format!("{} {:?}", c.name_str(), c.column_type()))
+            .collect();
+        shape
+    };
+    assert_eq!(columns(&mut client), columns(&mut direct));
+    // Session scope is the server's error to give, as MariaDB gives it.
+    let session = client.query_drop("SELECT @@session.port").unwrap_err();
+    assert!(
+        matches!(&session, mysql::Error::MySqlError(e) if e.code == 1238),
+        "{session:?}"
+    );
+}
+
 /// A queue claimed by connection id, a common MySQL pattern: each client must
 /// find the job it claimed, whichever backend connection runs each statement.
 #[test]

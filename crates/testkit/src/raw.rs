@@ -10,6 +10,8 @@ use tokio::net::TcpStream;
 
 pub struct RawClient {
     pub stream: PacketStream<TcpStream>,
+    /// The id the server greeted this connection with.
+    pub connection_id: u32,
 }
 
 impl RawClient {
@@ -59,7 +61,30 @@ impl RawClient {
             "login failed: {:?}",
             String::from_utf8_lossy(&ok.payload)
         );
-        RawClient { stream }
+        RawClient {
+            stream,
+            connection_id: server.connection_id,
+        }
+    }
+
+    /// Everything the server sends until it closes the connection, within 10 s.
+    pub async fn read_to_close(&mut self) -> Vec<u8> {
+        let mut rest = Vec::new();
+        let until_closed = async {
+            loop {
+                rest.extend_from_slice(self.stream.buffered());
+                let n = self.stream.buffered().len();
+                self.stream.consume(n);
+                match self.stream.fill().await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), until_closed)
+            .await
+            .expect("the server closes the connection");
+        rest
     }
 
     /// Sends a query and returns the whole answer as raw bytes, frames included.

@@ -42,11 +42,13 @@ impl Session {
         if !self.admin && target.user() != self.user {
             return Err(ProxyError::KillDenied { id });
         }
+        if scope == KillScope::Connection {
+            // First: the session then closes without answering the statement
+            // its lost backend connection fails, as MariaDB does.
+            target.kill();
+        }
         for (backend, thread_id) in target.threads() {
             kill_backend_thread(&self.shared, backend, thread_id, scope).await;
-        }
-        if scope == KillScope::Connection {
-            target.kill();
         }
         self.send_ok().await
     }

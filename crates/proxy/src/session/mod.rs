@@ -28,7 +28,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hscale_planner::dictionary::TableNames;
 use hscale_planner::{
-    replace_connection_id, sql_mode_has, summarize, ClientCharset, Kill, KillScope, Kind,
+    replace_own_values, sql_mode_has, summarize, ClientCharset, Kill, KillScope, Kind, OwnValues,
     PhysicalId, PlanCache, Quoting, Refusal, SessionChange,
 };
 use hscale_wire::packets::ChangeUser;
@@ -76,6 +76,8 @@ pub struct Session {
     handle: Arc<SessionHandle>,
     client: PacketStream<ClientStream>,
     connection_id: u32,
+    /// hscale's address as the client reached it: what `@@port` answers.
+    reached: std::net::SocketAddr,
     user: String,
     admin: bool,
     capabilities: CapabilityFlags,
@@ -153,6 +155,9 @@ impl Session {
     pub async fn serve(shared: Arc<Shared>, socket: TcpStream) -> Served {
         let _ = socket.set_nodelay(true);
         let peer = socket.peer_addr().ok();
+        let Ok(reached) = socket.local_addr() else {
+            return Served::Ended;
+        };
         let connection_id = shared.next_connection_id();
         let client = PacketStream::new(ClientStream::new(socket), MAX_LOGIN_PACKET);
         let login = handshake::login(client, &shared, connection_id);
@@ -203,6 +208,7 @@ impl Session {
             shared,
             client,
             connection_id,
+            reached,
             user: login.user,
             capabilities: login.capabilities,
             collation: login.collation,
@@ -393,6 +399,10 @@ impl Session {
             self.reply_seq = 1;
             served_here = true;
             if let Err(e) = self.dispatch(code, packet.payload).await {
+                if self.handle.was_killed() && !matches!(e, ProxyError::ConnectionKilled) {
+                    // Killed by another connection while the command ran.
+                    return Err(e);
+                }
                 let (_, disposition) = e.to_client();
                 tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
                 reply_error(&mut self.client, &e, self.reply_seq).await?;
@@ -460,10 +470,17 @@ impl Session {
             .map(drop)
     }
 
-    /// The command with CONNECTION_ID() replaced by the id the client was
-    /// greeted with: its backend connection has another.
-    pub(super) fn with_own_connection_id(&self, payload: Bytes) -> Bytes {
-        match replace_connection_id(&payload[1..], self.connection_id, self.quoting) {
+    /// The command with CONNECTION_ID() and the variables naming the server
+    /// replaced by what the client's connection to hscale answers: its backend
+    /// connection has another id, on another server.
+    pub(super) fn with_own_values(&self, payload: Bytes) -> Bytes {
+        let own = OwnValues {
+            connection_id: self.connection_id,
+            port: self.reached.port(),
+            address: self.reached.ip(),
+            hostname: &self.shared.hostname,
+        };
+        match replace_own_values(&payload[1..], &own, self.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
         }

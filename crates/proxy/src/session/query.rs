@@ -139,8 +139,8 @@ impl Session {
                     }
                     (None, effect) => self.commit_before(slot, effect, sql).await?,
                 }
-                let payload = match plan.summary.connection_id {
-                    true => self.with_own_connection_id(payload),
+                let payload = match plan.summary.own_values {
+                    true => self.with_own_values(payload),
                     false => payload,
                 };
                 let autocommit = self.tx.autocommit();
@@ -184,7 +184,7 @@ impl Session {
                     let slot = self.slot_of(route.steps[0].target.backend)?;
                     self.slots[slot].binding.sticky.get_or_insert(reason);
                 }
-                self.run_route(route, needs, plan.summary.connection_id, None)
+                self.run_route(route, needs, plan.summary.own_values, None)
                     .await
             }
             Action::LockTables(locks) => self.lock_tables(locks).await,
@@ -208,7 +208,7 @@ impl Session {
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Template(_) => unreachable!("only plan_prepared makes templates"),
             Action::Generate(generate) => {
-                self.insert_with_ids(generate, sql, needs, plan.summary.connection_id)
+                self.insert_with_ids(generate, sql, needs, plan.summary.own_values)
                     .await
             }
             Action::Federate(federation) => {
@@ -320,7 +320,7 @@ impl Session {
         generate: Generate,
         sql: &[u8],
         needs: Needs,
-        connection_id: bool,
+        own_values: bool,
     ) -> Result<(), ProxyError> {
         if !self.shared.dictionary.fresh() {
             return Err(ProxyError::DictionaryStale);
@@ -344,7 +344,7 @@ impl Session {
                     first,
                     upsert: generate.upsert,
                 };
-                self.run_route(route, needs, connection_id, Some(generated))
+                self.run_route(route, needs, own_values, Some(generated))
                     .await
             }
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
@@ -359,7 +359,7 @@ impl Session {
         &mut self,
         route: Route,
         needs: Needs,
-        connection_id: bool,
+        own_values: bool,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         // An INSERT whose ids hscale wrote was planned again since.
@@ -368,13 +368,13 @@ impl Session {
         }
         self.shared.counters.routed.add(1);
         let Some(given) = route.highest_id else {
-            return self.run_steps(route, needs, connection_id, generated).await;
+            return self.run_steps(route, needs, own_values, generated).await;
         };
         // Before the INSERT runs: nothing may be sent after its answer.
         let shared = self.shared.clone();
         shared.sequences.given(&shared, &route.table, given).await?;
         let before = self.state.last_insert_id;
-        let ran = self.run_steps(route, needs, connection_id, generated).await;
+        let ran = self.run_steps(route, needs, own_values, generated).await;
         if generated.is_none() {
             // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
             self.state.last_insert_id = before;
@@ -386,13 +386,13 @@ impl Session {
         &mut self,
         mut route: Route,
         needs: Needs,
-        connection_id: bool,
+        own_values: bool,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         let payload = |session: &Session, step: Step| {
             let payload = Bytes::from(step.into_command(COM_QUERY));
-            match connection_id {
-                true => session.with_own_connection_id(payload),
+            match own_values {
+                true => session.with_own_values(payload),
                 false => payload,
             }
         };
@@ -442,7 +442,7 @@ impl Session {
             self.check_writers(&slots)?;
         }
         let merge = route.merge.clone();
-        let (slots, payloads, probes) = self.route_payloads(route, connection_id)?;
+        let (slots, payloads, probes) = self.route_payloads(route, own_values)?;
         let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
         self.run_merged(merge, &slots, &commands, needs, generated, probes)
             .await
@@ -455,10 +455,10 @@ impl Session {
     pub(super) fn route_payloads(
         &self,
         route: Route,
-        connection_id: bool,
+        own_values: bool,
     ) -> Result<(Vec<usize>, Vec<Bytes>, Vec<Option<Bytes>>), ProxyError> {
-        let with_id = |payload: Bytes| match connection_id {
-            true => self.with_own_connection_id(payload),
+        let with_id = |payload: Bytes| match own_values {
+            true => self.with_own_values(payload),
             false => payload,
         };
         let mut slots = Vec::with_capacity(route.steps.len());

@@ -105,7 +105,7 @@ impl Session {
     /// partitioned table on its default partition's), and kept in that
     /// connection's cache; the connection goes back to the pool.
     pub(super) async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        let payload = self.with_own_connection_id(payload);
+        let payload = self.with_own_values(payload);
         let sql = payload.slice(1..);
         let db = self.state.db.clone();
         let plan = self

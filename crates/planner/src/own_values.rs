@@ -1,3 +1,6 @@
+//! Values hscale answers for itself, where the backend would answer for its
+//! own connection or server.
+//!
 //! CONNECTION_ID() answers the id hscale greeted the client with. Its backend
 //! connection has another id, and a multiplexed client runs each statement on
 //! whichever connection is free: `UPDATE jobs SET owner = CONNECTION_ID()` and a
@@ -5,11 +8,21 @@
 //! the call is replaced by that number in the statement text before it is sent,
 //! as Vitess does with its own session values.
 //!
-//! The replacement, `CAST(0000000042 AS UNSIGNED)`, has the function's own
-//! result type (INT UNSIGNED, display width 10), and is an expression rather
-//! than a literal, so that `ORDER BY CONNECTION_ID()` does not become a column
-//! position. A select-list item that contains the call and has no alias is given
-//! its original text as alias, so the column keeps the name MariaDB gives it.
+//! The system variables that say where "the server" is (`@@port`, `@@socket`,
+//! `@@hostname`, ...) answer hscale's listener the same way: drivers use them
+//! to reconnect (the Rust `mysql` crate and mysql_async move to the unix socket
+//! `@@socket` names when the server is on their host), and a backend's answer
+//! would take the client past routing, to the physical tables. hscale listens on
+//! TCP only, so `@@socket` is empty: the drivers take an empty path for "no
+//! socket", and NULL, which MariaDB never answers, makes the `mysql` crate panic.
+//!
+//! The replacement of CONNECTION_ID(), `CAST(0000000042 AS UNSIGNED)`, has the
+//! function's own result type (INT UNSIGNED, display width 10), and is an
+//! expression rather than a literal, so that `ORDER BY CONNECTION_ID()` does not
+//! become a column position; the variables' have theirs (BIGINT, or a utf8mb3
+//! string that may be NULL). A select-list item that contains a replaced call or
+//! variable and has no alias is given its original text as alias, so the column
+//! keeps the name MariaDB gives it.
 //!
 //! Statements that store SQL for later (CREATE VIEW, TRIGGER, PROCEDURE, EVENT;
 //! ALTER) are left alone: they must keep the call, not one client's id.
@@ -19,9 +32,75 @@ use crate::lexer::{Quoting, Token, TokenKind, Tokens};
 /// Longer names are not valid aliases (MariaDB's limit on a column name).
 const MAX_ALIAS_LEN: usize = 256;
 
-/// `sql` with each CONNECTION_ID() call replaced by `id`; `None` when there is
-/// no call to replace.
-pub fn replace_connection_id(sql: &[u8], id: u32, quoting: Quoting) -> Option<Vec<u8>> {
+/// What the client's own connection to hscale answers.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnValues<'a> {
+    /// The id hscale greeted the client with.
+    pub connection_id: u32,
+    /// The port the client reached hscale on.
+    pub port: u16,
+    /// The address the client reached hscale at.
+    pub address: std::net::IpAddr,
+    /// The name of hscale's host.
+    pub hostname: &'a str,
+}
+
+/// What a server-describing variable answers through hscale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ServerValue {
+    Port,
+    Zero,
+    Empty,
+    Null,
+    Hostname,
+    Address,
+}
+
+/// The global variables a client may read to find or reach the server again.
+const SERVER_VARIABLES: &[(&[u8], ServerValue)] = &[
+    (b"port", ServerValue::Port),
+    (b"report_port", ServerValue::Port),
+    (b"extra_port", ServerValue::Zero),
+    (b"socket", ServerValue::Empty),
+    (b"report_host", ServerValue::Null),
+    (b"hostname", ServerValue::Hostname),
+    (b"bind_address", ServerValue::Address),
+];
+
+fn server_value(name: &[u8]) -> Option<ServerValue> {
+    SERVER_VARIABLES
+        .iter()
+        .find(|(known, _)| name.eq_ignore_ascii_case(known))
+        .map(|&(_, value)| value)
+}
+
+/// Whether `@@name` (or `@@global.name`) is a variable hscale answers itself.
+pub fn is_server_variable(name: &[u8]) -> bool {
+    server_value(name).is_some()
+}
+
+impl OwnValues<'_> {
+    fn text(&self, value: ServerValue) -> Vec<u8> {
+        let string = |s: &str| {
+            let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+            format!("CAST(X'{hex}' AS CHAR CHARACTER SET utf8mb3)")
+        };
+        match value {
+            // A literal of 19 digits is a BIGINT, as the variables are.
+            ServerValue::Port => format!("CAST({:019} AS SIGNED)", self.port),
+            ServerValue::Zero => format!("CAST({:019} AS SIGNED)", 0),
+            ServerValue::Empty => string(""),
+            ServerValue::Null => "CAST(NULL AS CHAR CHARACTER SET utf8mb3)".to_string(),
+            ServerValue::Hostname => string(self.hostname),
+            ServerValue::Address => string(&self.address.to_string()),
+        }
+        .into_bytes()
+    }
+}
+
+/// `sql` with each CONNECTION_ID() call and server-describing variable
+/// replaced by hscale's own value; `None` when there is none to replace.
+pub fn replace_own_values(sql: &[u8], own: &OwnValues, quoting: Quoting) -> Option<Vec<u8>> {
     let mut lexer = Tokens::new(sql, quoting);
     let tokens: Vec<Token> = lexer.by_ref().collect();
     if lexer.unterminated {
@@ -42,6 +121,8 @@ pub fn replace_connection_id(sql: &[u8], id: u32, quoting: Quoting) -> Option<Ve
         let stored = tokens
             .get(statement_start)
             .is_some_and(|t| is_word(t, b"create") || is_word(t, b"alter"));
+        // The token that ends a replaced call or variable, and its value.
+        let mut replaced: Option<(usize, Vec<u8>)> = None;
         match token.kind {
             TokenKind::Symbol(b'(') => depth += 1,
             TokenKind::Symbol(b')') => {
@@ -62,6 +143,19 @@ pub fn replace_connection_id(sql: &[u8], id: u32, quoting: Quoting) -> Option<Ve
                 list.finish_item(sql, &tokens, i, &mut edits);
                 list.start_item(i + 1);
             }
+            TokenKind::SystemVariable if !stored => {
+                let name = &sql[token.start + 2..token.end];
+                // `@@global.port`; `@@session.port` is the server's error to give.
+                let scoped = name.eq_ignore_ascii_case(b"global")
+                    && is_symbol(tokens.get(i + 1), b'.')
+                    && tokens.get(i + 2).and_then(word).is_some()
+                    && tokens[i + 2].start == token.end + 1;
+                let (name, last) = match scoped {
+                    true => (word(&tokens[i + 2]).expect("checked above"), i + 2),
+                    false => (name, i),
+                };
+                replaced = server_value(name).map(|value| (last, own.text(value)));
+            }
             TokenKind::Word => {
                 let w = word(token).expect("a word");
                 let in_list = lists.last().is_some_and(|l| l.depth == depth);
@@ -79,19 +173,23 @@ pub fn replace_connection_id(sql: &[u8], id: u32, quoting: Quoting) -> Option<Ve
                     && is_symbol(tokens.get(i + 1), b'(')
                     && is_symbol(tokens.get(i + 2), b')')
                 {
-                    edits.push(Edit {
-                        start: token.start,
-                        end: tokens[i + 2].end,
-                        text: format!("CAST({id:010} AS UNSIGNED)").into_bytes(),
-                    });
-                    for list in &mut lists {
-                        list.item_has_call = true;
-                    }
-                    i += 3;
-                    continue;
+                    let id = own.connection_id;
+                    replaced = Some((i + 2, format!("CAST({id:010} AS UNSIGNED)").into_bytes()));
                 }
             }
             _ => {}
+        }
+        if let Some((last, text)) = replaced {
+            edits.push(Edit {
+                start: token.start,
+                end: tokens[last].end,
+                text,
+            });
+            for list in &mut lists {
+                list.item_has_call = true;
+            }
+            i = last + 1;
+            continue;
         }
         i += 1;
     }
@@ -216,7 +314,10 @@ impl SelectList {
         // operator: the server will refuse the statement) the alias could
         // change how the text reads (`--` and a space begin a comment).
         let complete = match last.kind {
-            TokenKind::Word | TokenKind::Quoted(_) | TokenKind::Number => true,
+            TokenKind::Word
+            | TokenKind::Quoted(_)
+            | TokenKind::Number
+            | TokenKind::SystemVariable => true,
             TokenKind::Symbol(c) => c == b')',
             _ => false,
         };
@@ -279,7 +380,7 @@ fn has_alias(sql: &[u8], item: &[Token]) -> bool {
     };
     let names = matches!(last.kind, TokenKind::Word | TokenKind::Quoted(_));
     let follows_expression = match before.kind {
-        TokenKind::Symbol(b')') | TokenKind::Quoted(_) => true,
+        TokenKind::Symbol(b')') | TokenKind::Quoted(_) | TokenKind::SystemVariable => true,
         TokenKind::Word => !word_in(before, TAKES_OPERAND),
         _ => false,
     };
@@ -290,9 +391,16 @@ fn has_alias(sql: &[u8], item: &[Token]) -> bool {
 mod tests {
     use super::*;
 
+    const OWN: OwnValues = OwnValues {
+        connection_id: 42,
+        port: 4040,
+        address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        hostname: "db'1",
+    };
+
     fn replaced(sql: &str) -> String {
         String::from_utf8(
-            replace_connection_id(sql.as_bytes(), 42, Quoting::BACKSLASH_ESCAPES).expect("a call"),
+            replace_own_values(sql.as_bytes(), &OWN, Quoting::BACKSLASH_ESCAPES).expect("a call"),
         )
         .unwrap()
     }
@@ -401,7 +509,7 @@ mod tests {
             "ALTER EVENT e DO INSERT INTO t VALUES (CONNECTION_ID())",
         ] {
             assert_eq!(
-                replace_connection_id(sql.as_bytes(), 42, Quoting::BACKSLASH_ESCAPES),
+                replace_own_values(sql.as_bytes(), &OWN, Quoting::BACKSLASH_ESCAPES),
                 None,
                 "{sql}"
             );
@@ -415,7 +523,11 @@ mod tests {
     #[test]
     fn text_the_server_will_refuse_is_left_alone() {
         assert_eq!(
-            replace_connection_id(b"SELECT CONNECTION_ID() 'x", 42, Quoting::BACKSLASH_ESCAPES),
+            replace_own_values(
+                b"SELECT CONNECTION_ID() 'x",
+                &OWN,
+                Quoting::BACKSLASH_ESCAPES
+            ),
             None
         );
         assert_eq!(
@@ -438,5 +550,53 @@ mod tests {
             replaced("SELECT CONNECTION_ID() + `a`"),
             format!("SELECT {ID} + `a` AS `CONNECTION_ID() + ``a```")
         );
+    }
+
+    const PORT: &str = "CAST(0000000000000004040 AS SIGNED)";
+    const NO_SOCKET: &str = "CAST(X'' AS CHAR CHARACTER SET utf8mb3)";
+
+    #[test]
+    fn variables_naming_the_server_answer_hscales_listener() {
+        assert_eq!(
+            replaced("SELECT @@socket"),
+            format!("SELECT {NO_SOCKET} AS `@@socket`")
+        );
+        assert_eq!(
+            replaced("select @@PORT, @@global.socket s, @@version"),
+            format!("select {PORT} AS `@@PORT`, {NO_SOCKET} s, @@version")
+        );
+        assert_eq!(
+            replaced("SELECT @@socket AS s, @@port p FROM t"),
+            format!("SELECT {NO_SOCKET} AS s, {PORT} p FROM t")
+        );
+        // The hostname travels as hex: no quote in it can end a string.
+        assert_eq!(
+            replaced("SELECT CONCAT(@@hostname, ':', @@port) FROM dual"),
+            format!(
+                "SELECT CONCAT(CAST(X'64622731' AS CHAR CHARACTER SET utf8mb3), ':', {PORT}) \
+                 AS `CONCAT(@@hostname, ':', @@port)` FROM dual"
+            )
+        );
+        assert_eq!(
+            replaced("SET @where = @@bind_address"),
+            "SET @where = CAST(X'3132372e302e302e31' AS CHAR CHARACTER SET utf8mb3)"
+        );
+    }
+
+    #[test]
+    fn variables_the_server_answers_are_left_alone() {
+        for sql in [
+            "SELECT @@version, @@session.autocommit",
+            // A global variable read in session scope: the server's error.
+            "SELECT @@session.port",
+            "SELECT '@@socket'",
+            "CREATE PROCEDURE p() SELECT @@port",
+        ] {
+            assert_eq!(
+                replace_own_values(sql.as_bytes(), &OWN, Quoting::BACKSLASH_ESCAPES),
+                None,
+                "{sql}"
+            );
+        }
     }
 }
