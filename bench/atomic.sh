@@ -8,12 +8,17 @@
 # INSERT (one backend: no XA) and a transaction of one INSERT (one backend:
 # XA START ... XA COMMIT ONE PHASE in atomic mode, BEGIN ... COMMIT in
 # multi) through both. Queries per second, medians of --runs interleaved
-# rounds, and the ratio. Then sysbench oltp_write_only on sbtest1
+# rounds, and the ratio. Then transactions over both backends (BEGIN, an
+# UPDATE on each, COMMIT) through the atomic instance by PyMySQL clients
+# with and without CLIENT_MULTI_STATEMENTS (without, hscale sends its
+# decision and each branch's XA START as queries of their own: issue 54),
+# --concurrency clients, medians of --runs interleaved rounds and the
+# ratio. Then sysbench oltp_write_only on sbtest1
 # partitioned by MOD(2) of id (its transactions write on both backends),
 # --seconds per cell, atomic and multi interleaved.
 #
 #   bench/atomic.sh [--queries N] [--runs N] [--concurrency N] [--seconds N]
-#                   [--threads N] [--sysbench-only]
+#                   [--threads N] [--sysbench-only] [--multi-statements-only]
 #
 # A deadlock across two servers is seen by neither: it ends when a lock
 # wait times out. The servers' innodb_lock_wait_timeout is set to 1 s for
@@ -32,6 +37,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --sysbench-only) SYSBENCH_ONLY=1; shift ;;
+    --multi-statements-only) MULTI_STATEMENTS_ONLY=1; shift ;;
     --queries) QUERIES=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --concurrency) CONCURRENCY=$2; shift 2 ;;
@@ -77,7 +83,7 @@ xa_statements() {
   done
   echo "$sum"
 }
-for name in $([ -n "${SYSBENCH_ONLY:-}" ] || echo TEN ONE TX); do
+for name in $([ -n "${SYSBENCH_ONLY:-}${MULTI_STATEMENTS_ONLY:-}" ] || echo TEN ONE TX); do
   query=${!name}
   per=1
   [ "$name" = TX ] && per=3
@@ -97,6 +103,43 @@ for name in $([ -n "${SYSBENCH_ONLY:-}" ] || echo TEN ONE TX); do
 done
 xa() { mariadb -h127.0.0.1 -P"$1" -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_xa_prepare'" | awk '{print $2}'; }
 echo "XA PREPAREs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"
+
+# Transactions over both backends by clients with and without
+# CLIENT_MULTI_STATEMENTS (PyMySQL, which leaves it off by default).
+if [ -z "${SYSBENCH_ONLY:-}" ]; then
+  python3 -m venv "$WORK/venv" && "$WORK/venv/bin/pip" install -q PyMySQL==1.2.4
+  cat >"$WORK/tx.py" <<'PY'
+import sys, threading, time, pymysql
+from pymysql.constants import CLIENT
+port, flags, clients, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+flag = CLIENT.MULTI_STATEMENTS if flags == "multi" else 0
+def run(i):
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", database="bench",
+                           autocommit=True, client_flag=flag)
+    cur = conn.cursor()
+    even, odd = 1000 + 2 * i, 1001 + 2 * i
+    cur.execute(f"INSERT INTO t VALUES ({even}, 0), ({odd}, 0) ON DUPLICATE KEY UPDATE v = 0")
+    for _ in range(count):
+        cur.execute("BEGIN")
+        cur.execute(f"UPDATE t SET v = v + 1 WHERE id = {even}")
+        cur.execute(f"UPDATE t SET v = v + 1 WHERE id = {odd}")
+        cur.execute("COMMIT")
+    conn.close()
+threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+started = time.monotonic()
+for t in threads: t.start()
+for t in threads: t.join()
+print(f"{clients * count / (time.monotonic() - started):.0f}")
+PY
+  : >"$WORK/without" && : >"$WORK/with"
+  for _ in $(seq 1 "$RUNS"); do
+    "$WORK/venv/bin/python" "$WORK/tx.py" "$PORT" none "$CONCURRENCY" "$((QUERIES / 4))" >>"$WORK/without"
+    "$WORK/venv/bin/python" "$WORK/tx.py" "$PORT" multi "$CONCURRENCY" "$((QUERIES / 4))" >>"$WORK/with"
+  done
+  wo=$(median <"$WORK/without"); wi=$(median <"$WORK/with")
+  echo "BEGIN, UPDATE on each backend, COMMIT, atomic (tps): without multi-statements $wo, with $wi, with/without $(awk -v a="$wi" -v b="$wo" 'BEGIN {printf "%.2f", a / b}') (target: at most 1.10)"
+fi
+[ -n "${MULTI_STATEMENTS_ONLY:-}" ] && exit 0
 
 # sysbench oltp_write_only, 10,000 rows by MOD(2) of id over both backends.
 sb() { # port more...

@@ -7,6 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 GO_DRIVER_VERSION=v1.10.1
 MYSQLCLIENT_VERSION=2.3.1
+# The driver matrix's (tests/compat/drivers, docs/drivers.md).
+PYMYSQL_VERSION=1.2.4
+MYSQL_CONNECTOR_PYTHON_VERSION=9.7.0
+MYSQL2_VERSION=3.24.6
+CONNECTOR_J_VERSION=9.4.0
+MARIADB_CONNECTOR_J_VERSION=3.5.6
 WORK=$(mktemp -d /tmp/hscale-compat-XXXXXX)
 
 cargo build --release --quiet --bin hscale
@@ -25,7 +31,11 @@ cleanup() { kill -INT "$HSCALE_PID" 2>/dev/null || true; wait "$HSCALE_PID" 2>/d
 trap cleanup EXIT
 for _ in $(seq 1 600); do grep -q "is ready" "$WORK/hscale.log" && break; sleep 0.1; done
 grep -q "is ready" "$WORK/hscale.log" || { cat "$WORK/hscale.log"; exit 1; }
-mariadb -h127.0.0.1 -P"$PORT" -uroot -e "CREATE DATABASE gotest; CREATE DATABASE mysqldb_test"
+mariadb -h127.0.0.1 -P"$PORT" -uroot -e "CREATE DATABASE gotest; CREATE DATABASE mysqldb_test; CREATE DATABASE drivers"
+BACKEND1=$(sed -n 's/^backend 1: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$WORK/hscale.log")
+BACKEND2=$(sed -n 's/^backend 2: MariaDB on 127.0.0.1:\([0-9]*\).*/\1/p' "$WORK/hscale.log")
+DRIVERS="$PWD/tests/compat/drivers"
+source "$DRIVERS/table.sh"
 
 echo "== go-sql-driver/mysql $GO_DRIVER_VERSION"
 (
@@ -65,7 +75,7 @@ CNF
 echo "== PyMySQL over TLS, hscale's certificate verified against the CA"
 (
   cd "$WORK"
-  venv/bin/pip install -q PyMySQL
+  venv/bin/pip install -q "PyMySQL==$PYMYSQL_VERSION"
   PORT="$PORT" CA="$TLS/ca.pem" OTHER_CA="$WORK/other/ca.pem" venv/bin/python - <<'PY'
 import os, pymysql
 conn = pymysql.connect(host="127.0.0.1", port=int(os.environ["PORT"]), user="root", password="",
@@ -85,12 +95,47 @@ print(f"2 passed, 0 failed: PyMySQL over TLS ({cipher[0]})")
 PY
 )
 
+echo "== the driver matrix, each driver with its default options"
+(
+  cd "$WORK"
+  venv/bin/pip install -q "mysql-connector-python==$MYSQL_CONNECTOR_PYTHON_VERSION"
+  passed=0
+  # One table per driver; the program prints the ids it read back, which
+  # the backends must hold, each where it routes.
+  run_matrix() {
+    local name=$1 ids
+    shift
+    matrix_table "$name"
+    ids=$("$@") || { echo "FAILED: $name"; exit 1; }
+    matrix_check "$name" "$ids" || { echo "FAILED: $name"; exit 1; }
+    passed=$((passed + 1))
+    echo "passed: $name ($ids)"
+  }
+  for driver in pymysql mysql-connector-python mysqlclient; do
+    run_matrix "m_${driver//-/_}" venv/bin/python "$DRIVERS/matrix.py" "$driver" "$PORT" drivers "m_${driver//-/_}"
+  done
+  mkdir gomatrix && cp "$DRIVERS/matrix.go" gomatrix/ && cd gomatrix
+  go mod init matrix >/dev/null 2>&1
+  GOFLAGS=-mod=mod go get "github.com/go-sql-driver/mysql@$GO_DRIVER_VERSION" >/dev/null 2>&1
+  GOFLAGS=-mod=mod go build -o matrix . >/dev/null
+  run_matrix m_go ./matrix "$PORT" drivers m_go
+  cd "$WORK" && mkdir nodematrix && cp "$DRIVERS/matrix.js" nodematrix/ && cd nodematrix
+  npm init -y >/dev/null && npm install --silent --no-audit --no-fund "mysql2@$MYSQL2_VERSION" >/dev/null
+  run_matrix m_mysql2 node matrix.js "$PORT" drivers m_mysql2
+  cd "$WORK" && mkdir jars
+  for artifact in "com.mysql:mysql-connector-j:$CONNECTOR_J_VERSION" "org.mariadb.jdbc:mariadb-java-client:$MARIADB_CONNECTOR_J_VERSION"; do
+    mvn -B -q dependency:copy -Dartifact="$artifact" -DoutputDirectory="$WORK/jars" >/dev/null
+  done
+  run_matrix m_connector_j java -cp "jars/mysql-connector-j-$CONNECTOR_J_VERSION.jar" "$DRIVERS/Matrix.java" "jdbc:mysql://127.0.0.1:$PORT/drivers" m_connector_j
+  run_matrix m_mariadb_connector_j java -cp "jars/mariadb-java-client-$MARIADB_CONNECTOR_J_VERSION.jar" "$DRIVERS/Matrix.java" "jdbc:mariadb://127.0.0.1:$PORT/drivers" m_mariadb_connector_j
+  echo "$passed passed, 0 failed: the driver matrix (the Rust drivers' run in cargo test: crates/proxy/tests/drivers.rs)"
+)
+
 echo "== MySQL 8 connectors with caching_sha2_password"
 (
   cd "$WORK"
   # A second hscale on the playground's servers whose greeting asks for
   # caching_sha2_password, as a MySQL 8 server's does.
-  BACKEND1=$(sed -n 's/^backend 1: MariaDB on \(127.0.0.1:[0-9]*\).*/\1/p' "$WORK/hscale.log")
   SHA2_PORT=$(free_port)
   cat >"$WORK/sha2.toml" <<TOML
 [proxy]
@@ -113,7 +158,7 @@ backend_password = ""
 
 [[backends]]
 id = 1
-address = "$BACKEND1"
+address = "127.0.0.1:$BACKEND1"
 user = "root"
 
 [log]
@@ -126,7 +171,7 @@ TOML
     mariadb -h127.0.0.1 -P"$SHA2_PORT" -utls8 -ppw-tls8 --ssl -e 'SELECT 1' >/dev/null 2>&1 && break
     sleep 0.1
   done
-  venv/bin/pip install -q mysql-connector-python cryptography
+  venv/bin/pip install -q "mysql-connector-python==$MYSQL_CONNECTOR_PYTHON_VERSION" cryptography
   PORT="$SHA2_PORT" CA="$TLS/ca.pem" venv/bin/python - <<'PY'
 import os, mysql.connector, pymysql
 port, ca = int(os.environ["PORT"]), os.environ["CA"]

@@ -224,6 +224,11 @@ pub struct MovesConfig {
     /// name before it is dropped.
     #[serde(default = "default_retired_retention_s")]
     pub retired_retention_s: u64,
+    /// A move or split whose source writes no row binary log moves its rows
+    /// while its table waits (in the fence), up to this many; above, it is
+    /// refused.
+    #[serde(default = "default_offline_max_rows")]
+    pub offline_max_rows: u64,
 }
 
 impl Default for MovesConfig {
@@ -232,6 +237,7 @@ impl Default for MovesConfig {
             rows_per_s: 0,
             max_threads_running: default_max_threads_running(),
             retired_retention_s: default_retired_retention_s(),
+            offline_max_rows: default_offline_max_rows(),
         }
     }
 }
@@ -241,6 +247,9 @@ fn default_max_threads_running() -> u64 {
 }
 fn default_retired_retention_s() -> u64 {
     86_400
+}
+fn default_offline_max_rows() -> u64 {
+    10_000
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -38,6 +38,16 @@ pub struct LocalServer {
     pub port: u16,
     pub dir: PathBuf,
     child: Child,
+    binlog: Binlog,
+}
+
+/// Whether a server writes the binary log online moves follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binlog {
+    /// Full row images (docs/moves.md), as the tests and the playground run.
+    Rows,
+    /// None, as MariaDB comes out of the package.
+    Off,
 }
 
 fn find(program: &'static str) -> Result<PathBuf, LaunchError> {
@@ -165,13 +175,22 @@ impl LocalServer {
     /// Starts a server in `dir`, copying `template` (a fresh data directory) so
     /// that several servers need only one `mariadb-install-db`.
     pub fn start(dir: &Path, template: &Path) -> Result<LocalServer, LaunchError> {
+        Self::start_with(dir, template, Binlog::Rows)
+    }
+
+    pub fn start_with(
+        dir: &Path,
+        template: &Path,
+        binlog: Binlog,
+    ) -> Result<LocalServer, LaunchError> {
         copy_dir(template, &dir.join("data"))?;
         let port = free_port()?;
-        let child = spawn(dir, port)?;
+        let child = spawn(dir, port, binlog)?;
         let mut server = LocalServer {
             port,
             dir: dir.to_owned(),
             child,
+            binlog,
         };
         server.wait_ready()?;
         Ok(server)
@@ -235,7 +254,7 @@ impl LocalServer {
     /// Starts the same server again on the same port and data.
     pub fn restart(&mut self) -> Result<(), LaunchError> {
         self.kill();
-        self.child = spawn(&self.dir, self.port)?;
+        self.child = spawn(&self.dir, self.port, self.binlog)?;
         self.wait_ready()
     }
 }
@@ -243,7 +262,7 @@ impl LocalServer {
 /// Runs mariadbd on the data directory `dir/data`; with TLS where the folder
 /// above holds `tls/ca.pem`, `tls/server.pem` and `tls/server-key.pem` (the
 /// test servers' certificates, shared by the servers of one folder).
-fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
+fn spawn(dir: &Path, port: u16, binlog: Binlog) -> Result<Child, LaunchError> {
     let tmpdir = dir.join("tmp");
     std::fs::create_dir_all(&tmpdir)?;
     let mut cmd = Command::new(find("mariadbd")?);
@@ -261,20 +280,22 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, LaunchError> {
             "--innodb-flush-log-at-trx-commit=2",
             "--local-infile=1",
         ])
-        // What online moves read (docs/moves.md): a binary log of full row
-        // images; each server its own id, as replicas of one source need.
-        .arg(format!("--log-bin={}", dir.join("binlog").display()))
-        .args([
-            "--binlog-format=ROW",
-            "--binlog-row-image=FULL",
-            "--max-binlog-size=64M",
-            "--binlog-expire-logs-seconds=3600",
-            // As MariaDB's own test runner: stored functions that write
-            // need no DETERMINISTIC with a binary log on.
-            "--log-bin-trust-function-creators=1",
-        ])
         .arg(format!("--server-id={port}"))
         .args(SMALL_DATADIR);
+    if binlog == Binlog::Rows {
+        // What online moves read (docs/moves.md): a binary log of full row
+        // images; each server its own id, as replicas of one source need.
+        cmd.arg(format!("--log-bin={}", dir.join("binlog").display()))
+            .args([
+                "--binlog-format=ROW",
+                "--binlog-row-image=FULL",
+                "--max-binlog-size=64M",
+                "--binlog-expire-logs-seconds=3600",
+                // As MariaDB's own test runner: stored functions that write
+                // need no DETERMINISTIC with a binary log on.
+                "--log-bin-trust-function-creators=1",
+            ]);
+    }
     if let Some(tls) = dir.parent().map(|up| up.join("tls")) {
         let (ca, cert, key) = (
             tls.join("ca.pem"),

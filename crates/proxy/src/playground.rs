@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, Config, DictionaryConfig, LogConfig, ProxyConfig, UserConfig};
-use crate::mariadb::{ensure_free_space, install_datadir, LaunchError, LocalServer};
+use crate::mariadb::{ensure_free_space, install_datadir, Binlog, LaunchError, LocalServer};
 use crate::shared::Shared;
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +79,14 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
 
 /// Starts `count` servers in `dir`.
 pub fn start_servers(dir: &Path, count: usize) -> Result<Vec<LocalServer>, LaunchError> {
+    start_servers_with(dir, count, Binlog::Rows)
+}
+
+pub fn start_servers_with(
+    dir: &Path,
+    count: usize,
+    binlog: Binlog,
+) -> Result<Vec<LocalServer>, LaunchError> {
     ensure_free_space(dir, count + 1)?;
     let template = dir.join("template");
     install_datadir(&template)?;
@@ -86,7 +94,7 @@ pub fn start_servers(dir: &Path, count: usize) -> Result<Vec<LocalServer>, Launc
         .map(|i| {
             let server_dir = dir.join(format!("backend{i}"));
             std::fs::create_dir_all(&server_dir)?;
-            LocalServer::start(&server_dir, &template)
+            LocalServer::start_with(&server_dir, &template, binlog)
         })
         .collect()
 }

@@ -884,8 +884,17 @@ fn a_fence_waits_for_the_transactions_of_its_instances_to_leave_the_partition() 
 #[test]
 fn a_move_survives_the_instance_that_ran_it() {
     let seed = seed();
-    let first = Proxy::for_cluster();
-    let (db, mut direct) = odd_items(&first, "moves_takeover", seed, 40_000);
+    // The first instance copies at 2,000 rows a second at most: it is still
+    // copying (8 s of its 20,000 rows left) when the test, however slowly
+    // a loaded machine runs it, stops it after 3,000. Unthrottled, a busy
+    // machine let the copy finish between the two (issue 54).
+    let (db, mut direct) = {
+        let setup = Proxy::for_cluster();
+        odd_items(&setup, "moves_takeover", seed, 40_000)
+    };
+    let mut config = cluster().config();
+    config.moves.rows_per_s = 2_000;
+    let first = Proxy::start(config);
     let mut admin = first.connect(Some(&db));
     let job: u64 = admin
         .query_first("HSCALE MOVE_PARTITION('items', 'odd', 2)")

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use hscale::config::Config;
-use hscale::mariadb::LocalServer;
-use hscale::playground::{config_for, start_servers, BackendPath};
+use hscale::mariadb::{Binlog, LocalServer};
+use hscale::playground::{config_for, start_servers_with, BackendPath};
 use hscale::Shared;
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder};
@@ -26,6 +26,8 @@ pub struct Cluster {
     /// The certificates the servers present, and hscale may: signed by a CA
     /// of this run's own.
     pub tls: tls::TlsFiles,
+    /// Whether the servers write a binary log of row images.
+    pub binlog: Binlog,
 }
 
 const BACKENDS: usize = 2;
@@ -82,7 +84,7 @@ pub fn cluster() -> &'static Cluster {
 /// The servers of this binary, `backends` of them when this call starts them
 /// (a binary that needs more than two asks before any other test starts them).
 pub fn cluster_of(backends: usize) -> &'static Cluster {
-    let cluster = CLUSTER.get_or_init(|| start_cluster(backends));
+    let cluster = CLUSTER.get_or_init(|| start_cluster(backends, Binlog::Rows));
     assert!(
         cluster.ports.len() >= backends,
         "the cluster started with {} backends, {backends} needed",
@@ -91,7 +93,16 @@ pub fn cluster_of(backends: usize) -> &'static Cluster {
     cluster
 }
 
-fn start_cluster(backends: usize) -> Cluster {
+/// The two servers of this binary as MariaDB comes out of the package:
+/// without a binary log. A binary asks for them before any other test
+/// starts servers.
+pub fn cluster_as_packaged() -> &'static Cluster {
+    let cluster = CLUSTER.get_or_init(|| start_cluster(BACKENDS, Binlog::Off));
+    assert_eq!(cluster.binlog, Binlog::Off, "this binary's servers log");
+    cluster
+}
+
+fn start_cluster(backends: usize, binlog: Binlog) -> Cluster {
     {
         let dir = tempfile::Builder::new()
             .prefix("hscale-test-")
@@ -99,7 +110,7 @@ fn start_cluster(backends: usize) -> Cluster {
             .expect("temp dir")
             .keep();
         let tls = tls::make_certificates(&dir.join("tls"));
-        let servers = start_servers(&dir, backends).unwrap_or_else(|e| {
+        let servers = start_servers_with(&dir, backends, binlog).unwrap_or_else(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             panic!("cannot start MariaDB: {e}")
         });
@@ -115,6 +126,7 @@ fn start_cluster(backends: usize) -> Cluster {
             servers: servers.into_iter().map(Mutex::new).collect(),
             dir,
             tls,
+            binlog,
         }
     }
 }

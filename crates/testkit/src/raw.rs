@@ -148,3 +148,72 @@ pub fn payloads(mut frames: &[u8]) -> Vec<Vec<u8>> {
     }
     payloads
 }
+
+/// What a query answered, as a client reads it: comparable across servers
+/// (column metadata left out, which names different tables).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Ok { affected_rows: u64 },
+    Error { code: u16 },
+    Rows(Vec<Vec<Option<String>>>),
+}
+
+/// Reads the frames of one text-protocol answer; `deprecate_eof` as the
+/// connection's capabilities say.
+pub fn answer(frames: &[u8], deprecate_eof: bool) -> Answer {
+    let packets = payloads(frames);
+    let first = &packets[0];
+    match first[0] {
+        0x00 => {
+            let (affected_rows, _) = lenenc_int(&first[1..]);
+            return Answer::Ok { affected_rows };
+        }
+        0xff => {
+            return Answer::Error {
+                code: u16::from_le_bytes([first[1], first[2]]),
+            }
+        }
+        _ => {}
+    }
+    let (columns, _) = lenenc_int(first);
+    // Column definitions, then (without DEPRECATE_EOF) an EOF packet.
+    let skip = 1 + columns as usize + usize::from(!deprecate_eof);
+    let mut rows = Vec::new();
+    for packet in &packets[skip..] {
+        if packet[0] == 0xfe && packet.len() < 0xff_ffff {
+            break;
+        }
+        let mut row = Vec::new();
+        let mut at = &packet[..];
+        for _ in 0..columns {
+            if at[0] == 0xfb {
+                row.push(None);
+                at = &at[1..];
+                continue;
+            }
+            let (len, used) = lenenc_int(at);
+            let end = used + len as usize;
+            row.push(Some(String::from_utf8_lossy(&at[used..end]).into_owned()));
+            at = &at[end..];
+        }
+        rows.push(row);
+    }
+    Answer::Rows(rows)
+}
+
+/// A length-encoded integer and the bytes it took.
+fn lenenc_int(bytes: &[u8]) -> (u64, usize) {
+    let wide = |n: usize| {
+        let mut value = 0u64;
+        for (i, b) in bytes[1..=n].iter().enumerate() {
+            value |= u64::from(*b) << (8 * i);
+        }
+        (value, n + 1)
+    };
+    match bytes[0] {
+        0xfc => wide(2),
+        0xfd => wide(3),
+        0xfe => wide(8),
+        b => (u64::from(b), 1),
+    }
+}

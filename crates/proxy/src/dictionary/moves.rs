@@ -131,29 +131,74 @@ pub async fn copy_rows(
             from.qualified(),
             in_list(&table.column, batch)
         );
-        let rows = exec(&mut source, &sql).await?;
-        let mut insert = String::new();
-        for row in rows {
-            let values: Vec<String> = row
-                .iter()
-                .map(|v| v.as_deref().map_or("NULL".to_string(), bytes_literal))
-                .collect();
-            if insert.is_empty() {
-                insert = format!("INSERT INTO {} VALUES ", to.qualified());
-            } else {
-                insert.push_str(", ");
-            }
-            insert.push('(');
-            insert.push_str(&values.join(", "));
-            insert.push(')');
-            copied += 1;
-            if insert.len() >= INSERT_BYTES {
-                exec(&mut target, &std::mem::take(&mut insert)).await?;
-            }
+        copied += copy_selected(&mut source, &mut target, &sql, to).await?;
+    }
+    Ok(copied)
+}
+
+/// Copies every row of `from` to `to`; returns how many.
+pub async fn copy_all_rows(shared: &Shared, from: &Place, to: &Place) -> Result<u64, ProxyError> {
+    let mut source = binary_connection(shared, from.slot).await?;
+    let mut target = writer_connection(shared, to.slot).await?;
+    exec(&mut target, &format!("TRUNCATE TABLE {}", to.qualified())).await?;
+    let sql = format!("SELECT * FROM {}", from.qualified());
+    copy_selected(&mut source, &mut target, &sql, to).await
+}
+
+/// The rows of `place` whose partition value is one of `partition_values`
+/// (`None`: all of them).
+pub async fn count_rows(
+    shared: &Shared,
+    table: &PartitionedTable,
+    partition_values: Option<&[String]>,
+    place: &Place,
+) -> Result<u64, ProxyError> {
+    let mut conn = binary_connection(shared, place.slot).await?;
+    let count = |filter: String| format!("SELECT COUNT(*) FROM {}{filter}", place.qualified());
+    let Some(partition_values) = partition_values else {
+        let rows = exec(&mut conn, &count(String::new())).await?;
+        return Ok(super::store::text(&rows, 0, 0).parse().unwrap_or(0));
+    };
+    let values = matching_values(&mut conn, table, place, partition_values).await?;
+    let mut counted = 0;
+    for batch in values.chunks(VALUES_PER_BATCH) {
+        let filter = format!(" WHERE {}", in_list(&table.column, batch));
+        let rows = exec(&mut conn, &count(filter)).await?;
+        counted += super::store::text(&rows, 0, 0).parse::<u64>().unwrap_or(0);
+    }
+    Ok(counted)
+}
+
+/// Runs `select` on `source` and inserts what it answers into `to`.
+async fn copy_selected(
+    source: &mut BackendConn,
+    target: &mut BackendConn,
+    select: &str,
+    to: &Place,
+) -> Result<u64, ProxyError> {
+    let rows = exec(source, select).await?;
+    let mut copied = 0;
+    let mut insert = String::new();
+    for row in rows {
+        let values: Vec<String> = row
+            .iter()
+            .map(|v| v.as_deref().map_or("NULL".to_string(), bytes_literal))
+            .collect();
+        if insert.is_empty() {
+            insert = format!("INSERT INTO {} VALUES ", to.qualified());
+        } else {
+            insert.push_str(", ");
         }
-        if !insert.is_empty() {
-            exec(&mut target, &insert).await?;
+        insert.push('(');
+        insert.push_str(&values.join(", "));
+        insert.push(')');
+        copied += 1;
+        if insert.len() >= INSERT_BYTES {
+            exec(target, &std::mem::take(&mut insert)).await?;
         }
+    }
+    if !insert.is_empty() {
+        exec(target, &insert).await?;
     }
     Ok(copied)
 }

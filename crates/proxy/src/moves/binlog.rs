@@ -19,8 +19,8 @@ pub struct BinlogDump {
     decoder: Decoder,
 }
 
-/// Refuses a backend whose binary log cannot feed a move.
-pub async fn check_requirements(conn: &mut BackendConn) -> Result<(), ProxyError> {
+/// What a backend's binary log lacks to feed a move; `None` when it can.
+pub async fn lacks(conn: &mut BackendConn) -> Result<Option<MoveError>, ProxyError> {
     let rows = store::exec(
         conn,
         "SELECT @@global.log_bin, @@global.binlog_format, @@global.binlog_row_image",
@@ -31,10 +31,12 @@ pub async fn check_requirements(conn: &mut BackendConn) -> Result<(), ProxyError
         store::text(&rows, 0, 1),
         store::text(&rows, 0, 2),
     );
-    match hscale_moves::binlog_refusal(conn.backend, &log_bin, &format, &image) {
-        Some(refused) => Err(refused.into()),
-        None => Ok(()),
-    }
+    Ok(hscale_moves::binlog_refusal(
+        conn.backend,
+        &log_bin,
+        &format,
+        &image,
+    ))
 }
 
 /// Where the binary log ends now.

@@ -50,9 +50,6 @@ enum Work {
         /// `into` exists: the rows gather in a staging table and join it
         /// during the fence.
         into_existing: bool,
-        /// The table has no key to copy it by while it changes: its rows
-        /// move during the fence, which lasts as long.
-        keyless: bool,
         column: String,
         routing: Routing,
     },
@@ -75,6 +72,10 @@ struct Job {
     source: u32,
     destination: u32,
     work: Work,
+    /// The rows move during the fence, which lasts as long: the table has
+    /// no key to copy it by while it changes, or the source writes no row
+    /// binary log to follow its changes by (the job row's `keyless`).
+    in_fence: bool,
     /// The owner's epoch: its writes count only while the job's row and
     /// every part's progress row hold it.
     epoch: u64,
@@ -112,9 +113,8 @@ impl Job {
             Work::Move => (self.destination, self.source_place()),
             Work::Split {
                 into_existing: true,
-                keyless: false,
                 ..
-            } => (self.destination, self.own(shared, "stage")),
+            } if !self.in_fence => (self.destination, self.own(shared, "stage")),
             Work::Split { into, .. } => (self.destination, self.partition_place(into)),
             Work::Merge => (self.destination, self.own(shared, "stage")),
         }
@@ -127,9 +127,8 @@ impl Job {
             Work::Split {
                 into,
                 into_existing: true,
-                keyless: false,
                 ..
-            } => Some(self.partition_place(into)),
+            } if !self.in_fence => Some(self.partition_place(into)),
             Work::Merge => {
                 let dictionary = shared.dictionary.snapshot();
                 let t = partitioned(&dictionary, &self.table).ok()?;
@@ -152,25 +151,17 @@ impl Job {
     fn created(&self, shared: &Shared) -> Vec<(u32, Place)> {
         match &self.work {
             Work::Move | Work::Merge => vec![self.taken(shared)],
-            Work::Split {
-                into_existing,
-                keyless,
-                ..
-            } => {
+            Work::Split { into_existing, .. } => {
                 let mut created = Vec::new();
-                if !(*into_existing && *keyless) {
+                if !(*into_existing && self.in_fence) {
                     created.push(self.taken(shared));
                 }
-                if !keyless {
+                if !self.in_fence {
                     created.push((self.source, self.own(shared, "rest")));
                 }
                 created
             }
         }
-    }
-
-    fn keyless(&self) -> bool {
-        matches!(self.work, Work::Split { keyless: true, .. })
     }
 }
 
@@ -311,6 +302,7 @@ pub async fn start(
         source,
         destination,
         work: Work::Move,
+        in_fence: false,
         epoch: 1,
     };
     launch(shared, &mut lock, t, job).await.map(|s| s.answer())
@@ -351,7 +343,6 @@ pub async fn start_split(
             value,
             into,
             into_existing,
-            keyless: false,
             column: t.column.clone(),
             routing: Routing {
                 function: t.function.clone(),
@@ -359,6 +350,7 @@ pub async fn start_split(
                 folding: t.folding.clone(),
             },
         },
+        in_fence: false,
         epoch: 1,
     };
     launch(shared, lock, t, job).await
@@ -384,6 +376,7 @@ pub async fn start_merge(
         source,
         destination: t.default_backend,
         work: Work::Merge,
+        in_fence: false,
         epoch: 1,
     };
     launch(shared, lock, t, job).await
@@ -443,7 +436,7 @@ async fn launch(
     refuse_while_moving(shared, &mut lock.conn, &job.table).await?;
     let mut source_conn = own_connection(shared, slot(shared, job.source)?).await?;
     slot(shared, job.destination)?;
-    binlog::check_requirements(&mut source_conn).await?;
+    let no_binlog = binlog::lacks(&mut source_conn).await?;
     // The fence retires the partition's table into it.
     let schema = ident(&shared.dictionary.schema);
     exec(
@@ -458,13 +451,12 @@ async fn launch(
         &job.physical,
     )
     .await;
-    match (&mut job.work, described) {
+    match (&job.work, described) {
         (
             Work::Split {
                 column,
                 routing,
                 value,
-                keyless,
                 ..
             },
             Ok(moved),
@@ -474,14 +466,17 @@ async fn launch(
             if let Err(MoveError::Unsupported(why)) = filter {
                 // The fence's copy reads values as the router does.
                 tracing::warn!(table = %job.table, "{why}: its rows move during the split's fence");
-                *keyless = true;
+                job.in_fence = true;
             }
         }
-        (Work::Split { keyless, .. }, Err(ProxyError::Move(MoveError::NoKey(why)))) => {
+        (Work::Split { .. }, Err(ProxyError::Move(MoveError::NoKey(why)))) => {
             tracing::warn!(table = %job.table, "{why}: its rows move during the split's fence");
-            *keyless = true;
+            job.in_fence = true;
         }
         (_, described) => drop(described?),
+    }
+    if let Some(refused) = no_binlog {
+        moved_in_fence(shared, &mut job, refused).await?;
     }
     let estimate = exec(
         &mut source_conn,
@@ -492,27 +487,17 @@ async fn launch(
         ),
     )
     .await?;
-    let (value, into, into_existing, keyless) = match &job.work {
-        Work::Move => ("NULL".to_string(), "NULL".to_string(), false, false),
-        Work::Merge => (
-            "NULL".to_string(),
-            text_literal(DEFAULT_PARTITION),
-            true,
-            false,
-        ),
+    let (value, into, into_existing) = match &job.work {
+        Work::Move => ("NULL".to_string(), "NULL".to_string(), false),
+        Work::Merge => ("NULL".to_string(), text_literal(DEFAULT_PARTITION), true),
         Work::Split {
             value,
             into,
             into_existing,
-            keyless,
             ..
-        } => (
-            text_literal(value),
-            text_literal(into),
-            *into_existing,
-            *keyless,
-        ),
+        } => (text_literal(value), text_literal(into), *into_existing),
     };
+    let keyless = job.in_fence;
     let insert = format!(
         "INSERT INTO {} (db, table_name, partition_name, source_backend, destination_backend, phase, owner, heartbeat, rows_estimated, started, split_value, into_partition, into_existing, keyless, epoch) VALUES ({}, {}, {}, {}, {}, 'copying', {}, NOW(6), {}, NOW(6), {value}, {into}, {into_existing}, {keyless}, {})",
         jobs(shared),
@@ -842,7 +827,6 @@ async fn load_job(
             value: text(5),
             into: text(6),
             into_existing: text(7) == "1",
-            keyless: text(8) == "1",
             column: t.column.clone(),
             routing: Routing {
                 function: t.function.clone(),
@@ -859,14 +843,15 @@ async fn load_job(
         source: text(3).parse().unwrap_or(0),
         destination: text(4).parse().unwrap_or(0),
         work,
+        in_fence: text(8) == "1",
         epoch: text(9).parse().unwrap_or(0),
     };
     Ok((job, text(10)))
 }
 
 /// Carries a job on where its last owner stopped: a fence it held is
-/// undone (the switch had not happened) or, for a keyless split whose rows
-/// had all moved, finished; a switched job is finished; the copy resumes
+/// undone (the switch had not happened) or, for a job whose rows had all
+/// moved in its fence, finished; a switched job is finished; the copy resumes
 /// from its checkpoint.
 async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
     drop(run(shared, job, Some(phase)).await);
@@ -890,7 +875,7 @@ async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool
             return Ok(false);
         }
         "fence_moved" => {
-            roll_forward_keyless(shared, &mut main, &mut *source().await?, job).await?;
+            roll_forward_in_fence(shared, &mut main, &mut *source().await?, job).await?;
             return Ok(false);
         }
         "fencing" => undo_fence(shared, &mut main, &mut *source().await?, job).await?,
@@ -901,7 +886,7 @@ async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool
 
 /// A fence the last owner held before its switch, undone: the source's
 /// table back under its name, rows staged into an existing partition or
-/// moved in a keyless split's fence deleted there, the tables the copy
+/// moved in a split's fence deleted there, the tables the copy
 /// writes there again (a merged stage is gone: its copy starts over).
 async fn undo_fence(
     shared: &Shared,
@@ -913,9 +898,8 @@ async fn undo_fence(
         Work::Split {
             into,
             into_existing,
-            keyless,
             ..
-        } if *into_existing || *keyless => Some(job.partition_place(into)),
+        } if *into_existing || job.in_fence => Some(job.partition_place(into)),
         Work::Merge => job.joined(shared),
         _ => None,
     };
@@ -970,7 +954,7 @@ async fn ensure_created(
 }
 
 /// Removes the job's progress rows on every part's server; a server that
-/// never had them (a keyless split) is passed over.
+/// never had them (rows moved in the fence) is passed over.
 async fn forget_progress(shared: &Shared, job: &Job) {
     let forget = format!(
         "DELETE FROM {}.move_progress WHERE job = {}",
@@ -986,9 +970,9 @@ async fn forget_progress(shared: &Shared, job: &Job) {
     }
 }
 
-/// A keyless split whose rows had all reached the partition in its fence:
-/// the source's copies go, the dictionary switches, the source comes back.
-async fn roll_forward_keyless(
+/// A job whose rows had all reached their place in its fence: a split's
+/// source copies go, the dictionary switches, a split's source comes back.
+async fn roll_forward_in_fence(
     shared: &Shared,
     main: &mut BackendConn,
     source: &mut BackendConn,
@@ -1003,7 +987,9 @@ async fn roll_forward_keyless(
     ));
     change_owned(shared, main, job, &switch).await?;
     crate::dictionary::reload(shared).await?;
-    finish_split(shared, main, source, job).await?;
+    if let Work::Split { .. } = job.work {
+        finish_split(shared, main, source, job).await?;
+    }
     progress(shared, main, job, "phase = 'done', finished = NOW(6)").await
 }
 
@@ -1018,9 +1004,9 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
     )
     .await?;
     let mut source = own_connection(shared, slot(shared, job.source)?).await?;
-    // A keyless split's rows left the source in its fence: finished.
+    // The rows left the source in its fence: finished.
     if store::text(&phase, 0, 0) == "fence_moved" {
-        return roll_forward_keyless(shared, &mut main, &mut source, job).await;
+        return roll_forward_in_fence(shared, &mut main, &mut source, job).await;
     }
     if matches!(store::text(&phase, 0, 0).as_str(), "switched" | "done") {
         if let Work::Split { .. } = job.work {
@@ -1222,23 +1208,34 @@ fn switch_statements(shared: &Shared, job: &Job) -> Vec<String> {
     }
 }
 
-/// A keyless split's rows, moved while the source is fenced and retired:
-/// nothing else reads or writes them.
-async fn move_keyless(
+/// The rows of a job that moves them in its fence, moved while the source
+/// is fenced and retired: nothing else reads or writes them. A move's
+/// destination is the job's own table, emptied first: a fence undone after
+/// it copied some is copied again whole.
+async fn move_in_fence(
     shared: &Shared,
     main: &mut BackendConn,
     job: &Job,
 ) -> Result<u64, ProxyError> {
-    let Work::Split { value, .. } = &job.work else {
-        return Ok(0);
-    };
     let dictionary = shared.dictionary.snapshot();
     let t = partitioned(&dictionary, &job.table)?;
     let (backend, taken) = job.taken(shared);
     let from = offline(shared, job.source, job.retired(shared))?;
     let to = offline(shared, backend, taken)?;
-    let values = std::slice::from_ref(value);
-    let moved = offline_moves::copy_rows(shared, t, values, &from, &to).await?;
+    let (moved, values) = match &job.work {
+        Work::Split { value, .. } => {
+            let values = std::slice::from_ref(value);
+            (
+                offline_moves::copy_rows(shared, t, values, &from, &to).await?,
+                values,
+            )
+        }
+        Work::Move => (
+            offline_moves::copy_all_rows(shared, &from, &to).await?,
+            &[][..],
+        ),
+        Work::Merge => return Ok(0),
+    };
     // From here a takeover finishes the split rather than undo it.
     progress(
         shared,
@@ -1247,7 +1244,9 @@ async fn move_keyless(
         &format!("phase = 'fence_moved', rows_copied = {moved}"),
     )
     .await?;
-    offline_moves::delete_rows(shared, t, values, &from).await?;
+    if !values.is_empty() {
+        offline_moves::delete_rows(shared, t, values, &from).await?;
+    }
     Ok(moved)
 }
 
@@ -1260,8 +1259,8 @@ async fn finish_split(
     source: &mut BackendConn,
     job: &Job,
 ) -> Result<(), ProxyError> {
-    // A keyless split's source kept its rest itself.
-    let rest = match job.keyless() {
+    // A split in its fence left the rest in the source itself.
+    let rest = match job.in_fence {
         true => job.retired(shared),
         false => job.own(shared, "rest"),
     };
@@ -1383,10 +1382,12 @@ fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, Pr
 async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     let source_slot = slot(shared, job.source)?;
     let mut main = own_connection(shared, shared.main).await?;
-    if job.keyless() {
+    if job.in_fence {
         let moved = fence_and_switch(shared, &mut main, job, None).await?;
-        let mut source = own_connection(shared, source_slot).await?;
-        finish_split(shared, &mut main, &mut source, job).await?;
+        if let Work::Split { .. } = job.work {
+            let mut source = own_connection(shared, source_slot).await?;
+            finish_split(shared, &mut main, &mut source, job).await?;
+        }
         progress(shared, &mut main, job, "phase = 'done', finished = NOW(6)").await?;
         return Ok(moved);
     }
@@ -1596,13 +1597,13 @@ async fn fence_and_switch(
             lift_fence(shared, main, job, attempt, &reason).await?;
             continue;
         }
-        // Nothing writes the old table now: its last changes are in the
-        // log, but for those of XA transactions prepared on it, which their
-        // XA COMMIT may still make.
-        let end = binlog::end_of_log(&mut source).await?;
         let mut moved = 0;
         match copy.as_deref_mut() {
             Some(copy) => {
+                // Nothing writes the old table now: its last changes are in
+                // the log, but for those of XA transactions prepared on it,
+                // which their XA COMMIT may still make.
+                let end = binlog::end_of_log(&mut source).await?;
                 copy.apply_until(&end).await?;
                 if let Some(xid) = copy.undecided_touching() {
                     let reason = format!("the prepared XA transaction {xid} changed the partition and is not decided yet");
@@ -1611,7 +1612,7 @@ async fn fence_and_switch(
                     continue;
                 }
             }
-            None => moved = move_keyless(shared, main, job).await?,
+            None => moved = move_in_fence(shared, main, job).await?,
         }
         if let Some(into) = job.joined(shared) {
             // The staged rows join the partition or the default table,
@@ -1701,4 +1702,41 @@ pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
         })
         .collect();
     Ok(AdminAnswer::Rows { columns, rows })
+}
+
+/// A move or split whose source writes no row binary log (`refused` says
+/// what it lacks) moves its rows in the fence, as DROP_PARTITION's fallback
+/// does, where it copies none or at most `[moves] offline_max_rows`; above
+/// that, or for a merge (whose command falls back itself), it is refused.
+async fn moved_in_fence(
+    shared: &Shared,
+    job: &mut Job,
+    refused: MoveError,
+) -> Result<(), ProxyError> {
+    let dictionary = shared.dictionary.snapshot();
+    let t = partitioned(&dictionary, &job.table)?;
+    let from = offline(shared, job.source, job.source_place())?;
+    let rows = match &job.work {
+        Work::Merge => return Err(refused.into()),
+        Work::Move => offline_moves::count_rows(shared, t, None, &from).await?,
+        Work::Split { value, .. } => {
+            let values = std::slice::from_ref(value);
+            offline_moves::count_rows(shared, t, Some(values), &from).await?
+        }
+    };
+    let max = shared.moves.offline_max_rows;
+    let MoveError::Unsupported(lacking) = refused else {
+        return Err(refused.into());
+    };
+    if rows > max {
+        return Err(MoveError::Unsupported(format!(
+            "{lacking}; without them its {rows} rows would move while the table waits, more than [moves] offline_max_rows ({max})"
+        ))
+        .into());
+    }
+    if rows > 0 {
+        tracing::warn!(table = %job.table, rows, "{lacking}: its rows move during the fence");
+    }
+    job.in_fence = true;
+    Ok(())
 }
