@@ -5,6 +5,7 @@
 # Tests that cannot pass through a proxy by nature are listed in README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 GO_DRIVER_VERSION=v1.10.1
 MYSQLCLIENT_VERSION=2.3.1
 # The driver matrix's (tests/compat/drivers, docs/drivers.md).
@@ -129,6 +130,30 @@ echo "== the driver matrix, each driver with its default options"
   run_matrix m_connector_j java -cp "jars/mysql-connector-j-$CONNECTOR_J_VERSION.jar" "$DRIVERS/Matrix.java" "jdbc:mysql://127.0.0.1:$PORT/drivers" m_connector_j
   run_matrix m_mariadb_connector_j java -cp "jars/mariadb-java-client-$MARIADB_CONNECTOR_J_VERSION.jar" "$DRIVERS/Matrix.java" "jdbc:mariadb://127.0.0.1:$PORT/drivers" m_mariadb_connector_j
   echo "$passed passed, 0 failed: the driver matrix (the Rust drivers' run in cargo test: crates/proxy/tests/drivers.rs)"
+)
+
+echo "== mysql_async's own tests, directly and through hscale"
+(
+  # The version the workspace's tests use: cargo test has unpacked it.
+  version=$(sed -n '/^name = "mysql_async"$/{n;s/^version = "\(.*\)"$/\1/p}' Cargo.lock)
+  src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"mysql_async-$version" | head -1)
+  cp -r "$src" "$WORK/mysql_async"
+  chmod -R u+w "$WORK/mysql_async"
+  cd "$WORK/mysql_async"
+  export CARGO_TARGET_DIR="$WORK/mysql_async-target"
+  cargo test --lib --no-run -q 2>/dev/null
+  # The names of the tests that passed against the server on `port`.
+  passes() {
+    DATABASE_URL="mysql://root@127.0.0.1:$1/mysql" timeout 900 cargo test --lib 2>&1 |
+      sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' | sort
+  }
+  passes "$BACKEND1" >"$WORK/async-direct"
+  passes "$PORT" >"$WORK/async-hscale"
+  # Passed directly, not through hscale: each must be listed in README.md.
+  missing=$(comm -23 "$WORK/async-direct" "$WORK/async-hscale")
+  unexplained=$(for t in $missing; do grep -q "| mysql_async | \`$t\`" "$ROOT/tests/compat/README.md" || echo "$t"; done)
+  [ -z "$unexplained" ] || { echo "mysql_async tests that pass directly and fail through hscale:"; echo "$unexplained"; exit 1; }
+  echo "$(wc -l <"$WORK/async-hscale") passed through hscale, $(wc -l <"$WORK/async-direct") directly, $(wc -w <<<"$missing") left out (README.md): mysql_async $version"
 )
 
 echo "== MySQL 8 connectors with caching_sha2_password"

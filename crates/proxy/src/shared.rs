@@ -48,6 +48,9 @@ pub struct SessionHandle {
     /// lost connections end the session without a word, as MariaDB closes a
     /// killed connection.
     was_killed: AtomicBool,
+    /// The session ended and its client's socket is closed.
+    ended: AtomicBool,
+    ended_notify: Notify,
     /// Since when (ms after `Shared::started`) the client has sent nothing;
     /// `BUSY` while a command runs.
     waiting_since_ms: AtomicU64,
@@ -219,6 +222,29 @@ impl SessionHandle {
         self.was_killed.load(Ordering::Relaxed)
     }
 
+    /// Called once the session's client socket is closed.
+    pub fn set_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.ended_notify.notify_waiters();
+    }
+
+    /// Waits, at most `limit`, until the session's client socket is closed.
+    pub async fn wait_ended(&self, limit: std::time::Duration) {
+        let ended = async {
+            loop {
+                let notified = self.ended_notify.notified();
+                tokio::pin!(notified);
+                // Registered before the check: a set_ended in between wakes it.
+                notified.as_mut().enable();
+                if self.ended.load(Ordering::Acquire) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, ended).await;
+    }
+
     /// A scan's partition query started on this backend thread.
     pub fn scanning(&self, backend: u32, thread_id: u32) {
         self.scanning
@@ -296,6 +322,8 @@ impl Sessions {
             scanning: Mutex::new(Vec::new()),
             killed: Notify::new(),
             was_killed: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            ended_notify: Notify::new(),
             waiting_since_ms: AtomicU64::new(BUSY),
             wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
             on: OnTables::new(),

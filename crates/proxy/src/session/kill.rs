@@ -12,6 +12,9 @@ use crate::backend::ConnKey;
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
+/// How long KILL waits for the killed session to close its client's socket.
+const KILLED_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Session {
     pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
         let own = u64::from(self.connection_id);
@@ -49,6 +52,12 @@ impl Session {
         }
         for (backend, thread_id) in target.threads() {
             kill_backend_thread(&self.shared, backend, thread_id, scope).await;
+        }
+        if scope == KillScope::Connection {
+            // MariaDB closes the killed connection's socket before KILL
+            // answers: a pool that checks its idle connections next sees
+            // it closed.
+            target.wait_ended(KILLED_CLOSE_WAIT).await;
         }
         self.send_ok().await
     }

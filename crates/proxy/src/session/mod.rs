@@ -282,6 +282,10 @@ impl Session {
             }
         }
         session.finish();
+        let handle = session.handle.clone();
+        // Closes the client's socket: a KILL waiting for it may answer.
+        drop(session);
+        handle.set_ended();
         tracing::info!(connection_id, "client disconnected");
         Served::Ended
     }
