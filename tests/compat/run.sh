@@ -141,10 +141,11 @@ echo "== mysql_async's own tests, directly and through hscale"
   chmod -R u+w "$WORK/mysql_async"
   cd "$WORK/mysql_async"
   export CARGO_TARGET_DIR="$WORK/mysql_async-target"
-  cargo test --lib --no-run -q 2>/dev/null
+  cargo test --lib --no-run -q
   # The names of the tests that passed against the server on `port`.
   passes() {
-    DATABASE_URL="mysql://root@127.0.0.1:$1/mysql" timeout 900 cargo test --lib 2>&1 |
+    # Some fail (directly too): the run's status says nothing here.
+    { DATABASE_URL="mysql://root@127.0.0.1:$1/mysql" timeout 900 cargo test --lib 2>&1 || true; } |
       sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' | sort
   }
   passes "$BACKEND1" >"$WORK/async-direct"
@@ -153,6 +154,7 @@ echo "== mysql_async's own tests, directly and through hscale"
   missing=$(comm -23 "$WORK/async-direct" "$WORK/async-hscale")
   unexplained=$(for t in $missing; do grep -q "| mysql_async | \`$t\`" "$ROOT/tests/compat/README.md" || echo "$t"; done)
   [ -z "$unexplained" ] || { echo "mysql_async tests that pass directly and fail through hscale:"; echo "$unexplained"; exit 1; }
+  [ -z "$missing" ] || echo "left out: $missing"
   echo "$(wc -l <"$WORK/async-hscale") passed through hscale, $(wc -l <"$WORK/async-direct") directly, $(wc -w <<<"$missing") left out (README.md): mysql_async $version"
 )
 
