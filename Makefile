@@ -15,6 +15,11 @@ test: deps
 	cargo test --workspace
 	tests/compat/run.sh
 
+# The Rust tests with the test binaries and each binary's tests in an order
+# drawn from SEED (tests/shuffled.sh; a random seed, printed, when unset).
+test-shuffled: deps
+	tests/shuffled.sh $(SEED)
+
 # MariaDB server, client and test suite (mariadb-test), sysbench, and what
 # the mysqlclient suite builds
 # with, from the OS packages, when missing.

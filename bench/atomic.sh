@@ -102,7 +102,7 @@ for name in $([ -n "${SYSBENCH_ONLY:-}${MULTI_STATEMENTS_ONLY:-}" ] || echo TEN 
   echo "$what: atomic $a q/s, multi $m q/s, atomic/multi $(awk -v a="$a" -v m="$m" 'BEGIN {printf "%.2f", a / m}'), XA statements on the backends: $(($(xa_statements) - xa_before))"
 done
 xa() { mariadb -h127.0.0.1 -P"$1" -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_xa_prepare'" | awk '{print $2}'; }
-echo "XA PREPAREs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"
+[ -n "${SYSBENCH_ONLY:-}${MULTI_STATEMENTS_ONLY:-}" ] || echo "XA PREPAREs on backend 1 / 2: $(xa "$DIRECT") / $(xa "$DIRECT2") (the atomic instance's 10-row statements only)"
 
 # Transactions over both backends by clients with and without
 # CLIENT_MULTI_STATEMENTS (PyMySQL, which leaves it off by default).
