@@ -3,7 +3,7 @@ SHELL := /bin/bash
 APT_PACKAGES := mariadb-server mariadb-client mariadb-test sysbench libmariadb-dev pkg-config python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: playground test deps check bench fuzz
+.PHONY: playground test test-shuffled deps check bench fuzz
 
 playground: deps
 	cargo run --release --bin hscale -- playground

@@ -293,6 +293,64 @@ fn a_join_inside_a_transaction_reads_its_own_writes() {
     same(&mut c, &mut oracle, join, false, seed);
 }
 
+/// Copies take no locks and read the transaction's snapshot (issue 55,
+/// point 1). Inside a REPEATABLE READ transaction a statement from copies
+/// answers from what the transaction's plain SELECTs see on each backend,
+/// not from rows committed since; and a writer of the copied rows does not
+/// wait for that transaction. Before, the main backend's partitions were
+/// copied by `INSERT ... SELECT` in the client's transaction: a locking read
+/// of the latest rows, whose shared locks stayed until COMMIT (the writer's
+/// UPDATE: 1205). Outside a transaction the copy is its own snapshot and
+/// the writer does not wait either.
+#[test]
+fn copies_take_no_locks_and_read_the_transactions_snapshot() {
+    let seed = seed();
+    let (proxy, db, _) = setup("federated_snapshot", seed);
+    let mut c = proxy.connect(Some(&db));
+    // A derived table: answered from a copy. The same totals from a scan of
+    // the partitions, merged by hscale, are the plain reads.
+    let copied = "SELECT COUNT(*), SUM(total) FROM (SELECT user_id, total FROM orders) o";
+    let plain_read = "SELECT COUNT(*), SUM(total) FROM orders";
+    let plan: Vec<(String, u32, Option<String>, String)> =
+        c.query(format!("HSCALE EXPLAIN {copied}")).unwrap();
+    assert_eq!(plan[0].0, "(copy)", "{plan:?}");
+    type Totals = (i64, Option<String>);
+    let mut writer = proxy.connect(Some(&db));
+    writer
+        .query_drop("SET SESSION innodb_lock_wait_timeout = 2")
+        .unwrap();
+    for in_transaction in [true, false] {
+        if in_transaction {
+            c.query_drop("BEGIN").unwrap();
+        }
+        let plain: Totals = c.query_first(plain_read).unwrap().unwrap();
+        let from_copies: Totals = c.query_first(copied).unwrap().unwrap();
+        assert_eq!(from_copies, plain, "seed {seed}");
+        // Every order, on both backends (the main one's partitions too).
+        writer
+            .query_drop("UPDATE orders SET total = total + 1")
+            .unwrap();
+        writer
+            .query_drop(format!(
+                "INSERT INTO orders VALUES ({0}, 3, 1.00, 'n', NOW()), ({1}, 4, 1.00, 'n', NOW()), ({2}, 5, 1.00, 'n', NOW())",
+                if in_transaction { 601 } else { 701 },
+                if in_transaction { 602 } else { 702 },
+                if in_transaction { 603 } else { 703 },
+            ))
+            .unwrap();
+        let again: Totals = c.query_first(copied).unwrap().unwrap();
+        if in_transaction {
+            assert_eq!(again, plain, "the transaction's snapshot (seed {seed})");
+            c.query_drop("COMMIT").unwrap();
+        } else {
+            assert_ne!(again, plain, "a statement of its own sees the writes");
+        }
+        let now: Totals = c.query_first(plain_read).unwrap().unwrap();
+        assert_eq!(c.query_first::<Totals, _>(copied).unwrap().unwrap(), now);
+        assert_eq!(now.0, plain.0 + 3);
+    }
+}
+
 #[test]
 fn explain_names_the_copies_and_what_narrows_them() {
     let (proxy, db, _) = setup("federated_explain", 1);

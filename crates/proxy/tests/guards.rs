@@ -233,8 +233,23 @@ fn xa_statements_cannot_reach_hscales_branches() {
         cluster().direct(1, None).query("XA RECOVER").unwrap();
     assert!(on_backend.iter().any(|(f, ..)| *f == format));
     // The client's own branch, once its connection left it, is the
-    // client's to end.
+    // client's to end: once the server has seen that connection go (until
+    // then the branch is attached to it, and others get XAER_NOTA).
+    let own_id = own.connection_id();
     drop(own);
+    let mut watcher = cluster().direct(1, None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while watcher
+        .exec_first::<u64, _, _>(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+            (own_id,),
+        )
+        .unwrap()
+        != Some(0)
+    {
+        assert!(std::time::Instant::now() < deadline, "the connection stays");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // MariaDB answers a rollback from another connection with 1402
     // (XA_RBROLLBACK), having rolled it back.
     match app.query_drop("XA ROLLBACK 'client-own'") {

@@ -508,10 +508,22 @@ impl Session {
         };
         let mut route = route;
         let main = self.shared.main;
-        // Partitions on the main backend copy there, server-side: their
-        // rows need not pass through hscale, unless their keys must.
+        // Partitions on the main backend copy there, server-side, outside a
+        // transaction: their rows need not pass through hscale (unless their
+        // keys must). Under REPEATABLE READ an INSERT ... SELECT reads its
+        // source with shared locks, which writers of those rows would wait
+        // for; READ COMMITTED, for that one statement, makes it a plain
+        // consistent read of its own snapshot. Inside a transaction the
+        // rows are read through hscale like the other backends': plain
+        // reads of the transaction's own snapshot, locking nothing.
         if let Some(copying) = match sink {
-            Sink::Copy(copying) if copying.key.is_none() => Some(copying),
+            // With autocommit off the statement would begin the client's
+            // transaction, at READ COMMITTED.
+            Sink::Copy(copying)
+                if copying.key.is_none() && self.tx.autocommit() && !self.tx.in_transaction() =>
+            {
+                Some(copying)
+            }
             _ => None,
         } {
             let main_backend = self.shared.main_backend();
@@ -520,6 +532,8 @@ impl Session {
                 .partition::<Vec<_>, _>(|step| step.target.backend == main_backend);
             route.steps = elsewhere.into_iter().collect();
             for step in here {
+                let unlocked = command(COM_QUERY, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+                self.run_quietly(main, &unlocked).await?;
                 let insert = format!("{}{}", copying.insert_select, step.sql);
                 self.run_quietly(main, &command(COM_QUERY, &insert)).await?;
             }
