@@ -70,7 +70,9 @@ default-character-set = utf8mb4
 CNF
   cd "mysqlclient-$MYSQLCLIENT_VERSION"
   # Bounded like go test (10 minutes by default): a hang fails the run, not CI.
-  TESTDB="$WORK/test.cnf" timeout 900 ../venv/bin/pytest -q -p no:cacheprovider tests
+  # test_result_concurrent_use_raises: see README.md.
+  TESTDB="$WORK/test.cnf" timeout 900 ../venv/bin/pytest -q -p no:cacheprovider tests \
+    --deselect tests/test_connection.py::test_result_concurrent_use_raises
 )
 
 echo "== PyMySQL over TLS, hscale's certificate verified against the CA"
