@@ -42,6 +42,11 @@ pub struct PlanCache {
 enum Cached {
     /// A statement that only seemed to name a partitioned table.
     Main { generation: u64 },
+    /// A read of reference tables alone, and where they all are.
+    ReferenceRead {
+        generation: u64,
+        backends: SmallVec<[u32; 4]>,
+    },
     /// With the table it routes to, the dictionary snapshot's own.
     Shaped {
         generation: u64,
@@ -92,6 +97,12 @@ impl PlanCache {
             Cached::Main { generation } if *generation == ctx.dictionary.generation() => {
                 Action::Main
             }
+            Cached::ReferenceRead {
+                generation,
+                backends,
+            } if *generation == ctx.dictionary.generation() => {
+                Action::ReferenceRead(backends.clone())
+            }
             Cached::Shaped {
                 generation,
                 table,
@@ -121,6 +132,10 @@ impl PlanCache {
         let generation = ctx.dictionary.generation();
         let cached = match (action, shape) {
             (Action::Main, _) => Cached::Main { generation },
+            (Action::ReferenceRead(backends), _) => Cached::ReferenceRead {
+                generation,
+                backends: backends.clone(),
+            },
             _ if self.uncacheable => return,
             (_, Some(shape)) => {
                 let table = ctx

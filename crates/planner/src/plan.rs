@@ -99,6 +99,10 @@ pub struct Plan {
 pub enum Action {
     /// The statement names no partitioned table: it goes to the main backend as it is.
     Main,
+    /// A read of reference tables alone: each of these backends holds
+    /// copies of all of them, the main backend's first. It runs as it is on
+    /// one the client's transaction is already on, else on the main backend.
+    ReferenceRead(SmallVec<[u32; 4]>),
     /// BEGIN, COMMIT, ROLLBACK, savepoints: carried out on every backend the
     /// transaction reached.
     Transaction(TxControl),
@@ -497,9 +501,21 @@ fn plan_summarized(
         _ => Action::Main,
     };
     let action = wait_for_fence(action, ctx.passed_fences);
+    // A read that leaves state on its connection stays on the main backend's.
+    let action = match action {
+        Action::ReferenceRead(_)
+            if binds.is_some()
+                || summary.multi_statement
+                || summary.user_variables
+                || !matches!(change, SessionChange::Nothing) =>
+        {
+            Action::Main
+        }
+        action => action,
+    };
     let mut summary = summary;
     summary.names_guarded |= crate::dynamic::guards_inside(&action, ctx);
-    let interprets = !matches!(action, Action::Main)
+    let interprets = !matches!(action, Action::Main | Action::ReferenceRead(_))
         || !matches!(change, SessionChange::Nothing)
         || summary.kind == Kind::Set;
     if interprets && !ctx.charset.reads(sql) {

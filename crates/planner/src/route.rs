@@ -28,6 +28,7 @@ use crate::shape::{
 };
 use crate::show::word_at;
 use crate::template::{Bound, Form, Row, Rows, Template};
+use smallvec::SmallVec;
 
 /// The plan of a statement that may name a partitioned table, and the shape
 /// the plan cache may keep for statements like it.
@@ -133,7 +134,13 @@ pub(crate) fn route(
             return Action::Listing(Box::new(crate::show::information_schema(&statements, ctx)))
                 .into()
         }
-        (None, []) => return Action::Main.into(),
+        (None, []) => {
+            return match reference_read(&statements, &references, others) {
+                Some(backends) => Action::ReferenceRead(backends),
+                None => Action::Main,
+            }
+            .into()
+        }
         (None, [(reference, table), joined @ ..]) => (reference.clone(), *table, others, joined),
     };
     let [statement] = statements.as_slice() else {
@@ -256,6 +263,31 @@ pub(crate) fn route(
         }
         action => Routed { action, shape },
     }
+}
+
+/// The backends that hold every reference table a plain SELECT reads,
+/// where it reads nothing else; the main backend first.
+fn reference_read(
+    statements: &[Statement],
+    references: &[&ReferenceTable],
+    others: usize,
+) -> Option<SmallVec<[u32; 4]>> {
+    let [Statement::Query(query)] = statements else {
+        return None;
+    };
+    // SELECT ... INTO writes variables or files where it runs.
+    let plain = matches!(&*query.body, SetExpr::Select(select) if select.into.is_none());
+    let (first, rest) = references.split_first()?;
+    if !plain || others > 0 || !references.iter().all(|r| r.ready) {
+        return None;
+    }
+    let backends: SmallVec<[u32; 4]> = first
+        .backends
+        .iter()
+        .copied()
+        .filter(|b| rest.iter().all(|r| r.backends.contains(b)))
+        .collect();
+    (backends.len() > 1).then_some(backends)
 }
 
 /// What a statement naming reference tables reads besides them.

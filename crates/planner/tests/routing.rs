@@ -2019,3 +2019,52 @@ fn placeholders_take_literals_outside_strings_and_comments() {
         None
     );
 }
+
+#[test]
+fn reads_of_reference_tables_alone_may_run_on_any_backend_that_holds_them_all() {
+    let reference = |name: &str, backends: Vec<u32>| hscale_planner::ReferenceTable {
+        table: TableName {
+            db: "app".into(),
+            name: name.into(),
+        },
+        backends,
+        ready: true,
+    };
+    let dictionary = dictionary().with_references(vec![
+        reference("items", vec![1, 2, 3]),
+        reference("regions", vec![1, 2]),
+    ]);
+    let ctx = context(&dictionary, "app");
+    let action = |sql: &str| plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+    for (sql, backends) in [
+        ("SELECT * FROM items WHERE id = 1", vec![1, 2, 3]),
+        ("SELECT * FROM items WHERE id = 1 FOR UPDATE", vec![1, 2, 3]),
+        (
+            "SELECT i.name FROM items i JOIN regions r ON r.id = i.region",
+            vec![1, 2],
+        ),
+    ] {
+        match action(sql) {
+            Action::ReferenceRead(found) => assert_eq!(found.as_slice(), backends, "{sql}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    // What leaves state on its connection, reads a table only the main
+    // backend has, or writes: the main backend's (a write: every copy).
+    for sql in [
+        "SELECT * FROM items, plain WHERE plain.id = items.id",
+        "SELECT name INTO @name FROM items WHERE id = 1",
+        "SELECT @n := name FROM items WHERE id = 1",
+        "SELECT GET_LOCK('x', 0) FROM items",
+    ] {
+        assert!(
+            matches!(action(sql), Action::Main),
+            "{sql}: {:?}",
+            action(sql)
+        );
+    }
+    assert!(matches!(
+        action("UPDATE items SET name = 'x'"),
+        Action::Route(_)
+    ));
+}

@@ -62,6 +62,12 @@ pub struct ProxyConfig {
     /// commits on each backend it wrote in turn, not atomically.
     #[serde(default)]
     pub transactions: Transactions,
+    /// How often hscale looks for lock waits that form a cycle through
+    /// several backends, which no server sees alone; a cycle seen twice in
+    /// a row ends one transaction with error 1213. 0: never (such waits
+    /// end at innodb_lock_wait_timeout).
+    #[serde(default = "default_deadlock_check_ms")]
+    pub deadlock_check_ms: u64,
     /// A client that has not logged in this long after connecting is closed,
     /// as MariaDB's connect_timeout closes it: a crowd of silent sockets must
     /// not hold every connection slot.
@@ -337,6 +343,10 @@ fn default_max_connections() -> usize {
 fn default_connect_timeout_ms() -> u64 {
     3000
 }
+pub fn default_deadlock_check_ms() -> u64 {
+    200
+}
+
 pub fn default_login_timeout_ms() -> u64 {
     10_000
 }

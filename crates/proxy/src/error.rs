@@ -45,6 +45,10 @@ pub enum ProxyError {
     /// KILL QUERY of the client's own connection interrupts the KILL itself.
     #[error("the statement was interrupted")]
     QueryInterrupted,
+    /// The deadlock detector ended the transaction: its lock waits formed a
+    /// cycle through several backends.
+    #[error("a deadlock through several backends ended the transaction")]
+    Deadlock,
     #[error("the statement reads the one before it, whose backend connection has since served another client")]
     PreviousStatementElsewhere,
     #[error("the statement reads the one before it, which ran on several partitions")]
@@ -147,6 +151,7 @@ const ER_QUERY_INTERRUPTED: u16 = 1317;
 const ER_UNKNOWN_ERROR: u16 = 1105;
 const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_NO_DB_ERROR: u16 = 1046;
 const ER_NO_SUCH_TABLE: u16 = 1146;
 const ER_TABLE_EXISTS_ERROR: u16 = 1050;
@@ -235,6 +240,8 @@ impl ProxyError {
             ProxyError::KillDenied { id } => (reply(ER_KILL_DENIED_ERROR, "HY000", format!("You are not owner of thread {id}")), Reply),
             ProxyError::ConnectionKilled => (reply(ER_CONNECTION_KILLED, "70100", "Connection was killed".into()), ReplyAndClose),
             ProxyError::QueryInterrupted => (reply(ER_QUERY_INTERRUPTED, "70100", "Query execution was interrupted".into()), Reply),
+            // MariaDB's words: applications match them to retry.
+            ProxyError::Deadlock => (reply(ER_LOCK_DEADLOCK, "40001", "Deadlock found when trying to get lock; try restarting transaction".into()), Reply),
             ProxyError::PreviousStatementElsewhere => (
                 reply(
                     ER_UNKNOWN_ERROR,
@@ -363,6 +370,7 @@ mod tests {
             ProxyError::KillDenied { id: 9 },
             ProxyError::ConnectionKilled,
             ProxyError::QueryInterrupted,
+            ProxyError::Deadlock,
             ProxyError::PreviousStatementElsewhere,
             ProxyError::PreviousStatementScattered,
             ProxyError::Refused(ErrorPacket::new(

@@ -122,6 +122,12 @@ pub fn metrics(shared: &Shared) -> String {
         "SELECTs the partitions could not answer alone, answered from copies of their tables.",
         plain(c.copied.load(Ordering::Relaxed)),
     );
+    metric(
+        "hscale_deadlocks_total",
+        "counter",
+        "Transactions ended with error 1213: their lock waits formed a cycle through several backends.",
+        plain(c.deadlocks.load(Ordering::Relaxed)),
+    );
     let xa = &shared.xa;
     metric(
         "hscale_xa_committed_total",

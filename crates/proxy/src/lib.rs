@@ -5,6 +5,7 @@ pub mod admin;
 pub mod backend;
 pub mod config;
 pub mod cores;
+pub mod deadlocks;
 pub mod dictionary;
 pub mod error;
 pub mod exec;

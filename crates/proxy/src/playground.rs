@@ -41,6 +41,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             connect_timeout_ms: 3000,
             queue_timeout_ms: 10_000,
             transactions: Default::default(),
+            deadlock_check_ms: crate::config::default_deadlock_check_ms(),
             login_timeout_ms: crate::config::default_login_timeout_ms(),
             tls_cert: None,
             tls_key: None,

@@ -113,6 +113,7 @@ pub async fn run(
         shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),
     ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
+    let deadlocks = tokio::spawn(crate::deadlocks::detect_loop(shared.clone()));
     let balancing = shared.clone();
     let balance = tokio::spawn(async move { balancing.balance.watch().await });
     let server = Server::new(listener, shared.clone(), workers);
@@ -124,6 +125,7 @@ pub async fn run(
     sweep.abort();
     recovery.abort();
     idle.abort();
+    deadlocks.abort();
     balance.abort();
     server.workers.stop().await;
     crate::dictionary::leave(&shared).await;

@@ -58,6 +58,17 @@ pub struct SessionHandle {
     wait_timeout_s: AtomicU64,
     /// Which partitions' tables the session is on, for moves' fences.
     pub on: OnTables,
+    /// The backend connections the session holds, (backend id, thread id):
+    /// between commands exactly those kept for it, during one also those
+    /// it took since. What the deadlock detector maps server threads to
+    /// sessions by.
+    holding: Mutex<SmallVec<[(u32, u32); 2]>>,
+    /// Commands the client sent: a command still running at two looks of
+    /// the deadlock detector has waited a while.
+    commands: AtomicU64,
+    /// Set by the deadlock detector before it kills the connection the
+    /// session's statement waits on: that lost connection is a deadlock.
+    deadlocked: AtomicBool,
 }
 
 /// The physical tables of partitioned tables a session is on: the one its
@@ -283,6 +294,45 @@ impl SessionHandle {
 
     pub fn set_busy(&self) {
         self.waiting_since_ms.store(BUSY, Ordering::Relaxed);
+        self.commands.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Which command is running, counted from the first; `None` between
+    /// commands.
+    pub fn running_command(&self) -> Option<u64> {
+        let busy = self.waiting_since_ms.load(Ordering::Relaxed) == BUSY;
+        busy.then(|| self.commands.load(Ordering::Relaxed))
+    }
+
+    /// The session took a backend connection.
+    pub fn hold(&self, backend: u32, thread_id: u32) {
+        let mut holding = self.holding.lock().unwrap_or_else(|e| e.into_inner());
+        if !holding.contains(&(backend, thread_id)) {
+            holding.push((backend, thread_id));
+        }
+    }
+
+    /// Between commands: the connections kept for the session, all of them.
+    pub fn set_holding(&self, threads: impl Iterator<Item = (u32, u32)>) {
+        let mut holding = self.holding.lock().unwrap_or_else(|e| e.into_inner());
+        holding.clear();
+        holding.extend(threads);
+    }
+
+    pub fn holding(&self) -> SmallVec<[(u32, u32); 2]> {
+        self.holding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn mark_deadlocked(&self) {
+        self.deadlocked.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the detector ended the session's transaction; cleared.
+    pub fn take_deadlocked(&self) -> bool {
+        self.deadlocked.swap(false, Ordering::Relaxed)
     }
 
     pub fn set_wait_timeout(&self, seconds: u64) {
@@ -327,6 +377,9 @@ impl Sessions {
             waiting_since_ms: AtomicU64::new(BUSY),
             wait_timeout_s: AtomicU64::new(DEFAULT_WAIT_TIMEOUT_S),
             on: OnTables::new(),
+            holding: Mutex::new(SmallVec::new()),
+            commands: AtomicU64::new(0),
+            deadlocked: AtomicBool::new(false),
         });
         self.by_id
             .lock()
@@ -345,6 +398,12 @@ impl Sessions {
                 handle.kill();
             }
         }
+    }
+
+    /// Every session, by connection id.
+    pub fn all(&self) -> Vec<(u32, Arc<SessionHandle>)> {
+        let sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.iter().map(|(id, s)| (*id, s.clone())).collect()
     }
 
     pub fn remove(&self, id: u32) {
@@ -401,6 +460,8 @@ pub struct Shared {
     /// This instance's blocks of AUTO_INCREMENT ids.
     pub sequences: crate::dictionary::sequences::Sequences,
     pub transactions: Transactions,
+    /// How often the deadlock detector looks; `None`: never.
+    pub deadlock_check: Option<Duration>,
     /// Two-phase commit: this instance's transactions over several backends.
     pub xa: crate::xa::Coordinator,
     /// How long a statement waits for a partition move on its table.
@@ -451,6 +512,9 @@ pub struct Counters {
     /// join (`lookup_joins`) or from copies of their tables (`copied`).
     pub lookup_joins: AtomicU64,
     pub copied: AtomicU64,
+    /// Transactions ended by the deadlock detector: cycles of lock waits
+    /// through several backends.
+    pub deadlocks: AtomicU64,
 }
 
 impl Counters {
@@ -551,6 +615,8 @@ impl Shared {
                 Duration::from_millis(config.dictionary.lease_ms),
             ),
             transactions: config.proxy.transactions,
+            deadlock_check: (config.proxy.deadlock_check_ms > 0)
+                .then(|| Duration::from_millis(config.proxy.deadlock_check_ms)),
             scans: config.scans.clone(),
             moves: config.moves.clone(),
             running_moves: Default::default(),

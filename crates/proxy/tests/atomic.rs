@@ -774,3 +774,174 @@ async fn first_packet(raw: &mut hscale_testkit::raw::RawClient, sql: &str) -> Ve
     let bytes = raw.query_bytes(sql, false).await;
     hscale_testkit::raw::payloads(&bytes).remove(0)
 }
+
+fn hscale_status(c: &mut Conn, name: &str) -> u64 {
+    let rows: Vec<(String, String)> = c.query("HSCALE STATUS").unwrap();
+    let value = rows.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    value
+        .unwrap_or_else(|| panic!("no {name} in HSCALE STATUS"))
+        .parse()
+        .unwrap()
+}
+
+fn error_code(result: &mysql::Result<()>) -> Option<u16> {
+    match result {
+        Err(mysql::Error::MySqlError(e)) => Some(e.code),
+        Err(e) => panic!("not a server error: {e}"),
+        Ok(()) => None,
+    }
+}
+
+/// Waits until `backend` shows `count` transactions waiting for a lock.
+fn wait_for_lock_waits(backend: usize, count: u64) {
+    let mut direct = cluster().direct(backend, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: u64 = direct
+            .query_first(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+            )
+            .unwrap()
+            .unwrap();
+        if waiting >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lock wait on backend {backend}"
+        );
+        // InnoDB renews what INNODB_TRX shows only when it was last read
+        // more than 100 ms ago: reading it more often shows it frozen.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+#[test]
+fn a_deadlock_through_two_backends_ends_one_transaction_with_1213() {
+    // Alone: no other test's branch is prepared when XA RECOVER is read.
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_deadlock");
+    // 2 on backend 1, 3 on backend 2.
+    c.query_drop("INSERT INTO orders VALUES (2, 1, 100), (3, 1, 100)")
+        .unwrap();
+    let mut a = proxy.connect(Some(&db));
+    let mut b = proxy.connect(Some(&db));
+    a.query_drop("BEGIN").unwrap();
+    a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 2")
+        .unwrap();
+    b.query_drop("BEGIN").unwrap();
+    b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 3")
+        .unwrap();
+    // Each now wants the other's row: a cycle no server sees alone.
+    let started = Instant::now();
+    let first = std::thread::spawn(move || {
+        let result = a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 3");
+        (a, result)
+    });
+    wait_for_lock_waits(2, 1);
+    let second = std::thread::spawn(move || {
+        let result = b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 2");
+        (b, result)
+    });
+    let (mut a, in_a) = first.join().unwrap();
+    let (mut b, in_b) = second.join().unwrap();
+    eprintln!("the cycle ended after {:?}", started.elapsed());
+    let codes = [error_code(&in_a), error_code(&in_b)];
+    // MariaDB ends one transaction of a deadlock: 1213, not a lock wait
+    // timeout (1205) for both.
+    let (survivor, victim, change) = match codes {
+        [None, Some(1213)] => (&mut a, &mut b, 1),
+        [Some(1213), None] => (&mut b, &mut a, 10),
+        other => panic!("one transaction must end with 1213: {other:?}"),
+    };
+    survivor.query_drop("COMMIT").unwrap();
+    // The victim's transaction is gone on both backends: what follows is a
+    // new one.
+    victim.query_drop("COMMIT").unwrap();
+    let mut direct1 = cluster().direct(1, Some(&db));
+    let mut direct2 = cluster().direct(2, Some(&db));
+    let on1: i64 = direct1
+        .query_first("SELECT CAST(total AS SIGNED) FROM orders_even WHERE id = 2")
+        .unwrap()
+        .unwrap();
+    let on2: i64 = direct2
+        .query_first("SELECT CAST(total AS SIGNED) FROM orders_odd WHERE id = 3")
+        .unwrap()
+        .unwrap();
+    assert_eq!((on1, on2), (100 + change, 100 + change));
+    for backend in 1..=2 {
+        assert!(xa_prepared(backend).is_empty());
+    }
+    assert_eq!(hscale_status(&mut c, "deadlocks"), 1);
+    // Both clients go on.
+    for client in [survivor, victim] {
+        client
+            .query_drop("UPDATE orders SET total = total WHERE id IN (2, 3)")
+            .unwrap();
+    }
+}
+
+/// Clients moving amounts between accounts on the two backends in both
+/// orders, inside transactions, retrying on 1213 as applications do: every
+/// cycle is ended at once (never by innodb_lock_wait_timeout, 1205), and
+/// the total stays what it was.
+#[test]
+fn transfers_in_both_orders_never_wait_for_the_lock_wait_timeout() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_deadlocks_many");
+    let accounts: Vec<u32> = (1..=6).collect();
+    let values: Vec<String> = accounts
+        .iter()
+        .map(|id| format!("({id}, 0, 1000)"))
+        .collect();
+    c.query_drop(format!("INSERT INTO orders VALUES {}", values.join(", ")))
+        .unwrap();
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seed {seed}");
+    let clients: Vec<_> = (0..4u64)
+        .map(|n| {
+            let mut conn = proxy.connect(Some(&db));
+            std::thread::spawn(move || {
+                let mut state = seed ^ (n + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut next = move || {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state
+                };
+                let (mut done, mut retried) = (0, 0);
+                while done < 25 {
+                    // An even and an odd account, in either order.
+                    let even = 2 * (next() % 3 + 1) as u32;
+                    let odd = 2 * (next() % 3) as u32 + 1;
+                    let (from, to) = match next() % 2 {
+                        0 => (even, odd),
+                        _ => (odd, even),
+                    };
+                    match transfer_in_transaction(&mut conn, from, to, 1) {
+                        Ok(()) => done += 1,
+                        Err(mysql::Error::MySqlError(e)) if e.code == 1213 => retried += 1,
+                        Err(e) => panic!("seed {seed}: {e}"),
+                    }
+                }
+                retried
+            })
+        })
+        .collect();
+    let retried: u64 = clients.into_iter().map(|t| t.join().unwrap()).sum();
+    let total: i64 = balances(&mut c).iter().map(|(_, total)| total).sum();
+    assert_eq!(total, 6000, "seed {seed}");
+    assert!(hscale_status(&mut c, "deadlocks") <= retried, "seed {seed}");
+    eprintln!("seed {seed}: {retried} transactions retried after 1213");
+    for backend in 1..=2 {
+        assert!(xa_prepared(backend).is_empty(), "seed {seed}");
+    }
+}

@@ -402,3 +402,69 @@ fn a_schema_change_on_a_reference_table_that_stopped_midway_is_finished() {
         .unwrap();
     assert_eq!(z, [("fr".to_string(), Some(1))]);
 }
+
+/// Whether a row of `countries` on `backend`'s copy can be written now, or
+/// someone holds its lock (1205 after a second).
+fn copy_row_locked(backend: usize, db: &str, code: &str) -> bool {
+    let mut direct = cluster().direct(backend, Some(db));
+    direct
+        .query_drop("SET SESSION innodb_lock_wait_timeout = 1")
+        .unwrap();
+    let write = format!("UPDATE countries SET rank = rank WHERE code = '{code}'");
+    match direct.query_drop(write) {
+        Ok(()) => false,
+        Err(mysql::Error::MySqlError(e)) if e.code == 1205 => true,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn reads_of_a_reference_table_stay_on_the_backend_the_transaction_is_on() {
+    let _alone = alone();
+    let (_proxy, db, mut c, mut oracle) = setup("reference_reads_local");
+    c.query_drop("HSCALE SETUP_REFERENCE('countries')").unwrap();
+    // A transaction on backend 2 (odd ids) reads the reference table: it
+    // reads backend 2's copy, and opens nothing on backend 1. Locking
+    // reads show where: the lock is on the copy they read.
+    for (text, prepared) in [("as a query", false), ("prepared", true)] {
+        c.query_drop("BEGIN").unwrap();
+        c.query_drop("UPDATE users SET country = country WHERE id = 3")
+            .unwrap();
+        let read = "SELECT name FROM countries WHERE code = 'de' FOR UPDATE";
+        let name: Option<String> = match prepared {
+            false => c.query_first(read).unwrap(),
+            true => c.exec_first(read, ()).unwrap(),
+        };
+        assert_eq!(name.as_deref(), Some("Germany"), "{text}");
+        assert!(
+            copy_row_locked(2, &db, "de"),
+            "{text}: backend 2's copy was not read"
+        );
+        assert!(
+            !copy_row_locked(1, &db, "de"),
+            "{text}: backend 1's copy was read"
+        );
+        // Joined with its partitioned table and alone, as the oracle answers.
+        same(
+            &mut c,
+            &mut oracle,
+            "SELECT code, name FROM countries ORDER BY code",
+        );
+        c.query_drop("COMMIT").unwrap();
+    }
+    // Outside a transaction, and in one on the main backend: the main
+    // backend's copy.
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("UPDATE users SET country = country WHERE id = 2")
+        .unwrap();
+    c.query_drop("SELECT name FROM countries WHERE code = 'fr' FOR UPDATE")
+        .unwrap();
+    assert!(copy_row_locked(1, &db, "fr"));
+    assert!(!copy_row_locked(2, &db, "fr"));
+    c.query_drop("COMMIT").unwrap();
+    same(
+        &mut c,
+        &mut oracle,
+        "SELECT code, name, rank FROM countries ORDER BY code",
+    );
+}

@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+pub mod deadlock;
 mod machine;
 pub use machine::{
     Before, BeginPlan, CommitPlan, EndPlan, NoSuchSavepoint, Opening, Part, Reach, Refused,

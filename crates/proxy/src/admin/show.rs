@@ -138,6 +138,7 @@ pub fn status(shared: &Shared) -> AdminAnswer {
             "copied_statements",
             counters.copied.load(relaxed).to_string(),
         ),
+        ("deadlocks", counters.deadlocks.load(relaxed).to_string()),
         (
             "client_connections",
             counters.clients.load(relaxed).to_string(),
@@ -230,6 +231,11 @@ pub fn explain(
             .per_backend
             .iter()
             .map(|(backend, sql)| row("(LOCK TABLES)", *backend, None, sql))
+            .collect(),
+        // One of them: where the client's transaction already is.
+        Action::ReferenceRead(backends) => backends
+            .iter()
+            .map(|backend| row("(any copy)", *backend, None, statement))
             .collect(),
         Action::Main | Action::Transaction(_) => vec![row(
             "(not partitioned)",

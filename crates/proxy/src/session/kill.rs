@@ -64,7 +64,7 @@ impl Session {
 }
 
 /// Best effort: the thread may have finished meanwhile, which is fine.
-pub(super) async fn kill_backend_thread(
+pub(crate) async fn kill_backend_thread(
     shared: &Shared,
     backend: u32,
     thread_id: u32,

@@ -9,6 +9,7 @@ mod dynamic;
 mod federate;
 mod handshake;
 mod kill;
+pub(crate) use kill::kill_backend_thread;
 mod load;
 mod locks;
 mod messages;
@@ -335,6 +336,15 @@ impl Session {
             if self.tx.unsettled() {
                 self.settle_transaction().await;
             }
+            if !self.tx.reached_any() {
+                // Its transaction ended before the detector's kill came.
+                self.handle.take_deadlocked();
+            }
+            self.handle.set_holding(
+                self.slots
+                    .iter()
+                    .filter_map(|s| s.held.as_ref().map(|c| (c.backend, c.thread_id))),
+            );
             // Before waiting, so that a new wait_timeout bounds the wait;
             // not while the client may still ask for the statement's
             // warnings, which the read would clear.
@@ -403,6 +413,11 @@ impl Session {
             self.reply_seq = 1;
             served_here = true;
             if let Err(e) = self.dispatch(code, packet.payload).await {
+                // The detector killed the connection the statement waited on.
+                let e = match e {
+                    ProxyError::Backend(_) if self.handle.take_deadlocked() => ProxyError::Deadlock,
+                    e => e,
+                };
                 if self.handle.was_killed() && !matches!(e, ProxyError::ConnectionKilled) {
                     // Killed by another connection while the command ran.
                     return Err(e);

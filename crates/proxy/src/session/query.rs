@@ -65,6 +65,7 @@ impl Session {
             Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
             Action::Template(template) => tables.push(template.describing_run().target.physical),
             Action::Main
+            | Action::ReferenceRead(_)
             | Action::Transaction(_)
             | Action::Admin
             | Action::Kill(_)
@@ -95,9 +96,13 @@ impl Session {
         let sql = &payload[1..];
         let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
         let main = self.shared.main;
+        let on_copies = match &plan.action {
+            Action::ReferenceRead(backends) => self.slot_with_copies(backends),
+            _ => None,
+        };
         match plan.action {
             Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
-            Action::Main => {
+            Action::Main | Action::ReferenceRead(_) => {
                 let kind = plan.summary.kind;
                 let releases_locks = matches!(kind, Kind::Lock | Kind::Unlock | Kind::Begin)
                     && !plan.summary.multi_statement;
@@ -114,7 +119,7 @@ impl Session {
                         return Ok(());
                     }
                 }
-                let slot = self.slot_for_previous(needs)?.unwrap_or(main);
+                let slot = self.slot_for_previous(needs)?.or(on_copies).unwrap_or(main);
                 if let Some(reason) = plan.binds {
                     self.slots[slot].binding.sticky.get_or_insert(reason);
                 }
@@ -225,6 +230,20 @@ impl Session {
             Action::XaRecover => self.xa_recover(payload).await,
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
         }
+    }
+
+    /// A backend the transaction is on that holds every reference table
+    /// a read names (`Action::ReferenceRead`): reading there opens no
+    /// other backend's part. The main backend where it is one of them.
+    pub(super) fn slot_with_copies(&self, backends: &[u32]) -> Option<usize> {
+        let reached = self.tx.slots();
+        let main = self.shared.main;
+        if reached.contains(&main) {
+            return None;
+        }
+        reached
+            .into_iter()
+            .find(|&slot| backends.contains(&self.shared.pools[slot].id()))
     }
 
     /// Plans with `plan` until no partition move or schema change holds the

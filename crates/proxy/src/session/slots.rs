@@ -433,6 +433,7 @@ impl Session {
         };
         self.handle
             .set_running(lease.conn.backend, lease.conn.thread_id);
+        self.handle.hold(lease.conn.backend, lease.conn.thread_id);
         let xa = opening == Opening::XaStart;
         let queued = opening == Opening::QueuedBegin;
         let begin = match opening {

@@ -15,6 +15,7 @@ use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::federate::Then;
 use super::scatter::Generated;
@@ -46,6 +47,9 @@ pub(super) struct Prepared {
     /// No partition answers it alone: each execution runs on the main
     /// backend over copies of its tables (`Session::federate`).
     federation: Option<Box<hscale_planner::Federation>>,
+    /// A read of reference tables alone, and the backends that hold them:
+    /// executed where the transaction is (`Action::ReferenceRead`).
+    reference_read: Option<SmallVec<[u32; 4]>>,
 }
 
 impl Prepared {
@@ -125,10 +129,18 @@ impl Session {
         };
         let controls = matches!(plan.action, Action::Transaction(_));
         let mut federation = None;
+        let mut reference_read = None;
         let (statement, slot, routed) = match plan.action {
             Action::Federate(federated) => {
                 federation = Some(federated);
                 (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
+            }
+            // Where it will run: preparing on the main backend would open
+            // the transaction there.
+            Action::ReferenceRead(backends) => {
+                let slot = self.slot_with_copies(&backends).unwrap_or(self.shared.main);
+                reference_read = Some(backends);
+                (StatementKey::new(db.as_deref(), &sql), slot, None)
             }
             Action::Main | Action::Transaction(_) | Action::Admin | Action::Kill(_) => {
                 (StatementKey::new(db.as_deref(), &sql), self.shared.main, None)
@@ -220,6 +232,7 @@ impl Session {
                 tx_effect: plan.tx_effect,
                 routed,
                 federation,
+                reference_read,
             };
             self.statements.by_id.insert(id, prepared);
         }
@@ -336,7 +349,11 @@ impl Session {
             }
             return self.execute_routed(id, &rest).await;
         }
-        let slot = self.open_slot(id).unwrap_or(main);
+        let on_copies = match &self.statements.by_id[&id].reference_read {
+            Some(backends) => self.slot_with_copies(backends),
+            None => None,
+        };
+        let slot = self.open_slot(id).or(on_copies).unwrap_or(main);
         let statement = self.statements.by_id[&id].statement.clone();
         if let Some(federation) = self.statements.by_id[&id].federation.clone() {
             let count = usize::from(self.statements.by_id[&id].params);
