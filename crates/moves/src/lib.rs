@@ -7,6 +7,7 @@ pub mod apply;
 pub mod binlog;
 pub mod columns;
 pub mod follow;
+pub mod foreign_keys;
 pub mod position;
 pub mod split;
 pub mod table;

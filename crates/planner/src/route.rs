@@ -190,6 +190,11 @@ pub(crate) fn route(
     let shaped = match statement {
         Statement::Query(query) => analysis.select(query, summary),
         Statement::Insert(insert) => match (&insert.table, &insert.source) {
+            (TableObject::TableName(name), Some(source))
+                if same_name(name, &analysis.reference) && !analysis.joined.is_empty() =>
+            {
+                analysis.insert_co_located(insert, source, summary)
+            }
             (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
                 analysis.values_insert(insert)
             }
@@ -481,9 +486,9 @@ fn co_located(
     if joined.is_empty() {
         return Ok(());
     }
-    if !matches!(statement, Statement::Query(_)) {
+    if !matches!(statement, Statement::Query(_) | Statement::Insert(_)) {
         return Err(
-            "a statement other than SELECT that names partitioned tables more than once (only a SELECT joins co-located partitions)"
+            "a statement other than SELECT or INSERT ... SELECT that names partitioned tables more than once (only those join co-located partitions)"
                 .into(),
         );
     }
@@ -837,6 +842,108 @@ impl Analysis<'_> {
         };
         shape.scan_edits.clear();
         shape.writes = true;
+        Ok((shape, values))
+    }
+
+    /// INSERT INTO a partitioned table SELECT ... FROM tables co-located
+    /// with it: each partition's SELECT inserts into the same partition of
+    /// the target, on its backend, where the target's partition column takes
+    /// a source's partition column (so every row stays in its partition).
+    fn insert_co_located(
+        &self,
+        insert: &sqlparser::ast::Insert,
+        source: &Query,
+        summary: &Summary,
+    ) -> Result<(ByteShape, Vec<Bound>), String> {
+        let target = self.table;
+        let refuse = |what: &str| {
+            Err(format!(
+                "an INSERT ... SELECT between partitioned tables {what}"
+            ))
+        };
+        if target.auto_column.is_some() {
+            return refuse("into a table with an AUTO_INCREMENT column (hscale gives its ids)");
+        }
+        let [(first, routed), rest @ ..] = self.joined else {
+            return refuse("with no partitioned table in its SELECT");
+        };
+        if rest
+            .iter()
+            .chain([&(first.clone(), *routed)])
+            .any(|(_, t)| t.table == target.table)
+        {
+            return refuse("that reads the table it writes");
+        }
+        let SetExpr::Select(select) = source.body.as_ref() else {
+            return refuse("whose source is not one SELECT");
+        };
+        // The value the target's partition column takes in each row.
+        let item = self
+            .insert_position(insert)
+            .and_then(|position| select.projection.get(position));
+        let column = match item {
+            Some(SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) => {
+                match expr {
+                    Expr::Identifier(ident) => Some(std::slice::from_ref(ident)),
+                    Expr::CompoundIdentifier(idents) => Some(idents.as_slice()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let partition_column = |idents: &[Ident]| {
+            self.joined.iter().any(|(reference, table)| {
+                let alias = self.top_level_alias(&select.from, reference).ok().flatten();
+                names_column(
+                    &idents.iter().collect::<Vec<_>>(),
+                    table,
+                    &table.column,
+                    alias.as_ref(),
+                )
+            })
+        };
+        if !column.is_some_and(partition_column) {
+            return Err(format!(
+                "an INSERT ... SELECT between partitioned tables where {}'s partition column `{}` does not take a partition column of the tables it reads (its rows could belong to another partition)",
+                target.table, target.column
+            ));
+        }
+        let reads = Analysis {
+            sql: self.sql,
+            statement: self.statement,
+            offsets: Offsets::new(self.sql),
+            table: routed,
+            reference: first.clone(),
+            others: self.others,
+            joined: rest,
+            ctx: self.ctx,
+            params: self.params,
+        };
+        // The SELECT's keys pick the partitions (the same in every
+        // co-located table); its tables are written as the target's
+        // partition's neighbours, the target as the routed table.
+        let (mut shape, values) = reads.insert_from_partitions(source, summary)?;
+        let mut edits = Vec::new();
+        for mut owner in reads.owners(select)? {
+            owner.co_located = true;
+            edits.extend(reads.edits_of(&owner)?);
+        }
+        let written = Owner {
+            reference: &self.reference,
+            table: target,
+            alias: None,
+            naming: Some(Naming::Renamed),
+            co_located: false,
+        };
+        edits.extend(self.edits_of(&written)?);
+        edits.sort_by_key(|e| e.at.start);
+        shape.edits = edits;
+        shape.table = Arc::new(target.table.clone());
+        shape.joined = self
+            .joined
+            .iter()
+            .map(|(_, t)| Arc::new(t.table.clone()))
+            .collect();
         Ok((shape, values))
     }
 

@@ -1299,7 +1299,7 @@ fn joins_that_cannot_run_per_partition_run_on_copies() {
         ),
         (
             "UPDATE orders o JOIN items i ON o.user_id = i.user_id SET o.total = 1",
-            "a statement other than SELECT that names partitioned tables more than once",
+            "a statement other than SELECT or INSERT ... SELECT that names partitioned tables more than once",
         ),
     ] {
         let got = refused(sql);
@@ -2067,4 +2067,66 @@ fn reads_of_reference_tables_alone_may_run_on_any_backend_that_holds_them_all() 
         action("UPDATE items SET name = 'x'"),
         Action::Route(_)
     ));
+}
+
+#[test]
+fn insert_select_between_co_located_tables_writes_each_partition_from_its_neighbour() {
+    let table = |name: &str, column: &str| {
+        PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: name.into(),
+                },
+                column: column.into(),
+                column_position: 1,
+                kind: ColumnKind::Integer,
+                function: HashFunction::Mod(2),
+                default_table: format!("{name}_default"),
+                default_backend: 1,
+                auto_column: None,
+                folding: Default::default(),
+            },
+            vec![PartitionEntry {
+                name: "odd".into(),
+                value: "1".into(),
+                backend: 2,
+                state: PartitionState::Active,
+            }],
+        )
+    };
+    let dictionary = Dictionary::new(
+        1,
+        vec![table("orders", "o_w_id"), table("new_orders", "no_w_id")],
+    );
+    let ctx = context(&dictionary, "app");
+    let steps = |sql: &str| match plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action {
+        Action::Route(route) => route
+            .steps
+            .iter()
+            .map(|s| (s.target.backend, s.sql.clone()))
+            .collect::<Vec<_>>(),
+        other => panic!("{sql}: {other:?}"),
+    };
+    assert_eq!(
+        steps("INSERT INTO new_orders (no_o_id, no_d_id, no_w_id) SELECT o_id, o_d_id, o_w_id FROM orders WHERE o_id > 3 AND o_w_id = 3"),
+        [(2, "INSERT INTO `new_orders_odd` (no_o_id, no_d_id, no_w_id) SELECT o_id, o_d_id, o_w_id FROM `orders_odd` AS `orders` WHERE o_id > 3 AND o_w_id = 3".to_string())]
+    );
+    assert_eq!(
+        steps("INSERT INTO new_orders SELECT o.o_w_id, o.o_id, 1 FROM orders o"),
+        [
+            (1, "INSERT INTO `new_orders_default` SELECT o.o_w_id, o.o_id, 1 FROM `orders_default` o".to_string()),
+            (2, "INSERT INTO `new_orders_odd` SELECT o.o_w_id, o.o_id, 1 FROM `orders_odd` o".to_string()),
+        ]
+    );
+    // Its partition column from anything but a partition column, a
+    // merge over partitions, its own rows: refused.
+    for sql in [
+        "INSERT INTO new_orders SELECT o_id, o_id, 1 FROM orders",
+        "INSERT INTO new_orders SELECT 3, o_id, 1 FROM orders WHERE o_w_id = 3",
+        "INSERT INTO new_orders SELECT o_w_id, o_id, 1 FROM orders ORDER BY o_id LIMIT 3",
+    ] {
+        let action = plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action;
+        assert!(matches!(action, Action::Refuse(_)), "{sql}: {action:?}");
+    }
 }

@@ -2099,3 +2099,162 @@ fn ordered_scans_in_a_transaction_keep_the_tables_columns_where_every_backend_un
         }
     }
 }
+
+fn count(backend: usize, db: &str, sql: &str) -> u64 {
+    cluster()
+        .direct(backend, Some(db))
+        .query_first(sql)
+        .unwrap()
+        .unwrap()
+}
+
+/// Tables with foreign keys, partitioned as an order-entry application's
+/// are (by warehouse, MOD(2)): moving a parent's rows fires no cascade on
+/// its children; a child's partition keeps its constraint, pointed at the
+/// parent's partition beside it; one whose parent is not on the backend is
+/// left out, never refused with 1005.
+#[test]
+fn foreign_keys_follow_co_located_partitions_and_moves_fire_no_cascade() {
+    let (proxy, db) = setup("partitioning_foreign_keys");
+    let mut direct = cluster().direct(1, Some(&db));
+    for sql in [
+        "CREATE TABLE warehouse (w_id INT PRIMARY KEY, w_name VARCHAR(10))",
+        "CREATE TABLE district (d_w_id INT NOT NULL, d_id INT NOT NULL, PRIMARY KEY (d_w_id, d_id), \
+         CONSTRAINT fk_district_warehouse FOREIGN KEY (d_w_id) REFERENCES warehouse (w_id) ON DELETE CASCADE)",
+        "CREATE TABLE kinds (k_id INT PRIMARY KEY)",
+        "CREATE TABLE history (h_id INT PRIMARY KEY, h_kind INT, \
+         CONSTRAINT fk_history_kind FOREIGN KEY (h_kind) REFERENCES kinds (k_id))",
+        "INSERT INTO warehouse VALUES (1, 'one'), (2, 'two')",
+        "INSERT INTO district VALUES (1, 1), (1, 2), (2, 1), (2, 2)",
+        "INSERT INTO kinds VALUES (7)",
+        "INSERT INTO history VALUES (1, 7), (2, 7)",
+    ] {
+        direct.query_drop(sql).unwrap();
+    }
+    let mut c = proxy.connect(Some(&db));
+    for sql in [
+        "HSCALE SETUP_TABLE('warehouse', 'w_id', 'warehouse_default', 1, 'MOD(2)')",
+        // Warehouse 1 leaves backend 1: its districts stay there, whole.
+        "HSCALE ADD_PARTITION('warehouse', 'odd', 1, 2)",
+    ] {
+        c.query_drop(sql).unwrap();
+    }
+    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district"), 4);
+    for sql in [
+        "HSCALE SETUP_TABLE('district', 'd_w_id', 'district_default', 1, 'MOD(2)')",
+        "HSCALE ADD_PARTITION('district', 'odd', 1, 2)",
+        "HSCALE SETUP_TABLE('history', 'h_id', 'history_default', 1, 'MOD(2)')",
+        "HSCALE ADD_PARTITION('history', 'odd', 1, 2)",
+    ] {
+        c.query_drop(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    assert_eq!(count(2, &db, "SELECT COUNT(*) FROM district_odd"), 2);
+    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_default"), 2);
+    let definition = |table: &str| -> String {
+        let row: (String, String) = cluster()
+            .direct(2, Some(&db))
+            .query_first(format!("SHOW CREATE TABLE {table}"))
+            .unwrap()
+            .unwrap();
+        row.1
+    };
+    let district = definition("district_odd");
+    assert!(
+        district.contains(
+            "FOREIGN KEY (`d_w_id`) REFERENCES `warehouse_odd` (`w_id`) ON DELETE CASCADE"
+        ),
+        "{district}"
+    );
+    assert!(!definition("history_odd").contains("FOREIGN KEY"));
+    // Enforced on backend 2 as on one server: warehouse 3 is nowhere.
+    assert_eq!(
+        error_of(&mut c, "INSERT INTO district VALUES (3, 1)").0,
+        1452
+    );
+    c.query_drop("INSERT INTO district VALUES (1, 3)").unwrap();
+    // A cascade inside the backend, as on one server.
+    c.query_drop("DELETE FROM warehouse WHERE w_id = 1")
+        .unwrap();
+    assert_eq!(count(2, &db, "SELECT COUNT(*) FROM district_odd"), 0);
+    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_default"), 2);
+    c.query_drop("INSERT INTO history VALUES (3, 7)").unwrap();
+}
+
+/// INSERT ... SELECT between co-located tables (order entry's new orders
+/// from its orders): each partition's rows go to the same partition of the
+/// target on their backend, pinned to one partition or fanned out; the
+/// answers are the oracle's, and every row sits in its partition.
+#[test]
+fn insert_select_between_co_located_tables_stays_in_each_partition() {
+    let (proxy, db) = setup_with("partitioning_insert_select", Transactions::Atomic);
+    let oracle_db = cluster().database("partitioning_insert_select_oracle");
+    let orders = "CREATE TABLE orders (o_w_id INT NOT NULL, o_id INT NOT NULL, o_d_id INT NOT NULL, PRIMARY KEY (o_w_id, o_id))";
+    let new_orders = "CREATE TABLE new_orders (no_w_id INT NOT NULL, no_o_id INT NOT NULL, no_d_id INT NOT NULL, PRIMARY KEY (no_w_id, no_o_id))";
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    let mut direct = cluster().direct(1, Some(&db));
+    for conn in [&mut oracle, &mut direct] {
+        conn.query_drop(orders).unwrap();
+        conn.query_drop(new_orders).unwrap();
+    }
+    let mut c = proxy.connect(Some(&db));
+    for table in ["orders", "new_orders"] {
+        let column = if table == "orders" {
+            "o_w_id"
+        } else {
+            "no_w_id"
+        };
+        c.query_drop(format!(
+            "HSCALE SETUP_TABLE('{table}', '{column}', '{table}_default', 1, 'MOD(2)')"
+        ))
+        .unwrap();
+        c.query_drop(format!("HSCALE ADD_PARTITION('{table}', 'odd', 1, 2)"))
+            .unwrap();
+    }
+    let rows: Vec<String> = (1..=4)
+        .flat_map(|w| (1..=6).map(move |o| format!("({w}, {o}, {})", o % 3)))
+        .collect();
+    let insert = format!("INSERT INTO orders VALUES {}", rows.join(", "));
+    c.query_drop(&insert).unwrap();
+    oracle.query_drop(&insert).unwrap();
+    for sql in [
+        // Pinned to warehouse 2's partition.
+        "INSERT INTO new_orders (no_o_id, no_d_id, no_w_id) SELECT o_id, o_d_id, o_w_id FROM orders WHERE o_id > 3 AND o_w_id = 2",
+        // Every partition, each into its own.
+        "INSERT INTO new_orders (no_w_id, no_o_id, no_d_id) SELECT o.o_w_id, o.o_id, o.o_d_id FROM orders AS o WHERE o.o_id <= 2",
+        "INSERT INTO new_orders SELECT o_w_id, o_id + 100, o_d_id FROM orders WHERE o_d_id = 0 ON DUPLICATE KEY UPDATE no_d_id = VALUES(no_d_id)",
+    ] {
+        c.query_drop(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        oracle.query_drop(sql).unwrap();
+        assert_eq!(c.affected_rows(), oracle.affected_rows(), "{sql}");
+    }
+    let all = "SELECT no_w_id, no_o_id, no_d_id FROM new_orders ORDER BY no_w_id, no_o_id";
+    let ours: Vec<(u32, u32, u32)> = c.query(all).unwrap();
+    let theirs: Vec<(u32, u32, u32)> = oracle.query(all).unwrap();
+    assert_eq!(ours, theirs);
+    // On the backends: even warehouses in the default table, odd ones in
+    // the odd partition.
+    let even = count(
+        1,
+        &db,
+        "SELECT COUNT(*) FROM new_orders_default WHERE no_w_id % 2 = 0",
+    );
+    let odd = count(
+        2,
+        &db,
+        "SELECT COUNT(*) FROM new_orders_odd WHERE no_w_id % 2 = 1",
+    );
+    assert_eq!(even + odd, ours.len() as u64);
+    assert_eq!(
+        count(1, &db, "SELECT COUNT(*) FROM new_orders_default"),
+        even
+    );
+    // Rows that could belong to another partition: refused, nothing written.
+    for sql in [
+        "INSERT INTO new_orders SELECT o_d_id, o_id + 200, o_d_id FROM orders",
+        "INSERT INTO new_orders (no_o_id, no_d_id, no_w_id) SELECT o_id + 300, o_d_id, 2 FROM orders WHERE o_w_id = 2",
+    ] {
+        let (code, message) = error_of(&mut c, sql);
+        assert_eq!(code, 1235, "{sql}: {message}");
+    }
+    assert_eq!(c.query::<(u32, u32, u32), _>(all).unwrap(), theirs);
+}

@@ -234,6 +234,16 @@ pub async fn own_connection(shared: &Shared, slot: usize) -> Result<Box<BackendC
     Ok(shared.pools[slot].open_own(ConnKey::service()).await?)
 }
 
+/// A connection of hscale's own for a move or split: the rows it copies,
+/// replaces and removes are the same rows in another place, so no foreign
+/// key check or action fires for them (a cascade from the copy's REPLACE or
+/// the source's DELETE would remove another table's rows).
+pub async fn rows_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+    let mut conn = own_connection(shared, slot).await?;
+    store::exec(&mut conn, "SET SESSION foreign_key_checks = 0").await?;
+    Ok(conn)
+}
+
 /// Creates the schema if needed, finishes or undoes moves a dead instance
 /// left behind, and loads the first snapshot.
 pub async fn open(shared: &Shared) -> Result<(), ProxyError> {

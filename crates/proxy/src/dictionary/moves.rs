@@ -16,7 +16,7 @@
 
 use hscale_planner::{Dictionary, PartitionState, PartitionedTable, TableName, Value};
 
-use super::own_connection;
+use super::rows_connection;
 use super::store::{bytes_literal, exec, ident, table_exists, text_literal};
 use crate::backend::BackendConn;
 use crate::error::ProxyError;
@@ -68,7 +68,7 @@ async fn matching_values(
 }
 
 async fn binary_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
-    let mut conn = own_connection(shared, slot).await?;
+    let mut conn = rows_connection(shared, slot).await?;
     // Rows as stored, without conversion, both ways.
     exec(&mut conn, "SET NAMES binary").await?;
     Ok(conn)
@@ -303,7 +303,7 @@ async fn unrenamed<'d>(
     let mut found = Vec::new();
     for table in dictionary.tables() {
         let (default, _) = places(shared, table, "", table.default_backend)?;
-        let mut c = own_connection(shared, default.slot).await?;
+        let mut c = rows_connection(shared, default.slot).await?;
         if !table_exists(&mut c, &default.db, &default.table).await?
             && table_exists(&mut c, &default.db, &table.table.name).await?
         {
@@ -328,7 +328,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
     // SETUP_TABLE records the table, then renames it to its default table.
     for table in unrenamed(shared, &dictionary).await? {
         let (default, _) = places(shared, table, "", table.default_backend)?;
-        let mut c = own_connection(shared, default.slot).await?;
+        let mut c = rows_connection(shared, default.slot).await?;
         let rename = format!(
             "RENAME TABLE {}.{} TO {}",
             ident(&default.db),
@@ -366,7 +366,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
                     one.set(shared, conn, Some(PartitionState::Active)).await?;
                 }
                 PartitionState::Dropping => {
-                    let mut c = own_connection(shared, partition.slot).await?;
+                    let mut c = rows_connection(shared, partition.slot).await?;
                     exec(
                         &mut c,
                         &format!("DROP TABLE IF EXISTS {}", partition.qualified()),

@@ -5,7 +5,7 @@
 use hscale_moves::{BinlogPosition, Decoded, Decoder, MoveError, Watched};
 
 use crate::backend::BackendConn;
-use crate::dictionary::{own_connection, store};
+use crate::dictionary::{rows_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
@@ -68,7 +68,7 @@ impl BinlogDump {
         start: BinlogPosition,
         watched: Watched,
     ) -> Result<BinlogDump, ProxyError> {
-        let mut conn = own_connection(shared, slot).await?;
+        let mut conn = rows_connection(shared, slot).await?;
         let checksum = store::exec(&mut conn, "SELECT @@global.binlog_checksum").await?;
         let checksums = !store::text(&checksum, 0, 0).eq_ignore_ascii_case("NONE");
         for sql in [

@@ -100,7 +100,7 @@ pub struct Copy {
 /// A connection for moved rows: values as stored both ways, TIMESTAMPs in
 /// UTC.
 pub async fn raw_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
-    let mut conn = crate::dictionary::own_connection(shared, slot).await?;
+    let mut conn = crate::dictionary::rows_connection(shared, slot).await?;
     exec(&mut conn, "SET NAMES binary, time_zone = '+00:00'").await?;
     Ok(conn)
 }

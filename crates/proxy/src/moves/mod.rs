@@ -14,13 +14,14 @@ pub mod table;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hscale_moves::foreign_keys::{self, Parent};
 use hscale_moves::{EveryRow, MoveError, MovedTable, Routing, RowFilter, ValuesFilter, Watched};
 use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use crate::admin::{partitioned, AdminAnswer, AdminError, AdminLock};
 use crate::backend::BackendConn;
 use crate::dictionary::moves::{self as offline_moves, Place as OfflinePlace};
-use crate::dictionary::own_connection;
+use crate::dictionary::rows_connection;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -434,7 +435,7 @@ async fn launch(
         .into());
     }
     refuse_while_moving(shared, &mut lock.conn, &job.table).await?;
-    let mut source_conn = own_connection(shared, slot(shared, job.source)?).await?;
+    let mut source_conn = rows_connection(shared, slot(shared, job.source)?).await?;
     slot(shared, job.destination)?;
     let no_binlog = binlog::lacks(&mut source_conn).await?;
     // The fence retires the partition's table into it.
@@ -521,17 +522,11 @@ async fn launch(
     let mut made = Vec::new();
     let mut created = Ok(());
     for (backend, place) in job.created(shared) {
-        let conn = own_connection(shared, slot(shared, backend)?).await;
+        let conn = rows_connection(shared, slot(shared, backend)?).await;
         created = match conn {
-            Ok(mut conn) => create_like(
-                &mut source_conn,
-                &mut conn,
-                &job.source_place(),
-                &place,
-                backend,
-            )
-            .await
-            .map(|_| made.push((conn, place))),
+            Ok(mut conn) => create_like(shared, &job, &mut source_conn, &mut conn, &place, backend)
+                .await
+                .map(|_| made.push((conn, place))),
             Err(e) => Err(e),
         };
         if created.is_err() {
@@ -572,12 +567,14 @@ async fn launch(
 /// empty one of the same definition (a move that stopped before its first
 /// chunk) is taken as it is; any other is refused, never touched.
 async fn create_like(
+    shared: &Shared,
+    job: &Job,
     source: &mut BackendConn,
     dest: &mut BackendConn,
-    physical: &Place,
     place: &Place,
     backend: u32,
 ) -> Result<(), ProxyError> {
+    let physical = job.source_place();
     let definition = store::definition(source, &physical.db, &physical.name)
         .await?
         .ok_or_else(|| {
@@ -588,6 +585,24 @@ async fn create_like(
         MoveError::Unsupported(format!("unexpected definition of {}", physical.name))
     })?;
     let body = store::without_auto_increment(body);
+    let mut parents = Vec::new();
+    for reference in foreign_keys::references(&body) {
+        let parent = parent_on(shared, job, dest, backend, &reference).await?;
+        parents.push((reference, parent));
+    }
+    let (body, left_out) = foreign_keys::with_foreign_keys(&body, |reference| {
+        let found = parents.iter().find(|(r, _)| r == reference);
+        found.map_or(Parent::None, |(_, parent)| parent.clone())
+    });
+    if !left_out.is_empty() {
+        tracing::warn!(
+            job = job.id,
+            table = %job.table,
+            backend,
+            constraints = ?left_out,
+            "foreign keys left out of a partition's table: their parent rows are not on its backend, and they are not enforced there"
+        );
+    }
     if let Some(found) = store::definition(dest, &place.db, &place.name).await? {
         let head = format!("CREATE TABLE {}", ident(&place.name));
         let empty = format!("SELECT 1 FROM {} LIMIT 1", place.qualified());
@@ -612,6 +627,77 @@ async fn create_like(
     exec(dest, &format!("CREATE TABLE {}{body}", place.qualified()))
         .await
         .map(drop)
+}
+
+/// The table on `backend` that holds the parent rows of the rows `job`
+/// puts there, for a foreign key naming `reference` on the source.
+async fn parent_on(
+    shared: &Shared,
+    job: &Job,
+    dest: &mut BackendConn,
+    backend: u32,
+    reference: &foreign_keys::Reference,
+) -> Result<Parent, ProxyError> {
+    let db = reference.db.as_deref().unwrap_or(&job.table.db);
+    let same = || Parent::Table {
+        db: db.to_string(),
+        name: reference.table.clone(),
+    };
+    // Beside the source (what stays of a split): the parents it had.
+    if backend == job.source {
+        return Ok(same());
+    }
+    let dictionary = shared.dictionary.snapshot();
+    let logical = dictionary
+        .logical_name(db.as_bytes(), reference.table.as_bytes())
+        .unwrap_or(&reference.table);
+    if let Some(copies) = dictionary.reference(db, logical) {
+        return Ok(match copies.backends.contains(&backend) {
+            true => same(),
+            false => Parent::None,
+        });
+    }
+    if let Some(parent) = dictionary.table(db, logical) {
+        // Co-located: partitioned alike, the moved rows' value in a
+        // partition of the parent on this backend.
+        let table = dictionary.table(&job.table.db, &job.table.name);
+        let alike = table.is_some_and(|t| {
+            let (mine, theirs) = (t.definition(), parent.definition());
+            mine.kind == theirs.kind && mine.function == theirs.function
+        });
+        let value = match &job.work {
+            Work::Split { value, .. } => Some(value.clone()),
+            _ => job.partition.as_deref().and_then(|name| {
+                let entries = table.map(|t| {
+                    t.partition(name)
+                        .map(|e| e.value.clone())
+                        .collect::<Vec<_>>()
+                });
+                entries.and_then(|values| values.into_iter().next())
+            }),
+        };
+        let target = match value.as_deref().and_then(|v| parent.entry_for(v)) {
+            Some(entry) => (entry.backend, parent.partition_table(&entry.name)),
+            None => {
+                let default = parent.default_target();
+                (default.backend, default.table.to_string())
+            }
+        };
+        return Ok(match alike && target.0 == backend {
+            true => Parent::Table {
+                db: db.to_string(),
+                name: target.1,
+            },
+            false => Parent::None,
+        });
+    }
+    // A plain table: where the backend has one of that name.
+    Ok(
+        match store::table_exists(dest, db, &reference.table).await? {
+            true => same(),
+            false => Parent::None,
+        },
+    )
 }
 
 /// Runs a job to its end; a failure is recorded in its row, and what it
@@ -706,7 +792,7 @@ async fn waiting_phase(
     job: &Job,
     lost: &ProxyError,
 ) -> Result<String, ProxyError> {
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     let why = text_literal(&format!("waiting for a server: {lost}"));
     progress(shared, &mut main, job, &format!("last_error = {why}")).await?;
     let sql = format!("SELECT phase FROM {} WHERE id = {}", jobs(shared), job.id);
@@ -860,11 +946,11 @@ async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
 /// What a job that was taken over in `phase` does before it carries on
 /// (under its new owner's heartbeat): true if it goes on to `drive`.
 async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool, ProxyError> {
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     // Only a split needs the source after its switch: a move or a merge
     // ends while its source is away.
     let source_slot = slot(shared, job.source)?;
-    let source = || own_connection(shared, source_slot);
+    let source = || rows_connection(shared, source_slot);
     match phase {
         "switched" => {
             forget_progress(shared, job).await;
@@ -904,7 +990,7 @@ async fn undo_fence(
         _ => None,
     };
     if let Some(place) = staged_into {
-        let mut conn = own_connection(shared, slot(shared, job.destination)?).await?;
+        let mut conn = rows_connection(shared, slot(shared, job.destination)?).await?;
         if place.exists(&mut conn).await? {
             delete_value_rows(shared, job, job.destination, place).await?;
         }
@@ -936,16 +1022,16 @@ async fn ensure_created(
 ) -> Result<(), ProxyError> {
     let mut restart = false;
     for (backend, place) in job.created(shared) {
-        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        let mut conn = rows_connection(shared, slot(shared, backend)?).await?;
         if !place.exists(&mut conn).await? {
-            create_like(source, &mut conn, &job.source_place(), &place, backend).await?;
+            create_like(shared, job, source, &mut conn, &place, backend).await?;
             restart = true;
         }
     }
     if restart {
         // Nothing reads them before the switch: they start empty again.
         for (backend, place) in job.created(shared) {
-            let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+            let mut conn = rows_connection(shared, slot(shared, backend)?).await?;
             exec(&mut conn, &format!("TRUNCATE TABLE {}", place.qualified())).await?;
         }
         forget_progress(shared, job).await;
@@ -963,7 +1049,7 @@ async fn forget_progress(shared: &Shared, job: &Job) {
     );
     for (backend, _) in job.created(shared) {
         if let Ok(slot) = slot(shared, backend) {
-            if let Ok(mut conn) = own_connection(shared, slot).await {
+            if let Ok(mut conn) = rows_connection(shared, slot).await {
                 let _ = exec(&mut conn, &forget).await;
             }
         }
@@ -997,13 +1083,13 @@ async fn roll_forward_in_fence(
 /// its partition served again, and the tables the job wrote go; after it,
 /// the switch is finished (the dictionary names the new place already).
 async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(), ProxyError> {
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     let phase = exec(
         &mut main,
         &format!("SELECT phase FROM {} WHERE id = {}", jobs(shared), job.id),
     )
     .await?;
-    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    let mut source = rows_connection(shared, slot(shared, job.source)?).await?;
     // The rows left the source in its fence: finished.
     if store::text(&phase, 0, 0) == "fence_moved" {
         return roll_forward_in_fence(shared, &mut main, &mut source, job).await;
@@ -1057,7 +1143,7 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
     crate::dictionary::reload(shared).await?;
     // Nothing names them: a retry starts clean.
     for (backend, place) in job.created(shared) {
-        let mut conn = own_connection(shared, slot(shared, backend)?).await?;
+        let mut conn = rows_connection(shared, slot(shared, backend)?).await?;
         exec(
             &mut conn,
             &format!("DROP TABLE IF EXISTS {}", place.qualified()),
@@ -1268,6 +1354,8 @@ async fn finish_split(
     if !physical.exists(source).await? && rest.exists(source).await? {
         exec(source, &rename(&rest, &physical)).await?;
     }
+    // What stays of the partition is under its name again.
+    children_follow(source, job, &job.retired(shared), Some(&physical)).await?;
     change_owned(
         shared,
         main,
@@ -1276,6 +1364,72 @@ async fn finish_split(
     )
     .await?;
     crate::dictionary::reload(shared).await
+}
+
+/// Other tables' foreign keys that named the partition's table followed its
+/// rename to `retired` (InnoDB moves them with a renamed parent): pointed at
+/// `now`, the table that holds those rows on this backend since, or left
+/// out where none does. A child busy past a few seconds keeps its
+/// constraint on the retired table, and says so.
+async fn children_follow(
+    source: &mut BackendConn,
+    job: &Job,
+    retired: &Place,
+    now: Option<&Place>,
+) -> Result<(), ProxyError> {
+    let children = exec(
+        source,
+        &format!(
+            "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE UNIQUE_CONSTRAINT_SCHEMA = {} AND REFERENCED_TABLE_NAME = {}",
+            text_literal(&retired.db),
+            text_literal(&retired.name)
+        ),
+    )
+    .await?;
+    if children.is_empty() {
+        return Ok(());
+    }
+    // Clients' statements on the child queue behind a waiting ALTER.
+    exec(source, "SET SESSION lock_wait_timeout = 5").await?;
+    for row in 0..children.len() {
+        let child = Place::new(
+            &store::text(&children, row, 0),
+            &store::text(&children, row, 1),
+        );
+        let name = store::text(&children, row, 2);
+        let readded = match now {
+            Some(place) => store::definition(source, &child.db, &child.name)
+                .await?
+                .and_then(|d| foreign_keys::pointed_at(&d, &name, &place.db, &place.name)),
+            None => None,
+        };
+        // Two statements: InnoDB refuses a name dropped and added in one.
+        let mut alters = vec![format!(
+            "ALTER TABLE {} DROP FOREIGN KEY {}",
+            child.qualified(),
+            ident(&name)
+        )];
+        if let Some(item) = &readded {
+            alters.push(format!("ALTER TABLE {} ADD {item}", child.qualified()));
+        }
+        let mut refused = None;
+        for alter in &alters {
+            if let Err(e) = source.query(alter).await? {
+                refused = Some(e.message);
+                break;
+            }
+        }
+        match (refused, &readded) {
+            (None, Some(_)) => {}
+            (None, None) => {
+                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition is left out: its parent rows left this backend")
+            }
+            (Some(message), _) => {
+                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition could not follow it ({message}): it is not enforced")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Records the job's progress (and its heartbeat), while it is this
@@ -1315,7 +1469,7 @@ async fn progress(
 /// HSCALE CANCEL_MOVE(id): asks a job that has not switched yet to stop;
 /// its owner undoes what it did at its next step (SHOW_MOVES: `cancelled`).
 pub async fn cancel(shared: &Shared, id: u64) -> Result<AdminAnswer, ProxyError> {
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     let sql = format!(
         "UPDATE {} SET cancel = TRUE WHERE id = {id} AND phase IN ('copying', 'catching_up', 'fencing')",
         jobs(shared)
@@ -1381,18 +1535,18 @@ fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, Pr
 /// Copies, catches up, fences and switches; the rows the first part took.
 async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     let source_slot = slot(shared, job.source)?;
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     if job.in_fence {
         let moved = fence_and_switch(shared, &mut main, job, None).await?;
         if let Work::Split { .. } = job.work {
-            let mut source = own_connection(shared, source_slot).await?;
+            let mut source = rows_connection(shared, source_slot).await?;
             finish_split(shared, &mut main, &mut source, job).await?;
         }
         progress(shared, &mut main, job, "phase = 'done', finished = NOW(6)").await?;
         return Ok(moved);
     }
     let moved = {
-        let mut conn = own_connection(shared, source_slot).await?;
+        let mut conn = rows_connection(shared, source_slot).await?;
         table::describe(&mut conn, &job.table.db, &job.physical, &job.physical).await?
     };
     let watched = Watched {
@@ -1462,7 +1616,7 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     }
     let taken = {
         let (backend, taken) = &job.taken(shared);
-        let mut conn = own_connection(shared, slot(shared, *backend)?).await?;
+        let mut conn = rows_connection(shared, slot(shared, *backend)?).await?;
         let count = format!("SELECT COUNT(*) FROM {}", taken.qualified());
         store::text(&exec(&mut conn, &count).await?, 0, 0)
             .parse()
@@ -1470,9 +1624,12 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
     };
     fence_and_switch(shared, &mut main, job, Some(&mut copy)).await?;
     copy.finish().await?;
-    if let Work::Split { .. } = job.work {
-        let mut source = own_connection(shared, source_slot).await?;
-        finish_split(shared, &mut main, &mut source, job).await?;
+    let mut source = rows_connection(shared, source_slot).await?;
+    match job.work {
+        Work::Split { .. } => finish_split(shared, &mut main, &mut source, job).await?,
+        // The partition's rows left the backend: nothing there holds the
+        // parents of the rows that name them.
+        _ => children_follow(&mut source, job, &job.retired(shared), None).await?,
     }
     progress(
         shared,
@@ -1529,7 +1686,7 @@ async fn drop_retired(shared: &Shared, conn: &mut BackendConn) -> Result<(), Pro
         let backend: u32 = store::text(&due, r, 1).parse().unwrap_or(0);
         let table = store::text(&due, r, 2);
         let dropped = async {
-            let mut source = own_connection(shared, slot(shared, backend)?).await?;
+            let mut source = rows_connection(shared, slot(shared, backend)?).await?;
             exec(&mut source, &format!("DROP TABLE IF EXISTS {table}")).await
         };
         if let Err(e) = dropped.await {
@@ -1561,7 +1718,7 @@ async fn fence_and_switch(
     mut copy: Option<&mut Copy>,
 ) -> Result<u64, ProxyError> {
     let retired = job.retired(shared);
-    let mut source = own_connection(shared, slot(shared, job.source)?).await?;
+    let mut source = rows_connection(shared, slot(shared, job.source)?).await?;
     exec(&mut source, "SET SESSION lock_wait_timeout = 1").await?;
     for attempt in 1..=FENCE_ATTEMPTS {
         // A cancel or a takeover stops the job before it fences again.
@@ -1618,7 +1775,7 @@ async fn fence_and_switch(
             // The staged rows join the partition or the default table,
             // fenced too.
             let (backend, stage) = &job.taken(shared);
-            let mut conn = own_connection(shared, slot(shared, *backend)?).await?;
+            let mut conn = rows_connection(shared, slot(shared, *backend)?).await?;
             let merge = format!(
                 "INSERT INTO {} SELECT * FROM {}",
                 into.qualified(),
@@ -1665,7 +1822,7 @@ async fn lift_fence(
 /// HSCALE SHOW_MOVES: every job, newest first.
 pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
     use hscale_wire::resultset::ColumnType::{Integer, Text};
-    let mut main = own_connection(shared, shared.main).await?;
+    let mut main = rows_connection(shared, shared.main).await?;
     let rows = exec(
         &mut main,
         &format!(
