@@ -252,9 +252,8 @@ impl Copy {
                 float,
             });
         }
-        for key in keys {
-            let parts = key_columns(&key).ok_or_else(unreadable)?;
-            if parts.iter().all(|c| kept.contains(&c.to_lowercase())) {
+        for (index, key) in keys.iter().enumerate() {
+            if let Some(key) = kept_key(key, &kept, index).ok_or_else(unreadable)? {
                 elements.push(format!("  {key}"));
             }
         }
@@ -365,15 +364,15 @@ fn backticked(text: &str) -> Option<(String, &str)> {
     None
 }
 
-/// The names a key's parenthesized column list names.
-fn key_columns(key: &str) -> Option<Vec<String>> {
+/// A key's columns, each with its text in the key (a prefix length, an
+/// order: `` `name`(10) DESC``).
+fn key_parts(key: &str) -> Option<Vec<(String, String)>> {
     let open = key.find('(')?;
     let mut rest = &key[open + 1..];
-    let mut names = Vec::new();
+    let mut parts = Vec::new();
     loop {
         rest = rest.trim_start();
         let (name, after) = backticked(rest)?;
-        names.push(name);
         // A prefix length, an order: up to the next column or the end.
         let mut depth = 0;
         let mut end = None;
@@ -393,11 +392,37 @@ fn key_columns(key: &str) -> Option<Vec<String>> {
             }
         }
         let (at, more) = end?;
+        let text = rest[..rest.len() - after.len() + at].to_string();
+        parts.push((name, text));
         if !more {
-            return Some(names);
+            return Some(parts);
         }
         rest = &after[at + 1..];
     }
+}
+
+/// The key a copy keeps of `key`: all of it where it holds every column;
+/// else, a plain key on the columns it holds from the first on (a join or
+/// a correlation on them finds its rows by it: a copy of order lines that
+/// leaves out their line number still finds an order's lines by its
+/// warehouse, district and order id); `None` where it holds not the first.
+fn kept_key(key: &str, kept: &HashSet<String>, index: usize) -> Option<Option<String>> {
+    let parts = key_parts(key)?;
+    let held = parts
+        .iter()
+        .take_while(|(name, _)| kept.contains(&name.to_lowercase()))
+        .count();
+    Some(match held {
+        0 => None,
+        n if n == parts.len() => Some(key.to_string()),
+        n => {
+            let columns: Vec<&str> = parts[..n].iter().map(|(_, text)| text.as_str()).collect();
+            Some(format!(
+                "KEY `hscale_prefix_{index}` ({})",
+                columns.join(",")
+            ))
+        }
+    })
 }
 
 /// A column's definition without what makes it generated: the copy holds
@@ -1225,6 +1250,38 @@ PARTITIONS 2";
         assert_eq!(
             temporary.insert_head(),
             "INSERT INTO `d`.`t` (`id`, `g`, `na``me`, `v`) VALUES "
+        );
+    }
+
+    #[test]
+    fn a_copy_keeps_the_leading_columns_it_holds_of_a_key() {
+        // Of `(g, na`me(3))` it holds g: a plain key on g; of the primary
+        // key it holds nothing, and of `f` nothing.
+        let words: HashSet<String> = ["g", "v"].iter().map(|s| s.to_string()).collect();
+        let temporary = copy(Used::Named(Arc::new(words)))
+            .temporary(DEFINITION)
+            .unwrap();
+        assert_eq!(
+            temporary.create,
+            "CREATE TEMPORARY TABLE `d`.`t` (
+  `g` int(11) NOT NULL,
+  `v` int(11),
+  KEY `hscale_prefix_1` (`g`)
+) ENGINE=Aria DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci"
+        );
+        let words: HashSet<String> = ["na`me", "id"].iter().map(|s| s.to_string()).collect();
+        let temporary = copy(Used::Named(Arc::new(words)))
+            .temporary(DEFINITION)
+            .unwrap();
+        assert!(
+            temporary.create.contains("  PRIMARY KEY (`id`)\n"),
+            "{}",
+            temporary.create
+        );
+        assert!(
+            !temporary.create.contains("KEY `g`"),
+            "{}",
+            temporary.create
         );
     }
 
