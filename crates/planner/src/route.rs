@@ -173,6 +173,7 @@ pub(crate) fn route(
         joined,
         ctx,
         params: params.unwrap_or_default(),
+        linked_by_literals: Default::default(),
     };
     if schema {
         return match analysis.schema_change() {
@@ -261,6 +262,8 @@ pub(crate) fn route(
         Ok(Form::Fixed(route)) => (Ok(route), None),
         Err(reason) => (Err(reason), None),
     };
+    // Its tables' partitions were matched by its literals.
+    let shape = shape.filter(|_| !analysis.linked_by_literals.get());
     let action = finish(routed, summary, ctx, &table.table);
     match action {
         Action::Refuse(refusal) if matches!(statement, Statement::Query(_)) => {
@@ -651,6 +654,9 @@ pub(crate) struct Analysis<'a> {
     pub ctx: &'a Context<'a>,
     /// The byte offsets of the `?` placeholders of a statement being prepared.
     pub params: &'a [usize],
+    /// Tables were found co-located by equal literals (`owners`): the
+    /// statement's shape serves no other.
+    pub linked_by_literals: std::cell::Cell<bool>,
 }
 
 /// How the partitioned table is written where it is replaced.
@@ -773,7 +779,7 @@ impl Analysis<'_> {
         // Which references the equalities link to the routed table.
         let mut linked = vec![false; owners.len()];
         linked[0] = true;
-        let pairs: Vec<(usize, usize)> = equalities
+        let mut pairs: Vec<(usize, usize)> = equalities
             .iter()
             .filter_map(|e| match e {
                 Expr::BinaryOp {
@@ -784,6 +790,37 @@ impl Analysis<'_> {
                 _ => None,
             })
             .collect();
+        // Partition columns equal to the same literal: for this statement
+        // their rows sit in same-named partitions too. Another statement of
+        // the same fingerprint may give two literals: never cached.
+        let literal = |e: &Expr| match strip_nesting(e) {
+            Expr::Value(v) if !matches!(v.value, sqlparser::ast::Value::Placeholder(_)) => {
+                Some(v.value.to_string())
+            }
+            _ => None,
+        };
+        let fixed: Vec<(usize, String)> = equalities
+            .iter()
+            .filter_map(|e| match e {
+                Expr::BinaryOp {
+                    left,
+                    op: BinaryOperator::Eq,
+                    right,
+                } => match (column_owner(left, &owners), literal(right)) {
+                    (Some(owner), Some(value)) => Some((owner, value)),
+                    _ => Some((column_owner(right, &owners)?, literal(left)?)),
+                },
+                _ => None,
+            })
+            .collect();
+        for (a, value) in &fixed {
+            for (b, other) in &fixed {
+                if a < b && value == other {
+                    pairs.push((*a, *b));
+                    self.linked_by_literals.set(true);
+                }
+            }
+        }
         while let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| linked[a] != linked[b]) {
             linked[a] = true;
             linked[b] = true;
@@ -918,11 +955,15 @@ impl Analysis<'_> {
             joined: rest,
             ctx: self.ctx,
             params: self.params,
+            linked_by_literals: Default::default(),
         };
         // The SELECT's keys pick the partitions (the same in every
         // co-located table); its tables are written as the target's
         // partition's neighbours, the target as the routed table.
         let (mut shape, values) = reads.insert_from_partitions(source, summary)?;
+        if reads.linked_by_literals.get() {
+            self.linked_by_literals.set(true);
+        }
         let mut edits = Vec::new();
         for mut owner in reads.owners(select)? {
             owner.co_located = true;

@@ -2130,3 +2130,68 @@ fn insert_select_between_co_located_tables_writes_each_partition_from_its_neighb
         assert!(matches!(action, Action::Refuse(_)), "{sql}: {action:?}");
     }
 }
+
+#[test]
+fn tables_whose_partition_columns_equal_the_same_literal_join_inside_one_partition() {
+    let table = |name: &str, column: &str| {
+        PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: name.into(),
+                },
+                column: column.into(),
+                column_position: 1,
+                kind: ColumnKind::Integer,
+                function: HashFunction::Mod(2),
+                default_table: format!("{name}_default"),
+                default_backend: 1,
+                auto_column: None,
+                folding: Default::default(),
+            },
+            vec![PartitionEntry {
+                name: "odd".into(),
+                value: "1".into(),
+                backend: 2,
+                state: PartitionState::Active,
+            }],
+        )
+    };
+    let dictionary = Dictionary::new(
+        1,
+        vec![table("order_line", "ol_w_id"), table("stock", "s_w_id")],
+    );
+    let ctx = context(&dictionary, "app");
+    // One cache for all: a statement of the same shape with other
+    // literals must not take the first one's plan.
+    let mut cache = PlanCache::default();
+    let mut action = |sql: &str| plan(sql.as_bytes(), &ctx, &mut cache).action;
+    let stock_level = |w: u32, s: u32| {
+        format!(
+            "SELECT COUNT(DISTINCT s_i_id) FROM order_line, stock WHERE ol_w_id = {w} AND ol_d_id = 3 \
+             AND ol_o_id < 3010 AND ol_o_id >= 2990 AND s_w_id = {s} AND s_i_id = ol_i_id AND s_quantity < 15"
+        )
+    };
+    for _ in 0..2 {
+        match action(&stock_level(1, 1)) {
+            Action::Route(route) => {
+                assert_eq!(route.steps.len(), 1);
+                assert_eq!(route.steps[0].target.backend, 2);
+                assert!(
+                    route.steps[0]
+                        .sql
+                        .contains("FROM `order_line_odd` AS `order_line`, `stock_odd` AS `stock`"),
+                    "{}",
+                    route.steps[0].sql
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Other warehouses: not one partition's join.
+        assert!(
+            matches!(action(&stock_level(1, 2)), Action::Federate(_)),
+            "{:?}",
+            action(&stock_level(1, 2))
+        );
+    }
+}

@@ -2258,3 +2258,69 @@ fn insert_select_between_co_located_tables_stays_in_each_partition() {
     }
     assert_eq!(c.query::<(u32, u32, u32), _>(all).unwrap(), theirs);
 }
+
+/// Order entry's stock-level query: both tables' partition columns equal
+/// the same literal, so both read one partition on one backend; with two
+/// literals the join is answered from copies. Every answer is the oracle's.
+#[test]
+fn joins_pinned_to_one_partition_by_equal_literals_answer_as_one_server() {
+    let (proxy, db) = setup_with("partitioning_equal_literals", Transactions::Atomic);
+    let oracle_db = cluster().database("partitioning_equal_literals_oracle");
+    let mut oracle = cluster().direct(1, Some(&oracle_db));
+    let mut direct = cluster().direct(1, Some(&db));
+    for conn in [&mut oracle, &mut direct] {
+        conn.query_drop("CREATE TABLE order_line (ol_w_id INT NOT NULL, ol_o_id INT NOT NULL, ol_i_id INT NOT NULL, PRIMARY KEY (ol_w_id, ol_o_id))").unwrap();
+        conn.query_drop("CREATE TABLE stock (s_w_id INT NOT NULL, s_i_id INT NOT NULL, s_quantity INT NOT NULL, PRIMARY KEY (s_w_id, s_i_id))").unwrap();
+    }
+    let mut c = proxy.connect(Some(&db));
+    for (table, column) in [("order_line", "ol_w_id"), ("stock", "s_w_id")] {
+        c.query_drop(format!(
+            "HSCALE SETUP_TABLE('{table}', '{column}', '{table}_default', 1, 'MOD(2)')"
+        ))
+        .unwrap();
+        c.query_drop(format!("HSCALE ADD_PARTITION('{table}', 'odd', 1, 2)"))
+            .unwrap();
+    }
+    let lines: Vec<String> = (1..=4)
+        .flat_map(|w| (1..=30).map(move |o| format!("({w}, {o}, {})", (o * 7 + w) % 20)))
+        .collect();
+    let stock: Vec<String> = (1..=4)
+        .flat_map(|w| (0..20).map(move |i| format!("({w}, {i}, {})", (i * 3 + w * 5) % 30)))
+        .collect();
+    for insert in [
+        format!("INSERT INTO order_line VALUES {}", lines.join(", ")),
+        format!("INSERT INTO stock VALUES {}", stock.join(", ")),
+    ] {
+        c.query_drop(&insert).unwrap();
+        oracle.query_drop(&insert).unwrap();
+    }
+    let copied_before = {
+        let rows: Vec<(String, String)> = c.query("HSCALE STATUS").unwrap();
+        rows.iter()
+            .find(|(n, _)| n == "copied_statements")
+            .unwrap()
+            .1
+            .parse::<u64>()
+            .unwrap()
+    };
+    for (w, s) in [(1, 1), (2, 2), (3, 3), (1, 2), (2, 4), (1, 1)] {
+        let sql = format!(
+            "SELECT COUNT(DISTINCT s_i_id) FROM order_line, stock WHERE ol_w_id = {w} \
+             AND ol_o_id < 25 AND ol_o_id >= 5 AND s_w_id = {s} AND s_i_id = ol_i_id AND s_quantity < 15"
+        );
+        let ours: Option<u64> = c.query_first(&sql).unwrap();
+        let theirs: Option<u64> = oracle.query_first(&sql).unwrap();
+        assert_eq!(ours, theirs, "{sql}");
+    }
+    let copied = {
+        let rows: Vec<(String, String)> = c.query("HSCALE STATUS").unwrap();
+        rows.iter()
+            .find(|(n, _)| n == "copied_statements")
+            .unwrap()
+            .1
+            .parse::<u64>()
+            .unwrap()
+    };
+    // Only the two statements over two warehouses were answered from copies.
+    assert_eq!(copied - copied_before, 2);
+}
