@@ -781,13 +781,9 @@ impl Analysis<'_> {
         linked[0] = true;
         let mut pairs: Vec<(usize, usize)> = equalities
             .iter()
-            .filter_map(|e| match e {
-                Expr::BinaryOp {
-                    left,
-                    op: BinaryOperator::Eq,
-                    right,
-                } => Some((column_owner(left, &owners)?, column_owner(right, &owners)?)),
-                _ => None,
+            .filter_map(|e| {
+                let (left, right) = equality_sides(e)?;
+                Some((column_owner(left, &owners)?, column_owner(right, &owners)?))
             })
             .collect();
         // Partition columns equal to the same literal: for this statement
@@ -801,16 +797,12 @@ impl Analysis<'_> {
         };
         let fixed: Vec<(usize, String)> = equalities
             .iter()
-            .filter_map(|e| match e {
-                Expr::BinaryOp {
-                    left,
-                    op: BinaryOperator::Eq,
-                    right,
-                } => match (column_owner(left, &owners), literal(right)) {
+            .filter_map(|e| {
+                let (left, right) = equality_sides(e)?;
+                match (column_owner(left, &owners), literal(right)) {
                     (Some(owner), Some(value)) => Some((owner, value)),
                     _ => Some((column_owner(right, &owners)?, literal(left)?)),
-                },
-                _ => None,
+                }
             })
             .collect();
         for (a, value) in &fixed {
@@ -1828,6 +1820,18 @@ fn names_column(
 
 /// Which reference's partition column an expression is. An unqualified
 /// name belongs to a reference only if no other's partition column has it.
+/// The two sides of an `a = b`.
+fn equality_sides(expr: &Expr) -> Option<(&Expr, &Expr)> {
+    match expr {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } => Some((left.as_ref(), right.as_ref())),
+        _ => None,
+    }
+}
+
 fn column_owner(expr: &Expr, owners: &[Owner]) -> Option<usize> {
     let parts: Vec<&Ident> = match strip_nesting(expr) {
         Expr::Identifier(ident) => vec![ident],

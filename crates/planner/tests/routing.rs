@@ -2071,33 +2071,12 @@ fn reads_of_reference_tables_alone_may_run_on_any_backend_that_holds_them_all() 
 
 #[test]
 fn insert_select_between_co_located_tables_writes_each_partition_from_its_neighbour() {
-    let table = |name: &str, column: &str| {
-        PartitionedTable::new(
-            TableDefinition {
-                table: TableName {
-                    db: "app".into(),
-                    name: name.into(),
-                },
-                column: column.into(),
-                column_position: 1,
-                kind: ColumnKind::Integer,
-                function: HashFunction::Mod(2),
-                default_table: format!("{name}_default"),
-                default_backend: 1,
-                auto_column: None,
-                folding: Default::default(),
-            },
-            vec![PartitionEntry {
-                name: "odd".into(),
-                value: "1".into(),
-                backend: 2,
-                state: PartitionState::Active,
-            }],
-        )
-    };
     let dictionary = Dictionary::new(
         1,
-        vec![table("orders", "o_w_id"), table("new_orders", "no_w_id")],
+        vec![
+            by_warehouse("orders", "o_w_id"),
+            by_warehouse("new_orders", "no_w_id"),
+        ],
     );
     let ctx = context(&dictionary, "app");
     let steps = |sql: &str| match plan(sql.as_bytes(), &ctx, &mut PlanCache::default()).action {
@@ -2133,33 +2112,12 @@ fn insert_select_between_co_located_tables_writes_each_partition_from_its_neighb
 
 #[test]
 fn tables_whose_partition_columns_equal_the_same_literal_join_inside_one_partition() {
-    let table = |name: &str, column: &str| {
-        PartitionedTable::new(
-            TableDefinition {
-                table: TableName {
-                    db: "app".into(),
-                    name: name.into(),
-                },
-                column: column.into(),
-                column_position: 1,
-                kind: ColumnKind::Integer,
-                function: HashFunction::Mod(2),
-                default_table: format!("{name}_default"),
-                default_backend: 1,
-                auto_column: None,
-                folding: Default::default(),
-            },
-            vec![PartitionEntry {
-                name: "odd".into(),
-                value: "1".into(),
-                backend: 2,
-                state: PartitionState::Active,
-            }],
-        )
-    };
     let dictionary = Dictionary::new(
         1,
-        vec![table("order_line", "ol_w_id"), table("stock", "s_w_id")],
+        vec![
+            by_warehouse("order_line", "ol_w_id"),
+            by_warehouse("stock", "s_w_id"),
+        ],
     );
     let ctx = context(&dictionary, "app");
     // One cache for all: a statement of the same shape with other
@@ -2194,4 +2152,31 @@ fn tables_whose_partition_columns_equal_the_same_literal_join_inside_one_partiti
             action(&stock_level(1, 2))
         );
     }
+}
+
+/// `app.<name>` by MOD(2) of its integer column `column` (the first): even
+/// values in the default table on backend 1, odd ones in `odd` on backend 2.
+fn by_warehouse(name: &str, column: &str) -> PartitionedTable {
+    PartitionedTable::new(
+        TableDefinition {
+            table: TableName {
+                db: "app".into(),
+                name: name.into(),
+            },
+            column: column.into(),
+            column_position: 1,
+            kind: ColumnKind::Integer,
+            function: HashFunction::Mod(2),
+            default_table: format!("{name}_default"),
+            default_backend: 1,
+            auto_column: None,
+            folding: Default::default(),
+        },
+        vec![PartitionEntry {
+            name: "odd".into(),
+            value: "1".into(),
+            backend: 2,
+            state: PartitionState::Active,
+        }],
+    )
 }

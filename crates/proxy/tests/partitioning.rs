@@ -2100,6 +2100,20 @@ fn ordered_scans_in_a_transaction_keep_the_tables_columns_where_every_backend_un
     }
 }
 
+/// Each (table, column) partitioned by MOD(2) of its warehouse column:
+/// even warehouses in the default table on backend 1, odd ones in `odd` on
+/// backend 2 — co-located.
+fn by_warehouse(c: &mut Conn, tables: &[(&str, &str)]) {
+    for (table, column) in tables {
+        c.query_drop(format!(
+            "HSCALE SETUP_TABLE('{table}', '{column}', '{table}_default', 1, 'MOD(2)')"
+        ))
+        .unwrap();
+        c.query_drop(format!("HSCALE ADD_PARTITION('{table}', 'odd', 1, 2)"))
+            .unwrap();
+    }
+}
+
 fn count(backend: usize, db: &str, sql: &str) -> u64 {
     cluster()
         .direct(backend, Some(db))
@@ -2197,19 +2211,7 @@ fn insert_select_between_co_located_tables_stays_in_each_partition() {
         conn.query_drop(new_orders).unwrap();
     }
     let mut c = proxy.connect(Some(&db));
-    for table in ["orders", "new_orders"] {
-        let column = if table == "orders" {
-            "o_w_id"
-        } else {
-            "no_w_id"
-        };
-        c.query_drop(format!(
-            "HSCALE SETUP_TABLE('{table}', '{column}', '{table}_default', 1, 'MOD(2)')"
-        ))
-        .unwrap();
-        c.query_drop(format!("HSCALE ADD_PARTITION('{table}', 'odd', 1, 2)"))
-            .unwrap();
-    }
+    by_warehouse(&mut c, &[("orders", "o_w_id"), ("new_orders", "no_w_id")]);
     let rows: Vec<String> = (1..=4)
         .flat_map(|w| (1..=6).map(move |o| format!("({w}, {o}, {})", o % 3)))
         .collect();
@@ -2273,14 +2275,7 @@ fn joins_pinned_to_one_partition_by_equal_literals_answer_as_one_server() {
         conn.query_drop("CREATE TABLE stock (s_w_id INT NOT NULL, s_i_id INT NOT NULL, s_quantity INT NOT NULL, PRIMARY KEY (s_w_id, s_i_id))").unwrap();
     }
     let mut c = proxy.connect(Some(&db));
-    for (table, column) in [("order_line", "ol_w_id"), ("stock", "s_w_id")] {
-        c.query_drop(format!(
-            "HSCALE SETUP_TABLE('{table}', '{column}', '{table}_default', 1, 'MOD(2)')"
-        ))
-        .unwrap();
-        c.query_drop(format!("HSCALE ADD_PARTITION('{table}', 'odd', 1, 2)"))
-            .unwrap();
-    }
+    by_warehouse(&mut c, &[("order_line", "ol_w_id"), ("stock", "s_w_id")]);
     let lines: Vec<String> = (1..=4)
         .flat_map(|w| (1..=30).map(move |o| format!("({w}, {o}, {})", (o * 7 + w) % 20)))
         .collect();
