@@ -371,12 +371,23 @@ fn a_statement_whose_connection_dies_mid_run_is_not_sent_again() {
     let mut client = proxy.connect(Some(&db));
     // Warm: the session takes back the connection it used last.
     assert_eq!(client.query_first::<i32, _>("SELECT 1").unwrap(), Some(1));
+    // The third row waits on a user lock the killer holds: the kill lands
+    // after two rows are written, whatever the machine's speed. The killer
+    // holds the lock until the killed thread is gone, so no later row gets it.
+    let lock = format!("{db}.third_row");
+    let (locked_tx, locked) = std::sync::mpsc::channel();
     let killer = std::thread::spawn({
-        let db = db.clone();
+        let (db, lock) = (db.clone(), lock.clone());
         move || {
             let mut dba = cluster().direct(1, None);
+            let held: Option<i64> = dba
+                .query_first(format!("SELECT GET_LOCK('{lock}', 10)"))
+                .unwrap();
+            assert_eq!(held, Some(1));
+            locked_tx.send(()).unwrap();
             let find = format!(
-                "SELECT id FROM information_schema.processlist WHERE db = '{db}' AND info LIKE 'INSERT INTO m %'"
+                "SELECT id FROM information_schema.processlist \
+                 WHERE db = '{db}' AND info LIKE 'INSERT INTO m %' AND state = 'User lock'"
             );
             let started = Instant::now();
             let thread = loop {
@@ -385,19 +396,20 @@ fn a_statement_whose_connection_dies_mid_run_is_not_sent_again() {
                 }
                 assert!(
                     started.elapsed() < Duration::from_secs(10),
-                    "the INSERT never ran"
+                    "the INSERT never waited for the third row"
                 );
                 std::thread::sleep(Duration::from_millis(20));
             };
-            // Some rows are in (one every 0.3 s), the statement is still running.
-            std::thread::sleep(Duration::from_millis(1000));
             dba.query_drop(format!("KILL {thread}")).unwrap();
+            (dba, thread)
         }
     });
+    locked.recv().unwrap();
     let started = Instant::now();
-    let result =
-        client.query_drop("INSERT INTO m SELECT seq FROM seq_1_to_10 WHERE SLEEP(0.3) = 0");
-    killer.join().unwrap();
+    let result = client.query_drop(format!(
+        "INSERT INTO m SELECT seq FROM seq_1_to_10 WHERE seq < 3 OR GET_LOCK('{lock}', 10)"
+    ));
+    let (mut dba, killed) = killer.join().unwrap();
     let err = mysql_error(result.unwrap_err());
     assert_eq!(err.code, 2013, "{}", err.message);
     assert!(err.message.contains("backend 1"), "{}", err.message);
@@ -406,15 +418,22 @@ fn a_statement_whose_connection_dies_mid_run_is_not_sent_again() {
         "the answer came after {:?}: the statement ran again",
         started.elapsed()
     );
+    // The socket closes at the KILL; the thread ends its statement after. A
+    // count before that would see the table as it was (concurrent insert).
+    let gone = format!("SELECT COUNT(*) FROM information_schema.processlist WHERE id = {killed}");
+    while dba.query_first::<u64, _>(&gone).unwrap() != Some(0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the killed thread never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (rows, distinct): (u64, u64) = direct
         .query_first("SELECT COUNT(*), COUNT(DISTINCT v) FROM m")
         .unwrap()
         .unwrap();
     assert_eq!(rows, distinct, "a row was written twice");
-    assert!(
-        (1..10).contains(&rows),
-        "{rows} rows: the kill came mid-statement"
-    );
+    assert_eq!(rows, 2, "the two rows before the kill, once each");
     // The client goes on, on another connection.
     assert_eq!(
         client
