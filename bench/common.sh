@@ -140,3 +140,19 @@ make_certificates() { # dir
   openssl x509 -req -in "$1/server.csr" -CA "$1/ca.pem" -CAkey "$1/ca-key.pem" -CAcreateserial \
     -days 2 -extfile "$1/san.ext" -out "$1/server.pem" 2>/dev/null
 }
+
+# Calls the script's own `run NAME PORT DB` (which prints the run's
+# transactions a second on stdout) against one server directly ($DIRECT,
+# database $1), then through hscale ($PORT, database $2), and prints the
+# deadlocks hscale ended during the second and the ratio, with the target
+# text $3.
+one_server_then_hscale() { # direct-db hscale-db target
+  local one through before after
+  deadlocks() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N -e "HSCALE STATUS" | awk '$1 == "deadlocks" {print $2}'; }
+  one=$(run "one server directly" "$DIRECT" "$1")
+  before=$(deadlocks)
+  through=$(run "hscale, MOD(2) over two backends" "$PORT" "$2")
+  after=$(deadlocks)
+  echo "deadlocks through two backends ended by hscale: $((after - before))"
+  echo "hscale/one server: $(awk -v a="$through" -v b="$one" 'BEGIN {printf "%.2f", a / b}') (target: $3)"
+}

@@ -56,9 +56,4 @@ run() { # name port db
   echo "$1: $tps tps, seconds with 0 transactions: $zero, errors sysbench retried: $errors" >&2
   echo "$tps"
 }
-one=$(run "one server directly" "$DIRECT" one)
-before=$(proxy -e "HSCALE STATUS" | awk '$1 == "deadlocks" {print $2}')
-through=$(run "hscale, MOD(2) over two backends" "$PORT" sb)
-after=$(proxy -e "HSCALE STATUS" | awk '$1 == "deadlocks" {print $2}')
-echo "deadlocks through two backends ended by hscale: $((after - before))"
-echo "hscale/one server: $(awk -v a="$through" -v b="$one" 'BEGIN {printf "%.2f", a / b}') (target: at least 0.75, no second with 0 transactions)"
+one_server_then_hscale one sb "at least 0.75, no second with 0 transactions"

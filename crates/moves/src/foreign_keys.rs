@@ -20,11 +20,68 @@ pub enum Parent {
     None,
 }
 
-/// A foreign key's parent as the definition names it.
+/// A foreign key's parent as the definition names it, with the columns
+/// it pairs: `columns[i]` of the child takes `parent_columns[i]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
     pub db: Option<String>,
     pub table: String,
+    pub columns: Vec<String>,
+    pub parent_columns: Vec<String>,
+}
+
+impl Reference {
+    /// Whether the key pairs the child's `column` with the parent's
+    /// `parent_column`: for tables partitioned alike by those columns, each
+    /// child row's parent is in the partition of the same value.
+    pub fn pairs(&self, column: &str, parent_column: &str) -> bool {
+        self.columns
+            .iter()
+            .zip(&self.parent_columns)
+            .any(|(c, p)| c.eq_ignore_ascii_case(column) && p.eq_ignore_ascii_case(parent_column))
+    }
+}
+
+/// Constraint `name` of `definition`, if it is a foreign key.
+pub fn named(definition: &str, name: &str) -> Option<Reference> {
+    definition.lines().find_map(|line| {
+        let (found, reference, _) = foreign_key(line)?;
+        (found == name).then_some(reference)
+    })
+}
+
+/// The foreign keys of `table`'s `definition` that carry a name of their
+/// own rather than InnoDB's (`<table>_ibfk_<n>`): the names to drop, then
+/// each as an unnamed ALTER TABLE ... ADD item. A constraint name is
+/// unique in its database, and moves retire a partition's old table into
+/// hscale's schema: two databases' tables with one constraint name could
+/// not both be retired there.
+pub fn own_names(definition: &str, table: &str) -> (Vec<String>, Vec<String>) {
+    let generated = format!("{table}_ibfk_");
+    let mut names = Vec::new();
+    let mut items = Vec::new();
+    for line in definition.lines() {
+        let Some((name, reference, rest)) = foreign_key(line) else {
+            continue;
+        };
+        if name
+            .strip_prefix(&generated)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        let parent = match &reference.db {
+            Some(db) => quoted(db, &reference.table),
+            None => ident(&reference.table),
+        };
+        let rest = rest.trim_end().trim_end_matches(',');
+        items.push(format!(
+            "FOREIGN KEY {} REFERENCES {parent}{rest}",
+            columns_of(line)
+        ));
+        names.push(name);
+    }
+    (names, items)
 }
 
 /// The parents the definition's foreign keys name, in order.
@@ -93,8 +150,11 @@ pub fn pointed_at(definition: &str, name: &str, db: &str, table: &str) -> Option
     })
 }
 
+fn ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
 fn quoted(db: &str, table: &str) -> String {
-    let ident = |s: &str| format!("`{}`", s.replace('`', "``"));
     format!("{}.{}", ident(db), ident(table))
 }
 
@@ -107,26 +167,36 @@ fn foreign_key(line: &str) -> Option<(String, Reference, String)> {
     after.trim_start().strip_prefix("FOREIGN KEY ")?;
     let at = after.find(" REFERENCES ")? + " REFERENCES ".len();
     let (first, rest) = identifier(&after[at..])?;
-    let (reference, rest) = match rest.strip_prefix('.') {
+    let (db, table, rest) = match rest.strip_prefix('.') {
         Some(table) => {
             let (table, rest) = identifier(table)?;
-            (
-                Reference {
-                    db: Some(first),
-                    table,
-                },
-                rest,
-            )
+            (Some(first), table, rest)
         }
-        None => (
-            Reference {
-                db: None,
-                table: first,
-            },
-            rest,
-        ),
+        None => (None, first, rest),
+    };
+    let reference = Reference {
+        db,
+        table,
+        columns: column_list(columns_of(line)),
+        parent_columns: column_list(rest),
     };
     Some((name, reference, rest.to_string()))
+}
+
+/// The names of a `(`a`,`b`)` list at the start of `text`.
+fn column_list(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let Some(mut rest) = text.trim_start().strip_prefix('(') else {
+        return names;
+    };
+    while let Some((name, after)) = identifier(rest.trim_start()) {
+        names.push(name);
+        match after.trim_start().strip_prefix(',') {
+            Some(more) => rest = more,
+            None => break,
+        }
+    }
+    names
 }
 
 /// The `(columns)` a constraint line names after FOREIGN KEY.
@@ -170,11 +240,15 @@ mod tests {
             [
                 Reference {
                     db: None,
-                    table: "warehouse_default".into()
+                    table: "warehouse_default".into(),
+                    columns: vec!["d_w_id".into()],
+                    parent_columns: vec!["w_id".into()],
                 },
                 Reference {
                     db: Some("geo".into()),
-                    table: "re`gions".into()
+                    table: "re`gions".into(),
+                    columns: vec!["d_name".into()],
+                    parent_columns: vec!["name".into()],
                 },
             ]
         );
@@ -197,6 +271,34 @@ mod tests {
         assert_eq!(
             definition,
             " (\n  `d_id` int(11) NOT NULL,\n  `d_w_id` int(11) NOT NULL,\n  `d_name` varchar(10) DEFAULT NULL,\n  PRIMARY KEY (`d_w_id`,`d_id`),\n  FOREIGN KEY (`d_w_id`) REFERENCES `app`.`warehouse_odd` (`w_id`) ON DELETE CASCADE,\n  FOREIGN KEY (`d_name`) REFERENCES `geo`.`re``gions` (`name`),\n  CONSTRAINT `positive` CHECK (`d_id` > 0)\n) ENGINE=InnoDB DEFAULT CHARSET=latin1"
+        );
+    }
+
+    #[test]
+    fn a_key_pairs_the_columns_it_names_in_order() {
+        let line = "  CONSTRAINT `fk` FOREIGN KEY (`ol_supply_w_id`, `ol_i_id`) REFERENCES `stock` (`s_w_id`,`s_i_id`)";
+        let stock = named(line, "fk").expect("a foreign key");
+        assert!(stock.pairs("ol_supply_w_id", "s_w_id"));
+        assert!(stock.pairs("OL_I_ID", "s_i_id"));
+        assert!(!stock.pairs("ol_w_id", "s_w_id"));
+        assert!(!stock.pairs("ol_i_id", "s_w_id"));
+        assert_eq!(named(DISTRICT, "positive"), None);
+    }
+
+    #[test]
+    fn constraints_named_by_their_authors_become_unnamed_items() {
+        let definition = format!(
+            "{}\n  CONSTRAINT `district_default_ibfk_3` FOREIGN KEY (`d_id`) REFERENCES `d` (`id`)",
+            DISTRICT.replace("\n) ENGINE", ",\n) ENGINE")
+        );
+        let (names, items) = own_names(&definition, "district_default");
+        assert_eq!(names, ["fk_warehouse", "fk_region"]);
+        assert_eq!(
+            items,
+            [
+                "FOREIGN KEY (`d_w_id`) REFERENCES `warehouse_default` (`w_id`) ON DELETE CASCADE",
+                "FOREIGN KEY (`d_name`) REFERENCES `geo`.`re``gions` (`name`)"
+            ]
         );
     }
 

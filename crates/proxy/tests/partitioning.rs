@@ -2114,6 +2114,29 @@ fn by_warehouse(c: &mut Conn, tables: &[(&str, &str)]) {
     }
 }
 
+/// Runs a MOVE_PARTITION and waits for its job to be done.
+fn moved(c: &mut Conn, sql: &str) {
+    let job: u64 = c.query_first(sql).unwrap().expect("a job id");
+    let mut dictionary = cluster().direct(1, Some("hscale"));
+    let started = std::time::Instant::now();
+    loop {
+        let phase: String = dictionary
+            .query_first(format!("SELECT phase FROM moves WHERE id = {job}"))
+            .unwrap()
+            .expect("the job's row");
+        match phase.as_str() {
+            "done" => return,
+            "failed" | "cancelled" => panic!("{sql}: the move ended {phase}"),
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{sql}: still {phase}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn count(backend: usize, db: &str, sql: &str) -> u64 {
     cluster()
         .direct(backend, Some(db))
@@ -2124,9 +2147,11 @@ fn count(backend: usize, db: &str, sql: &str) -> u64 {
 
 /// Tables with foreign keys, partitioned as an order-entry application's
 /// are (by warehouse, MOD(2)): moving a parent's rows fires no cascade on
-/// its children; a child's partition keeps its constraint, pointed at the
-/// parent's partition beside it; one whose parent is not on the backend is
-/// left out, never refused with 1005.
+/// its children; a child's partition keeps a key that pairs the partition
+/// columns, pointed at the parent's partition beside it, and follows its
+/// parent's split; a key whose parent rows may be on another backend (a
+/// plain parent elsewhere, a key on another column) is left out, never
+/// refused with 1005 nor enforced against the wrong table.
 #[test]
 fn foreign_keys_follow_co_located_partitions_and_moves_fire_no_cascade() {
     let (proxy, db) = setup("partitioning_foreign_keys");
@@ -2135,62 +2160,77 @@ fn foreign_keys_follow_co_located_partitions_and_moves_fire_no_cascade() {
         "CREATE TABLE warehouse (w_id INT PRIMARY KEY, w_name VARCHAR(10))",
         "CREATE TABLE district (d_w_id INT NOT NULL, d_id INT NOT NULL, PRIMARY KEY (d_w_id, d_id), \
          CONSTRAINT fk_district_warehouse FOREIGN KEY (d_w_id) REFERENCES warehouse (w_id) ON DELETE CASCADE)",
+        // Keyed by its own warehouse, naming another: that one's rows may
+        // be on the other backend.
+        "CREATE TABLE supply (s_w_id INT NOT NULL, s_from_w_id INT NOT NULL, PRIMARY KEY (s_w_id, s_from_w_id), \
+         CONSTRAINT fk_supply_from FOREIGN KEY (s_from_w_id) REFERENCES warehouse (w_id))",
         "CREATE TABLE kinds (k_id INT PRIMARY KEY)",
         "CREATE TABLE history (h_id INT PRIMARY KEY, h_kind INT, \
          CONSTRAINT fk_history_kind FOREIGN KEY (h_kind) REFERENCES kinds (k_id))",
         "INSERT INTO warehouse VALUES (1, 'one'), (2, 'two')",
         "INSERT INTO district VALUES (1, 1), (1, 2), (2, 1), (2, 2)",
+        "INSERT INTO supply VALUES (2, 2)",
         "INSERT INTO kinds VALUES (7)",
         "INSERT INTO history VALUES (1, 7), (2, 7)",
     ] {
         direct.query_drop(sql).unwrap();
     }
     let mut c = proxy.connect(Some(&db));
+    // Every table partitioned before any partition is added: each split
+    // finds its children partitioned alike.
     for sql in [
         "HSCALE SETUP_TABLE('warehouse', 'w_id', 'warehouse_default', 1, 'MOD(2)')",
-        // Warehouse 1 leaves backend 1: its districts stay there, whole.
-        "HSCALE ADD_PARTITION('warehouse', 'odd', 1, 2)",
-    ] {
-        c.query_drop(sql).unwrap();
-    }
-    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district"), 4);
-    for sql in [
         "HSCALE SETUP_TABLE('district', 'd_w_id', 'district_default', 1, 'MOD(2)')",
-        "HSCALE ADD_PARTITION('district', 'odd', 1, 2)",
+        "HSCALE SETUP_TABLE('supply', 's_w_id', 'supply_default', 1, 'MOD(2)')",
         "HSCALE SETUP_TABLE('history', 'h_id', 'history_default', 1, 'MOD(2)')",
+        // Warehouse 1 leaves backend 1, its districts stay there, whole.
+        "HSCALE ADD_PARTITION('warehouse', 'odd', 1, 2)",
+        "HSCALE ADD_PARTITION('district', 'odd', 1, 2)",
+        "HSCALE ADD_PARTITION('supply', 'odd', 1, 2)",
         "HSCALE ADD_PARTITION('history', 'odd', 1, 2)",
     ] {
         c.query_drop(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     assert_eq!(count(2, &db, "SELECT COUNT(*) FROM district_odd"), 2);
     assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_default"), 2);
-    let definition = |table: &str| -> String {
+    let definition = |backend: usize, table: &str| -> String {
         let row: (String, String) = cluster()
-            .direct(2, Some(&db))
+            .direct(backend, Some(&db))
             .query_first(format!("SHOW CREATE TABLE {table}"))
             .unwrap()
             .unwrap();
         row.1
     };
-    let district = definition("district_odd");
-    assert!(
-        district.contains(
-            "FOREIGN KEY (`d_w_id`) REFERENCES `warehouse_odd` (`w_id`) ON DELETE CASCADE"
-        ),
-        "{district}"
-    );
-    assert!(!definition("history_odd").contains("FOREIGN KEY"));
-    // Enforced on backend 2 as on one server: warehouse 3 is nowhere.
-    assert_eq!(
-        error_of(&mut c, "INSERT INTO district VALUES (3, 1)").0,
-        1452
-    );
+    let cascade = |parent: &str| {
+        format!("FOREIGN KEY (`d_w_id`) REFERENCES `{parent}` (`w_id`) ON DELETE CASCADE")
+    };
+    assert!(definition(1, "district_default").contains(&cascade("warehouse_default")));
+    let district = definition(2, "district_odd");
+    assert!(district.contains(&cascade("warehouse_odd")), "{district}");
+    // Moved away from warehouse 1's partition, it cannot keep the key.
+    moved(&mut c, "HSCALE MOVE_PARTITION('district', 'odd', 1)");
+    assert!(!definition(1, "district_odd").contains("FOREIGN KEY"));
+    moved(&mut c, "HSCALE MOVE_PARTITION('warehouse', 'odd', 1)");
+    assert!(definition(1, "district_default").contains(&cascade("warehouse_default")));
+    for (backend, table) in [(1, "supply_default"), (2, "supply_odd")] {
+        assert!(
+            !definition(backend, table).contains("FOREIGN KEY"),
+            "{table}"
+        );
+    }
+    assert!(!definition(2, "history_odd").contains("FOREIGN KEY"));
+    // Enforced as on one server where kept: warehouse 4 is nowhere.
+    let sql = "INSERT INTO district VALUES (4, 1)";
+    assert_eq!(error_of(&mut c, sql).0, 1452, "{sql}");
     c.query_drop("INSERT INTO district VALUES (1, 3)").unwrap();
+    // Warehouse 2's supply from warehouse 1, which is on the other backend
+    // (the key is on no backend).
+    c.query_drop("INSERT INTO supply VALUES (2, 1)").unwrap();
     // A cascade inside the backend, as on one server.
-    c.query_drop("DELETE FROM warehouse WHERE w_id = 1")
+    c.query_drop("DELETE FROM warehouse WHERE w_id = 2")
         .unwrap();
-    assert_eq!(count(2, &db, "SELECT COUNT(*) FROM district_odd"), 0);
-    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_default"), 2);
+    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_default"), 0);
+    assert_eq!(count(1, &db, "SELECT COUNT(*) FROM district_odd"), 3);
     c.query_drop("INSERT INTO history VALUES (3, 7)").unwrap();
 }
 

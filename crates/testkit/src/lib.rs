@@ -14,6 +14,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder};
 
 pub mod differential;
+pub mod order_entry;
 pub mod raw;
 pub mod tls;
 

@@ -6,6 +6,7 @@ use hscale_planner::collation::{kind_of, CollationKind, LEARNED};
 use hscale_planner::{ColumnKind, Dictionary, HashFunction, TableName};
 
 use super::{check_manageable, current, publish, slot, AdminAnswer, AdminError, AdminLock};
+use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -112,9 +113,42 @@ pub async fn run(
         publish(shared, &mut lock).await?;
         return Err(e);
     }
+    unname_foreign_keys(&mut conn, &table.db, &default_table).await;
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
     Ok(AdminAnswer::Ok { affected_rows: 0 })
+}
+
+/// Gives the default table's foreign keys InnoDB's own names: a move
+/// retires the table into hscale's schema, where a constraint name its
+/// author chose may be taken by another database's table retired there.
+/// Left as they are if the server refuses (the move then says why).
+async fn unname_foreign_keys(conn: &mut BackendConn, db: &str, table: &str) {
+    let place = format!("{}.{}", store::ident(db), store::ident(table));
+    let renamed = async {
+        let Some(definition) = store::definition(conn, db, table).await? else {
+            return Ok(());
+        };
+        let (names, items) = hscale_moves::foreign_keys::own_names(&definition, table);
+        if names.is_empty() {
+            return Ok(());
+        }
+        let drops: Vec<String> = names
+            .iter()
+            .map(|name| format!("DROP FOREIGN KEY {}", store::ident(name)))
+            .collect();
+        let adds: Vec<String> = items.iter().map(|item| format!("ADD {item}")).collect();
+        // Unchecked, the key is added in place: no rows are read.
+        store::exec(conn, "SET SESSION foreign_key_checks = 0").await?;
+        store::exec(conn, &format!("ALTER TABLE {place} {}", drops.join(", "))).await?;
+        // Two statements: InnoDB refuses a key dropped and added in one.
+        store::exec(conn, &format!("ALTER TABLE {place} {}", adds.join(", "))).await?;
+        store::exec(conn, "SET SESSION foreign_key_checks = 1").await?;
+        Ok::<(), ProxyError>(())
+    };
+    if let Err(e) = renamed.await {
+        tracing::warn!(table = %place, "cannot give the foreign keys InnoDB's names; a move of this table may fail on a constraint name: {e}");
+    }
 }
 
 /// A partition column whose collation hscale cannot fold as the server

@@ -629,6 +629,21 @@ async fn create_like(
         .map(drop)
 }
 
+/// Whether `child`'s rows find their parents, by the foreign key
+/// `reference`, in `parent`'s partition of their own value: partitioned
+/// alike, the key pairing the two partition columns. Any other key of a
+/// partitioned parent may name rows on another backend.
+fn co_located(
+    child: &PartitionedTable,
+    parent: &PartitionedTable,
+    reference: &foreign_keys::Reference,
+) -> bool {
+    let (mine, theirs) = (child.definition(), parent.definition());
+    mine.kind == theirs.kind
+        && mine.function == theirs.function
+        && reference.pairs(&mine.column, &theirs.column)
+}
+
 /// The table on `backend` that holds the parent rows of the rows `job`
 /// puts there, for a foreign key naming `reference` on the source.
 async fn parent_on(
@@ -643,10 +658,6 @@ async fn parent_on(
         db: db.to_string(),
         name: reference.table.clone(),
     };
-    // Beside the source (what stays of a split): the parents it had.
-    if backend == job.source {
-        return Ok(same());
-    }
     let dictionary = shared.dictionary.snapshot();
     let logical = dictionary
         .logical_name(db.as_bytes(), reference.table.as_bytes())
@@ -658,13 +669,14 @@ async fn parent_on(
         });
     }
     if let Some(parent) = dictionary.table(db, logical) {
-        // Co-located: partitioned alike, the moved rows' value in a
-        // partition of the parent on this backend.
         let table = dictionary.table(&job.table.db, &job.table.name);
-        let alike = table.is_some_and(|t| {
-            let (mine, theirs) = (t.definition(), parent.definition());
-            mine.kind == theirs.kind && mine.function == theirs.function
-        });
+        if !table.is_some_and(|t| co_located(t, parent, reference)) {
+            return Ok(Parent::None);
+        }
+        // What stays of a split keeps the co-located parent it had.
+        if backend == job.source {
+            return Ok(same());
+        }
         let value = match &job.work {
             Work::Split { value, .. } => Some(value.clone()),
             _ => job.partition.as_deref().and_then(|name| {
@@ -683,13 +695,17 @@ async fn parent_on(
                 (default.backend, default.table.to_string())
             }
         };
-        return Ok(match alike && target.0 == backend {
+        return Ok(match target.0 == backend {
             true => Parent::Table {
                 db: db.to_string(),
                 name: target.1,
             },
             false => Parent::None,
         });
+    }
+    // Beside the source (what stays of a split): the parents it had.
+    if backend == job.source {
+        return Ok(same());
     }
     // A plain table: where the backend has one of that name.
     Ok(
@@ -1355,7 +1371,7 @@ async fn finish_split(
         exec(source, &rename(&rest, &physical)).await?;
     }
     // What stays of the partition is under its name again.
-    children_follow(source, job, &job.retired(shared), Some(&physical)).await?;
+    children_follow(shared, source, job, &job.retired(shared), Some(&physical)).await?;
     change_owned(
         shared,
         main,
@@ -1372,6 +1388,7 @@ async fn finish_split(
 /// out where none does. A child busy past a few seconds keeps its
 /// constraint on the retired table, and says so.
 async fn children_follow(
+    shared: &Shared,
     source: &mut BackendConn,
     job: &Job,
     retired: &Place,
@@ -1391,17 +1408,34 @@ async fn children_follow(
     }
     // Clients' statements on the child queue behind a waiting ALTER.
     exec(source, "SET SESSION lock_wait_timeout = 5").await?;
+    let dictionary = shared.dictionary.snapshot();
+    let parent = dictionary.table(&job.table.db, &job.table.name);
     for row in 0..children.len() {
         let child = Place::new(
             &store::text(&children, row, 0),
             &store::text(&children, row, 1),
         );
         let name = store::text(&children, row, 2);
-        let readded = match now {
-            Some(place) => store::definition(source, &child.db, &child.name)
-                .await?
-                .and_then(|d| foreign_keys::pointed_at(&d, &name, &place.db, &place.name)),
-            None => None,
+        let definition = store::definition(source, &child.db, &child.name).await?;
+        // Only a co-located child's rows have their parents in what stays;
+        // a plain table's, or another key's, may now be on another backend.
+        let child_table = dictionary
+            .logical_name(child.db.as_bytes(), child.name.as_bytes())
+            .and_then(|logical| dictionary.table(&child.db, logical));
+        let reference = definition
+            .as_deref()
+            .and_then(|d| foreign_keys::named(d, &name));
+        let follows = match (child_table, parent, &reference) {
+            (Some(child_table), Some(parent), Some(reference)) => {
+                co_located(child_table, parent, reference)
+            }
+            _ => false,
+        };
+        let readded = match (now, &definition) {
+            (Some(place), Some(definition)) if follows => {
+                foreign_keys::pointed_at(definition, &name, &place.db, &place.name)
+            }
+            _ => None,
         };
         // Two statements: InnoDB refuses a name dropped and added in one.
         let mut alters = vec![format!(
@@ -1422,7 +1456,7 @@ async fn children_follow(
         match (refused, &readded) {
             (None, Some(_)) => {}
             (None, None) => {
-                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition is left out: its parent rows left this backend")
+                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition is left out: its parent rows are no longer all on this backend")
             }
             (Some(message), _) => {
                 tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition could not follow it ({message}): it is not enforced")
@@ -1629,7 +1663,7 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
         Work::Split { .. } => finish_split(shared, &mut main, &mut source, job).await?,
         // The partition's rows left the backend: nothing there holds the
         // parents of the rows that name them.
-        _ => children_follow(&mut source, job, &job.retired(shared), None).await?,
+        _ => children_follow(shared, &mut source, job, &job.retired(shared), None).await?,
     }
     progress(
         shared,
