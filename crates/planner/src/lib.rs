@@ -48,7 +48,7 @@ pub use lexer::{
 };
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;
-pub use messages::{messages_read, MessagesRead};
+pub use messages::{messages_read, Counted, MessagesRead};
 pub use own_values::{is_server_variable, replace_own_values, OwnValues};
 pub use plan::{
     plan, plan_copies, plan_prepared, Action, ClientCharset, Context, Merge, Plan, Refusal, Route,

@@ -1462,13 +1462,18 @@ fn show_warnings_reads_the_previous_statement_wherever_it_ran() {
         let count: Option<u32> = c.query_first("SHOW COUNT(*) WARNINGS").unwrap();
         assert_eq!(count, Some(1));
     }
-    // After a statement over both backends, hscale lists the messages it
-    // read from each (below) but has no one count to give.
+    // After a statement over both backends, hscale counts the messages it
+    // read from each (below).
     c.query_drop("SELECT CAST(nickname AS SIGNED) FROM users")
         .unwrap();
     assert_eq!(c.warnings(), 2);
-    assert_eq!(error_of(&mut c, "SHOW COUNT(*) WARNINGS").0, 1235);
-    assert_eq!(error_of(&mut c, "SELECT @@warning_count").0, 1235);
+    for sql in ["SHOW COUNT(*) WARNINGS", "SELECT @@warning_count"] {
+        assert_eq!(c.query_first::<u32, _>(sql).unwrap(), Some(2), "{sql}");
+    }
+    assert_eq!(
+        c.query_first::<u32, _>("SELECT @@error_count").unwrap(),
+        Some(0)
+    );
     // Nor ROW_COUNT(), even where a transaction holds a connection.
     c.query_drop("BEGIN").unwrap();
     c.query_drop("UPDATE users SET nickname = 'q' WHERE id = 2")
@@ -1512,6 +1517,33 @@ fn show_warnings_after_a_statement_over_several_partitions_lists_every_part() {
     for conn in [&mut c, &mut oracle] {
         conn.query_drop(scan).unwrap();
     }
+    // The counts too, named and typed as the server has them, and reading
+    // them leaves the messages in place.
+    let counts = |conn: &mut Conn| -> Vec<(String, Option<u64>)> {
+        [
+            "SELECT @@Warning_Count",
+            "SELECT @@session.error_count",
+            "SHOW COUNT(*) WARNINGS",
+            "SHOW COUNT(*) ERRORS",
+        ]
+        .iter()
+        .map(|sql| {
+            let mut result = conn.query_iter(*sql).unwrap();
+            let column = result.columns();
+            let column = &column.as_ref()[0];
+            let described = format!(
+                "{} {:?} {:?}",
+                column.name_str(),
+                column.column_type(),
+                column.flags()
+            );
+            let row = result.next().unwrap().unwrap();
+            (described, row.get(0))
+        })
+        .collect()
+    };
+    assert_eq!(counts(&mut c), counts(&mut oracle));
+    assert_eq!(counts(&mut c)[0].1, Some(6));
     let theirs: Messages = oracle.query("SHOW WARNINGS").unwrap();
     assert_eq!(theirs.len(), 6);
     for _ in 0..2 {
@@ -1525,12 +1557,18 @@ fn show_warnings_after_a_statement_over_several_partitions_lists_every_part() {
     let errors: Messages = c.query("SHOW ERRORS").unwrap();
     assert!(errors.is_empty(), "{errors:?}");
     // Capped at max_error_count, as the server caps its own list.
-    c.query_drop("SET max_error_count = 4").unwrap();
-    c.query_drop(scan).unwrap();
-    assert_eq!(c.warnings(), 6);
+    for conn in [&mut c, &mut oracle] {
+        conn.query_drop("SET max_error_count = 4").unwrap();
+        conn.query_drop(scan).unwrap();
+        assert_eq!(conn.warnings(), 6);
+    }
     let capped: Messages = c.query("SHOW WARNINGS").unwrap();
     assert_eq!(capped.len(), 4, "{capped:?}");
-    c.query_drop("SET max_error_count = DEFAULT").unwrap();
+    // The count goes on past the list.
+    assert_eq!(counts(&mut c), counts(&mut oracle));
+    for conn in [&mut c, &mut oracle] {
+        conn.query_drop("SET max_error_count = DEFAULT").unwrap();
+    }
 
     // A scan that fails on one partition: its error, as the server lists it.
     let failing = "SELECT id FROM users WHERE IF(id = 5, (SELECT 1 UNION SELECT 2), 0)";
@@ -1545,6 +1583,8 @@ fn show_warnings_after_a_statement_over_several_partitions_lists_every_part() {
         assert_eq!(ours, theirs, "{read}");
         assert_eq!(ours.len(), 1, "{read}: {ours:?}");
     }
+    assert_eq!(counts(&mut c), counts(&mut oracle));
+    assert_eq!(counts(&mut c)[1].1, Some(1));
 
     // A write over three partitions, two of them on one connection, where
     // the second part's statement replaces the first's messages.

@@ -15,12 +15,16 @@ const MYSQL_TYPE_VAR_STRING: u8 = 0xfd;
 const MYSQL_TYPE_LONGLONG: u8 = 0x08;
 const NOT_NULL_FLAG: u16 = 1;
 const BINARY_COLLATION: u16 = 63;
+const BINARY_FLAG: u16 = 128;
 
 /// A column of a result set hscale writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
     Text,
     Integer,
+    /// A session's count as MariaDB types `@@warning_count`: BIGINT
+    /// UNSIGNED, nullable.
+    Count,
 }
 
 /// One value of a text-protocol row: `None` is NULL.
@@ -98,6 +102,12 @@ pub fn write_column(name: &str, column_type: ColumnType, dst: &mut Vec<u8>) {
     let (charset, kind, length, flags) = match column_type {
         ColumnType::Text => (UTF8_GENERAL_CI, MYSQL_TYPE_VAR_STRING, 3 * 1024u32, 0),
         ColumnType::Integer => (BINARY_COLLATION, MYSQL_TYPE_LONGLONG, 20, NOT_NULL_FLAG),
+        ColumnType::Count => (
+            BINARY_COLLATION,
+            MYSQL_TYPE_LONGLONG,
+            21,
+            UNSIGNED_FLAG | BINARY_FLAG,
+        ),
     };
     dst.extend_from_slice(&charset.to_le_bytes());
     dst.extend_from_slice(&length.to_le_bytes());

@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use hscale_wire::packets::write_result_end;
-use hscale_wire::resultset::text_values;
+use hscale_wire::resultset::{text_result, text_values, ColumnType};
 
 use super::state::{command, COM_QUERY};
 use super::Session;
@@ -31,6 +31,10 @@ pub(super) struct Gathered {
     /// The session's max_error_count, which caps the list as the server's
     /// own is capped: read once a second list joins the first.
     limit: Option<usize>,
+    /// @@warning_count and @@error_count summed over the parts: past
+    /// max_error_count the lists stop and the counts go on.
+    warnings: u64,
+    errors: u64,
 }
 
 impl Session {
@@ -51,6 +55,21 @@ impl Session {
             return Ok(());
         };
         let read_limit = gathered.lists > 0 && gathered.limit.is_none();
+        let counts = match ask(conn, "SELECT @@warning_count, @@error_count").await? {
+            Answer::Rows { rows, .. } => rows.first().and_then(|row| {
+                let values = text_values(row, 2)?;
+                let number = |i: usize| -> Option<u64> {
+                    let at = values.get(i)?.clone()?;
+                    std::str::from_utf8(&row[at]).ok()?.parse().ok()
+                };
+                Some((number(0)?, number(1)?))
+            }),
+            Answer::Packet(_) => None,
+        };
+        let Some((warnings, errors)) = counts else {
+            self.gathered = None;
+            return Ok(());
+        };
         let Answer::Rows { header, rows, .. } = ask(conn, "SHOW WARNINGS").await? else {
             // Refused: what SHOW WARNINGS would list is not known.
             self.gathered = None;
@@ -78,6 +97,8 @@ impl Session {
             gathered.header = header;
         }
         gathered.lists += 1;
+        gathered.warnings += warnings;
+        gathered.errors += errors;
         gathered.limit = gathered.limit.or(limit);
         gathered.rows.extend(rows);
         if let Some(limit) = gathered.limit {
@@ -86,12 +107,34 @@ impl Session {
         Ok(())
     }
 
-    /// Answers SHOW WARNINGS or SHOW ERRORS from the gathered lists; false
-    /// when there are none to answer from.
-    pub(super) async fn answer_gathered(&mut self, read: MessagesRead) -> Result<bool, ProxyError> {
+    /// Answers SHOW WARNINGS or SHOW ERRORS (or the count, `sql` naming its
+    /// column) from the gathered lists; false when there are none to answer
+    /// from.
+    pub(super) async fn answer_gathered(
+        &mut self,
+        read: MessagesRead,
+        sql: &[u8],
+    ) -> Result<bool, ProxyError> {
         let Some(gathered) = self.gathered.as_ref().filter(|g| !g.header.is_empty()) else {
             return Ok(false);
         };
+        let deprecate_eof = self
+            .capabilities
+            .contains(hscale_wire::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        if let Some(column) = read.count_column(sql) {
+            let count = match read.errors_only {
+                true => gathered.errors,
+                false => gathered.warnings,
+            };
+            let columns = [(column.as_ref(), ColumnType::Count)];
+            let rows = [vec![Some(count.to_string())]];
+            let mut seq = 1;
+            for packet in text_result(&columns, &rows, deprecate_eof, self.status_flags()) {
+                seq = self.client.queue_packet(seq, &packet);
+            }
+            self.client.flush().await?;
+            return Ok(true);
+        }
         let is_error = |row: &Bytes| {
             text_values(row, 1)
                 .and_then(|values| values.into_iter().next().flatten())
@@ -110,9 +153,6 @@ impl Session {
         for packet in header.iter().chain(rows.iter()) {
             seq = self.client.queue_packet(seq, packet);
         }
-        let deprecate_eof = self
-            .capabilities
-            .contains(hscale_wire::CapabilityFlags::CLIENT_DEPRECATE_EOF);
         let mut end = Vec::with_capacity(16);
         write_result_end(deprecate_eof, self.status_flags(), &mut end);
         self.client.send_packet(seq, &end).await?;

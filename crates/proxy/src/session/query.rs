@@ -115,7 +115,7 @@ impl Session {
                 let scattered_messages =
                     matches!(self.previous, Previous::Scattered { messages: true, .. });
                 if let Some(read) = plan.messages_read.filter(|_| scattered_messages) {
-                    if self.answer_gathered(read).await? {
+                    if self.answer_gathered(read, sql).await? {
                         return Ok(());
                     }
                 }
