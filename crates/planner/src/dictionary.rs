@@ -116,6 +116,10 @@ pub struct PartitionedTable {
     /// A schema statement (ALTER, RENAME, ...) is running on its physical
     /// tables: statements on it wait.
     pub changing: bool,
+    /// Its columns' names, where the dictionary read them (its default
+    /// table is on the main backend): which table an unqualified column
+    /// of a subquery names.
+    pub columns: Option<Arc<[String]>>,
     by_value: FxHashMap<String, usize>,
     /// Built once per snapshot: a routed statement clones a target, it does
     /// not format one.
@@ -251,10 +255,18 @@ impl PartitionedTable {
             folding,
             entries,
             changing: false,
+            columns: None,
             by_value,
             default,
             targets,
         }
+    }
+
+    /// Whether it has column `name` (without case): None where its columns
+    /// are not known.
+    pub fn has_column(&self, name: &str) -> Option<bool> {
+        let columns = self.columns.as_ref()?;
+        Some(columns.iter().any(|c| c.eq_ignore_ascii_case(name)))
     }
 
     pub fn definition(&self) -> TableDefinition {

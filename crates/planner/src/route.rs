@@ -173,7 +173,7 @@ pub(crate) fn route(
         joined,
         ctx,
         params: params.unwrap_or_default(),
-        linked_by_literals: Default::default(),
+        own_shape: Default::default(),
     };
     if schema {
         return match analysis.schema_change() {
@@ -263,7 +263,7 @@ pub(crate) fn route(
         Err(reason) => (Err(reason), None),
     };
     // Its tables' partitions were matched by its literals.
-    let shape = shape.filter(|_| !analysis.linked_by_literals.get());
+    let shape = shape.filter(|_| !analysis.own_shape.get());
     let action = finish(routed, summary, ctx, &table.table);
     match action {
         Action::Refuse(refusal) if matches!(statement, Statement::Query(_)) => {
@@ -654,9 +654,10 @@ pub(crate) struct Analysis<'a> {
     pub ctx: &'a Context<'a>,
     /// The byte offsets of the `?` placeholders of a statement being prepared.
     pub params: &'a [usize],
-    /// Tables were found co-located by equal literals (`owners`): the
-    /// statement's shape serves no other.
-    pub linked_by_literals: std::cell::Cell<bool>,
+    /// The shape holds what only this statement's text has — tables found
+    /// co-located by equal literals (`owners`), a select item named by its
+    /// text (`item_names`): it serves no other statement.
+    pub own_shape: std::cell::Cell<bool>,
 }
 
 /// How the partitioned table is written where it is replaced.
@@ -682,6 +683,16 @@ pub(crate) struct Owner<'r> {
 }
 
 impl Analysis<'_> {
+    /// The columns of the partitioned table `name` names, where known.
+    pub(crate) fn columns_of(&self, name: &ObjectName) -> Option<Arc<[String]>> {
+        let table = resolve(name, self.ctx)?;
+        self.ctx
+            .dictionary
+            .table(&table.db, &table.name)?
+            .columns
+            .clone()
+    }
+
     /// The routed table as the statement names it.
     fn owner(&self, alias: Option<Ident>, naming: Option<Naming>) -> Owner<'_> {
         Owner {
@@ -740,17 +751,6 @@ impl Analysis<'_> {
             }
         }
         if !subqueries.is_empty() {
-            // MariaDB names such a column by its text, which names the
-            // partition's table.
-            let unnamed_subquery = select
-                .projection
-                .iter()
-                .any(|item| matches!(item, SelectItem::UnnamedExpr(e) if has_subquery(e)));
-            if unnamed_subquery {
-                return Err(
-                    "a subquery on a partitioned table as a select item without an alias".into(),
-                );
-            }
             // A qualifier names one reference only where every reference
             // has a name of its own: no subquery shadows a table around it.
             let mut names: Vec<&str> = owners
@@ -767,12 +767,15 @@ impl Analysis<'_> {
                     "a subquery naming a partitioned table as a table around it is named".into(),
                 );
             }
-            let qualified = |e: &Expr| matches!(strip_nesting(e), Expr::CompoundIdentifier(_));
+            let nested = subqueries
+                .iter()
+                .any(|inner| !subqueries_of(inner).is_empty());
             for inner in &subqueries {
+                let names_one = |e: &Expr| names_one_table(e, inner, select, &owners, nested);
                 let correlations = inner.selection.iter().flat_map(|w| conjuncts(w));
                 equalities.extend(correlations.filter(|e| {
                     matches!(e, Expr::BinaryOp { left, op: BinaryOperator::Eq, right }
-                        if qualified(left) && qualified(right))
+                        if names_one(left) && names_one(right))
                 }));
             }
         }
@@ -809,7 +812,7 @@ impl Analysis<'_> {
             for (b, other) in &fixed {
                 if a < b && value == other {
                     pairs.push((*a, *b));
-                    self.linked_by_literals.set(true);
+                    self.own_shape.set(true);
                 }
             }
         }
@@ -821,7 +824,7 @@ impl Analysis<'_> {
             None => Ok(owners),
             Some((owner, _)) if self.top_level_alias(&select.from, owner.reference).is_err() => {
                 Err(format!(
-                    "a subquery on {} whose WHERE does not equate its partition column `{}` with that of a table around it (qualified, with `=`)",
+                    "a subquery on {} whose WHERE does not equate its partition column `{}` with that of a table around it (with `=`, qualified where hscale cannot tell the table)",
                     owner.table.table, owner.table.column
                 ))
             }
@@ -840,14 +843,52 @@ impl Analysis<'_> {
             return Err("UNION, INTERSECT or EXCEPT".into());
         };
         let owners = self.owners(select)?;
+        let names = match owners.len() {
+            1 => Vec::new(),
+            _ => self.item_names(select)?,
+        };
         let (many, scan_edits) = match self.scan_merge(query, select, summary) {
             Ok((spec, edits)) => (Ok(Merge::Rows(Box::new(spec))), edits),
             Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
         };
         let (mut shape, values) = self.shape(select.selection.as_ref(), &owners, many, false)?;
+        if !names.is_empty() {
+            shape.edits.extend(names);
+            shape.edits.sort_by_key(|e| e.at.start);
+            self.own_shape.set(true);
+        }
         shape.scan_edits = scan_edits;
         shape.scan_reads_literals = self.merge_reads_literals();
         Ok((shape, values))
+    }
+
+    /// Names for the select items without one that hold a subquery: MariaDB
+    /// names such a column by its text, which the rewrite changes (the
+    /// partition's table in the subquery), so the item gets that text as its
+    /// alias (MariaDB cuts both to 255 characters alike).
+    fn item_names(&self, select: &Select) -> Result<Vec<Edit<Range<usize>>>, String> {
+        let unnamed: Vec<bool> = select
+            .projection
+            .iter()
+            .map(|item| matches!(item, SelectItem::UnnamedExpr(e) if has_subquery(e)))
+            .collect();
+        if !unnamed.contains(&true) {
+            return Ok(Vec::new());
+        }
+        let items = select_items(self.sql, self.ctx.quoting)
+            .filter(|items| items.len() == unnamed.len())
+            .ok_or(
+                "a subquery as a select item without an alias, in a select list hscale cannot read",
+            )?;
+        Ok(items
+            .into_iter()
+            .zip(unnamed)
+            .filter(|(_, unnamed)| *unnamed)
+            .map(|(item, _)| Edit {
+                at: item.end..item.end,
+                text: EditText::Fixed(format!(" AS {}", quote_identifier(&self.sql[item]))),
+            })
+            .collect())
     }
 
     /// INSERT INTO plain SELECT ... FROM the partitioned table: the SELECT
@@ -947,14 +988,14 @@ impl Analysis<'_> {
             joined: rest,
             ctx: self.ctx,
             params: self.params,
-            linked_by_literals: Default::default(),
+            own_shape: Default::default(),
         };
         // The SELECT's keys pick the partitions (the same in every
         // co-located table); its tables are written as the target's
         // partition's neighbours, the target as the routed table.
         let (mut shape, values) = reads.insert_from_partitions(source, summary)?;
-        if reads.linked_by_literals.get() {
-            self.linked_by_literals.set(true);
+        if reads.own_shape.get() {
+            self.own_shape.set(true);
         }
         let mut edits = Vec::new();
         for mut owner in reads.owners(select)? {
@@ -1847,6 +1888,110 @@ fn column_owner(expr: &Expr, owners: &[Owner]) -> Option<usize> {
         (Some(i), None) => Some(i),
         _ => None,
     }
+}
+
+/// Whether `side` of an equality in subquery `inner` of `outer` names one
+/// table's column as MariaDB resolves it: qualified; or unqualified, where
+/// hscale knows the columns of every table it could name — the
+/// subquery's own FROM first, then the statement's — and the column is
+/// the partition column `column_owner` takes it for. Not where a subquery
+/// nests in another (a scope between them is not followed).
+fn names_one_table(
+    side: &Expr,
+    inner: &Select,
+    outer: &Select,
+    owners: &[Owner],
+    nested: bool,
+) -> bool {
+    let ident = match strip_nesting(side) {
+        Expr::CompoundIdentifier(_) => return true,
+        Expr::Identifier(ident) if !nested => ident,
+        _ => return false,
+    };
+    let Some(owner) = column_owner(side, owners) else {
+        return false;
+    };
+    // The owners of a FROM that have the column; None where a table of it
+    // is not partitioned or its columns are not known.
+    let having = |from: &[TableWithJoins]| -> Option<Vec<usize>> {
+        let factors = from
+            .iter()
+            .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
+        let mut found = Vec::new();
+        for factor in factors {
+            let TableFactor::Table { name, .. } = factor else {
+                return None;
+            };
+            let i = owners.iter().position(|o| same_name(o.reference, name))?;
+            if owners[i].table.has_column(&ident.value)? {
+                found.push(i);
+            }
+        }
+        Some(found)
+    };
+    let resolved = match having(&inner.from) {
+        Some(found) if !found.is_empty() => found,
+        Some(_) => match having(&outer.from) {
+            Some(found) => found,
+            None => return false,
+        },
+        None => return false,
+    };
+    resolved == [owner]
+}
+
+/// The byte range of each item of the statement's select list (the first
+/// SELECT's), from its first token to its last, as MariaDB names an item
+/// without an alias; None where the statement does not begin with it.
+fn select_items(sql: &str, quoting: crate::lexer::Quoting) -> Option<Vec<Range<usize>>> {
+    use crate::lexer::{TokenKind, Tokens};
+    const MODIFIERS: [&str; 10] = [
+        "all",
+        "distinct",
+        "distinctrow",
+        "high_priority",
+        "straight_join",
+        "sql_small_result",
+        "sql_big_result",
+        "sql_buffer_result",
+        "sql_cache",
+        "sql_no_cache",
+    ];
+    let bytes = sql.as_bytes();
+    let mut tokens = Tokens::new(bytes, quoting).peekable();
+    let word = |t: &crate::lexer::Token, w: &str| {
+        t.kind == TokenKind::Word && bytes[t.start..t.end].eq_ignore_ascii_case(w.as_bytes())
+    };
+    if !word(&tokens.next()?, "select") {
+        return None;
+    }
+    while tokens
+        .peek()
+        .is_some_and(|t| MODIFIERS.iter().any(|m| word(t, m)) || word(t, "sql_calc_found_rows"))
+    {
+        tokens.next();
+    }
+    let (mut items, mut depth, mut item): (Vec<Range<usize>>, usize, Option<Range<usize>>) =
+        (Vec::new(), 0, None);
+    for token in tokens {
+        match token.kind {
+            TokenKind::Symbol(b'(') => depth += 1,
+            TokenKind::Symbol(b')') => depth = depth.checked_sub(1)?,
+            TokenKind::Symbol(b',') if depth == 0 => {
+                items.push(item.take()?);
+                continue;
+            }
+            TokenKind::Symbol(b';') if depth == 0 => break,
+            TokenKind::Word if depth == 0 && (word(&token, "from") || word(&token, "into")) => {
+                break
+            }
+            _ => {}
+        }
+        let start = item.as_ref().map_or(token.start, |i| i.start);
+        item = Some(start..token.end);
+    }
+    items.push(item?);
+    Some(items)
 }
 
 /// The plain SELECTs of the subqueries in `select`'s WHERE and select list,

@@ -7,13 +7,14 @@
 //! streams: one row per partition, one group at a time.
 
 use std::ops::{ControlFlow, Range};
+use std::sync::Arc;
 
 use hscale_merge::{
     hidden_name, Arithmetic, Calc, Combine, CompareOp, Having, Place, Reorder, SortKey, Spec,
 };
 use sqlparser::ast::{
     visit_expressions, BinaryOperator, Distinct, DuplicateTreatment, Expr, FunctionArg,
-    FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, OrderBy, OrderByExpr,
+    FunctionArgExpr, FunctionArguments, GroupByExpr, LimitClause, ObjectName, OrderBy, OrderByExpr,
     OrderByKind, OrderBySort, Query, Select, SelectItem, SetExpr, Spanned, TableFactor,
     UnaryOperator, Value as Literal, Visit, Visitor,
 };
@@ -370,7 +371,7 @@ impl Analysis<'_> {
                 combines.push(combine);
                 continue;
             }
-            match nested_aggregate(expr) {
+            match nested_aggregate(expr, &|name| self.columns_of(name)) {
                 Some(name) if name == "window" => {
                     return Err("a window function".into());
                 }
@@ -405,7 +406,7 @@ impl Analysis<'_> {
                 return Ok(Calc::Literal(number.clone()));
             }
         }
-        if nested_aggregate(expr).is_none() {
+        if nested_aggregate(expr, &|name| self.columns_of(name)).is_none() {
             return part(Combine::First, hidden);
         }
         match expr {
@@ -902,41 +903,71 @@ fn normalized(text: &str) -> String {
 /// unless its arguments may name columns of the rows around it (MariaDB
 /// then aggregates it in the outer statement): only arguments whose columns
 /// are all qualified by a table of the subquery's own FROM leave it there.
-pub(crate) fn nested_aggregate(expr: &Expr) -> Option<String> {
-    let mut finder = AggregateFinder::default();
+///
+/// `columns` gives the columns of a table where they are known: an
+/// unqualified argument names the subquery's own column where one of its
+/// tables has that column (MariaDB looks there first).
+pub(crate) fn nested_aggregate(expr: &Expr, columns: &Columns) -> Option<String> {
+    let mut finder = AggregateFinder {
+        scopes: Vec::new(),
+        found: None,
+        columns,
+    };
     let _ = expr.visit(&mut finder);
     finder.found
 }
 
-#[derive(Default)]
-struct AggregateFinder {
-    /// The names the FROM of each subquery the walk is in gives its tables.
-    scopes: Vec<Vec<String>>,
-    found: Option<String>,
+/// The columns of the table a name names, where they are known.
+pub(crate) type Columns<'c> = dyn Fn(&ObjectName) -> Option<Arc<[String]>> + 'c;
+
+/// No table's columns known.
+pub(crate) fn no_columns(_: &ObjectName) -> Option<Arc<[String]>> {
+    None
 }
 
-impl Visitor for AggregateFinder {
+/// The names a subquery's FROM gives its tables, and their columns where
+/// every one's are known.
+type Scope = (Vec<String>, Option<Vec<Arc<[String]>>>);
+
+struct AggregateFinder<'c> {
+    /// The scope of each subquery the walk is in.
+    scopes: Vec<Scope>,
+    found: Option<String>,
+    columns: &'c Columns<'c>,
+}
+
+impl Visitor for AggregateFinder<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
-        let names = match query.body.as_ref() {
+        let factors: Vec<&TableFactor> = match query.body.as_ref() {
             SetExpr::Select(select) => select
                 .from
                 .iter()
                 .flat_map(|t| {
                     std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))
                 })
-                .filter_map(|factor| match factor {
-                    TableFactor::Table { name, alias, .. } => Some(match alias {
-                        Some(alias) => alias.name.value.clone(),
-                        None => name.0.last()?.as_ident()?.value.clone(),
-                    }),
-                    _ => None,
-                })
                 .collect(),
             _ => Vec::new(),
         };
-        self.scopes.push(names);
+        let names = factors
+            .iter()
+            .filter_map(|factor| match factor {
+                TableFactor::Table { name, alias, .. } => Some(match alias {
+                    Some(alias) => alias.name.value.clone(),
+                    None => name.0.last()?.as_ident()?.value.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let columns = factors
+            .iter()
+            .map(|factor| match factor {
+                TableFactor::Table { name, .. } => (self.columns)(name),
+                _ => None,
+            })
+            .collect();
+        self.scopes.push((names, columns));
         ControlFlow::Continue(())
     }
 
@@ -954,9 +985,9 @@ impl Visitor for AggregateFinder {
             None if f.over.is_some() => Some("window".to_string()),
             None => AGGREGATES.contains(&name.as_str()).then_some(name),
             Some(_) if f.over.is_some() => None,
-            Some(own) => {
-                (AGGREGATES.contains(&name.as_str()) && !only_columns_of(f, own)).then_some(name)
-            }
+            Some((own, columns)) => (AGGREGATES.contains(&name.as_str())
+                && !only_columns_of(f, own, columns.as_deref()))
+            .then_some(name),
         };
         match found {
             Some(found) => {
@@ -969,12 +1000,21 @@ impl Visitor for AggregateFinder {
 }
 
 /// Whether every column a function's arguments name is qualified by one of
-/// `tables`.
-fn only_columns_of(f: &sqlparser::ast::Function, tables: &[String]) -> bool {
+/// `tables`, or unqualified and a column of one of them (`columns`, where
+/// all are known).
+fn only_columns_of(
+    f: &sqlparser::ast::Function,
+    tables: &[String],
+    columns: Option<&[Arc<[String]>]>,
+) -> bool {
     let mut own = true;
     let _ = visit_expressions(&f.args, |e: &Expr| {
         own &= match e {
-            Expr::Identifier(_) => false,
+            Expr::Identifier(ident) => columns.is_some_and(|tables| {
+                tables
+                    .iter()
+                    .any(|table| table.iter().any(|c| c.eq_ignore_ascii_case(&ident.value)))
+            }),
             Expr::CompoundIdentifier(parts) => {
                 parts.len() == 2 && tables.iter().any(|t| *t == parts[0].value)
             }

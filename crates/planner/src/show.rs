@@ -289,7 +289,7 @@ fn elsewhere_of_query(
         || select.having.is_some()
         || select.projection.iter().any(|item| match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                crate::scan::nested_aggregate(e).is_some()
+                crate::scan::nested_aggregate(e, &crate::scan::no_columns).is_some()
             }
             _ => false,
         });

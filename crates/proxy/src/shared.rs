@@ -593,6 +593,7 @@ impl Shared {
                 ))
             })
             .collect();
+        let main_backend = pools[main].id();
         Shared {
             hostname: host_name(),
             users,
@@ -613,7 +614,8 @@ impl Shared {
                 config.dictionary.schema.clone(),
                 Duration::from_millis(config.dictionary.refresh_ms.max(1)),
                 Duration::from_millis(config.dictionary.lease_ms),
-            ),
+            )
+            .on_backend(main_backend),
             transactions: config.proxy.transactions,
             deadlock_check: (config.proxy.deadlock_check_ms > 0)
                 .then(|| Duration::from_millis(config.proxy.deadlock_check_ms)),

@@ -118,6 +118,9 @@ pub struct DictionaryHandle {
     acknowledged: AtomicU64,
     /// The collations partition columns compare by, as learned.
     pub collations: collations::Collations,
+    /// The backend the dictionary is read from: the columns of the default
+    /// tables there are read with it.
+    pub main_backend: u32,
 }
 
 impl DictionaryHandle {
@@ -134,7 +137,14 @@ impl DictionaryHandle {
             instance,
             acknowledged: AtomicU64::new(0),
             collations: Default::default(),
+            main_backend: 0,
         }
+    }
+
+    /// The handle of a dictionary read from backend `id`.
+    pub fn on_backend(mut self, id: u32) -> DictionaryHandle {
+        self.main_backend = id;
+        self
     }
 
     /// The current snapshot; a guard, not a reference count, so that workers

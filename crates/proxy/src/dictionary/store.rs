@@ -147,11 +147,22 @@ pub async fn load(
             &format!("SELECT db, name, backends, state FROM {s}.reference_tables"),
         )
         .await?;
-        Ok::<_, ProxyError>((version, tables, partitions, changing, references))
+        // The columns of default tables on this backend, for the planner to
+        // tell which table an unqualified column names.
+        let columns = exec(
+            conn,
+            &format!(
+                "SELECT t.db, t.name, c.COLUMN_NAME FROM {s}.tables AS t JOIN information_schema.COLUMNS AS c \
+                 ON c.TABLE_SCHEMA = t.db AND c.TABLE_NAME = t.default_table WHERE t.default_backend = {}",
+                handle.main_backend
+            ),
+        )
+        .await?;
+        Ok::<_, ProxyError>((version, tables, partitions, changing, references, columns))
     };
     let read = read.await;
     exec(conn, "COMMIT").await?;
-    let (version, tables, partitions, changing, references) = read?;
+    let (version, tables, partitions, changing, references, columns) = read?;
     let references = (0..references.len())
         .map(|r| ReferenceTable {
             table: TableName {
@@ -225,6 +236,15 @@ pub async fn load(
         table.changing = (0..changing.len()).any(|c| {
             text(&changing, c, 0) == table.table.db && text(&changing, c, 1) == table.table.name
         });
+        let names: Vec<String> = (0..columns.len())
+            .filter(|&c| {
+                text(&columns, c, 0) == table.table.db && text(&columns, c, 1) == table.table.name
+            })
+            .map(|c| text(&columns, c, 2))
+            .collect();
+        if !names.is_empty() {
+            table.columns = Some(names.into());
+        }
         result.push(table);
     }
     Ok(Dictionary::new(version, result).with_references(references))
