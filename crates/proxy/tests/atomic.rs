@@ -945,3 +945,37 @@ fn transfers_in_both_orders_never_wait_for_the_lock_wait_timeout() {
         assert!(xa_prepared(backend).is_empty(), "seed {seed}");
     }
 }
+
+/// A transaction on one backend that prepares statements on the
+/// partitioned table (prepared where some partition is) and executes them
+/// there, and prepares one for the main backend, stays on its backend: a
+/// COM_STMT_PREPARE opens no part of the transaction elsewhere, so COMMIT
+/// sends no XA statement.
+#[test]
+fn statements_prepared_inside_a_transaction_open_no_part_elsewhere() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (_proxy, db, mut c) = setup("atomic_prepared_inside");
+    c.query_drop("INSERT INTO orders VALUES (1, 1, 1.00), (2, 2, 2.00)")
+        .unwrap();
+    let before = [xa_counts(1), xa_counts(2)];
+    c.query_drop("BEGIN").unwrap();
+    c.query_drop("UPDATE orders SET total = 3 WHERE id = 1")
+        .unwrap();
+    let read = c.prep("SELECT total FROM orders WHERE id = ?").unwrap();
+    let total: Option<String> = c.exec_first(&read, (1,)).unwrap();
+    assert_eq!(total.as_deref(), Some("3.00"));
+    let write = c
+        .prep("UPDATE orders SET total = total + ? WHERE id = ?")
+        .unwrap();
+    c.exec_drop(&write, (1, 1)).unwrap();
+    // Prepared on the main backend, not executed.
+    c.prep("SELECT ? + 1").unwrap();
+    c.query_drop("COMMIT").unwrap();
+    let after = [xa_counts(1), xa_counts(2)];
+    assert_eq!(before, after, "no XA statement on either backend");
+    let total: Option<String> = cluster()
+        .direct(2, Some(&db))
+        .query_first("SELECT total FROM orders_odd WHERE id = 1")
+        .unwrap();
+    assert_eq!(total.as_deref(), Some("4.00"));
+}

@@ -76,6 +76,9 @@ pub struct Reach {
     /// EXECUTE): a transaction it opens must be plain, which MariaDB may
     /// end inside it (an XA branch refuses that with 1399).
     pub plain_branch: bool,
+    /// It reads and changes no rows (COM_STMT_PREPARE): it joins no
+    /// transaction, and a backend it alone reached needs no commit.
+    pub outside: bool,
 }
 
 /// What a backend runs before a statement, to be in the transaction.
@@ -439,6 +442,9 @@ impl<R> Transaction<R> {
     /// What `slot` runs first to join the transaction, before a statement
     /// that reaches it as `reach` says.
     pub fn opening(&self, slot: usize, reach: Reach) -> Result<Opening, Refused> {
+        if reach.outside {
+            return Ok(Opening::Nothing);
+        }
         let part = &self.parts[slot];
         let joins = !part.transaction && self.in_transaction();
         if joins && self.begin.is_none() && self.autocommit {

@@ -45,6 +45,7 @@ const ENDING: Needs = Needs {
         ends_transaction: true,
         may_begin: false,
         plain_branch: false,
+        outside: false,
     },
 };
 

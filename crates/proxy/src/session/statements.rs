@@ -209,11 +209,19 @@ impl Session {
                 self.federate(federation, then).await?.unwrap_or_default()
             }
             None => {
+                // Preparing opens no part of the transaction there.
+                let needs = Needs {
+                    reach: hscale_transaction::Reach {
+                        outside: true,
+                        ..Default::default()
+                    },
+                    ..Needs::default()
+                };
                 self.execute_command(
                     slot,
                     command,
                     Some(Expect::Prepare),
-                    Needs::default(),
+                    needs,
                     SessionChange::Nothing,
                 )
                 .await?
