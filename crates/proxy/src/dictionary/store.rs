@@ -148,16 +148,23 @@ pub async fn load(
         )
         .await?;
         // The columns of default tables on this backend, for the planner to
-        // tell which table an unqualified column names.
-        let columns = exec(
-            conn,
-            &format!(
-                "SELECT t.db, t.name, c.COLUMN_NAME FROM {s}.tables AS t JOIN information_schema.COLUMNS AS c \
-                 ON c.TABLE_SCHEMA = t.db AND c.TABLE_NAME = t.default_table WHERE t.default_backend = {}",
-                handle.main_backend
-            ),
-        )
-        .await?;
+        // tell which table an unqualified column names: one query per
+        // database, which information_schema answers from that database's
+        // tables alone (a join would open every table of the server).
+        let mut databases: Vec<String> = (0..tables.len())
+            .filter(|&i| text(&tables, i, 7) == handle.main_backend.to_string())
+            .map(|i| text(&tables, i, 0))
+            .collect();
+        databases.sort_unstable();
+        databases.dedup();
+        let mut columns = Vec::new();
+        for db in databases {
+            let sql = format!(
+                "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} ORDER BY TABLE_NAME, ORDINAL_POSITION",
+                text_literal(&db)
+            );
+            columns.push((db, exec(conn, &sql).await?));
+        }
         Ok::<_, ProxyError>((version, tables, partitions, changing, references, columns))
     };
     let read = read.await;
@@ -236,11 +243,15 @@ pub async fn load(
         table.changing = (0..changing.len()).any(|c| {
             text(&changing, c, 0) == table.table.db && text(&changing, c, 1) == table.table.name
         });
-        let names: Vec<String> = (0..columns.len())
-            .filter(|&c| {
-                text(&columns, c, 0) == table.table.db && text(&columns, c, 1) == table.table.name
+        let default_here = table.default_backend == handle.main_backend;
+        let names: Vec<String> = columns
+            .iter()
+            .filter(|(db, _)| default_here && *db == table.table.db)
+            .flat_map(|(_, rows)| {
+                (0..rows.len())
+                    .filter(|&c| text(rows, c, 0) == table.default_table)
+                    .map(|c| text(rows, c, 1))
             })
-            .map(|c| text(&columns, c, 2))
             .collect();
         if !names.is_empty() {
             table.columns = Some(names.into());
