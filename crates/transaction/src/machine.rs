@@ -978,6 +978,20 @@ mod tests {
     }
 
     #[test]
+    fn a_command_that_reads_no_rows_joins_no_transaction() {
+        let mut tx = atomic();
+        tx.begun_here(begin());
+        assert_eq!(run(&mut tx, 1, true), Opening::XaStart);
+        let prepare = Reach {
+            outside: true,
+            ..Reach::default()
+        };
+        assert_eq!(tx.opening(2, prepare), Ok(Opening::Nothing));
+        assert!(!tx.holds(2));
+        assert_eq!(tx.opening(2, statement()), Ok(Opening::XaStart));
+    }
+
+    #[test]
     fn a_begin_hscale_answers_opens_xa_branches_where_the_transaction_goes() {
         let mut tx = atomic();
         assert_eq!(
