@@ -174,6 +174,7 @@ pub(crate) fn route(
         ctx,
         params: params.unwrap_or_default(),
         own_shape: Default::default(),
+        same_partition: Default::default(),
     };
     if schema {
         return match analysis.schema_change() {
@@ -209,7 +210,11 @@ pub(crate) fn route(
         _ => Err(String::new()),
     };
     let form = match shaped {
-        Ok((shape, keys)) => Ok(Form::Keys { shape, keys }),
+        Ok((shape, keys)) => Ok(Form::Keys {
+            shape,
+            keys,
+            same_partition: analysis.same_partition.take(),
+        }),
         Err(reason) if !reason.is_empty() && matches!(statement, Statement::Query(_)) => {
             return answer_elsewhere(reason)
         }
@@ -238,7 +243,9 @@ pub(crate) fn route(
         };
     }
     let (routed, shape) = match form {
-        Ok(Form::Keys { mut shape, keys }) => {
+        Ok(Form::Keys {
+            mut shape, keys, ..
+        }) => {
             let values: Option<Vec<Value>> = keys
                 .into_iter()
                 .map(|key| match key {
@@ -658,6 +665,10 @@ pub(crate) struct Analysis<'a> {
     /// co-located by equal literals (`owners`), a select item named by its
     /// text (`item_names`): it serves no other statement.
     pub own_shape: std::cell::Cell<bool>,
+    /// Values that must lie in one partition for the statement to run as
+    /// planned: parameters a partition column of a joined table equals
+    /// (see `owners`).
+    pub same_partition: std::cell::RefCell<Vec<(Bound, Bound)>>,
 }
 
 /// How the partitioned table is written where it is replaced.
@@ -789,36 +800,53 @@ impl Analysis<'_> {
                 Some((column_owner(left, &owners)?, column_owner(right, &owners)?))
             })
             .collect();
-        // Partition columns equal to the same literal: for this statement
-        // their rows sit in same-named partitions too. Another statement of
-        // the same fingerprint may give two literals: never cached.
-        let literal = |e: &Expr| match strip_nesting(e) {
-            Expr::Value(v) if !matches!(v.value, sqlparser::ast::Value::Placeholder(_)) => {
-                Some(v.value.to_string())
-            }
-            _ => None,
-        };
-        let fixed: Vec<(usize, String)> = equalities
+        // Partition columns equal to literals of one partition: for this
+        // statement their rows sit in same-named partitions too. Another
+        // statement of the same fingerprint may give other literals: never
+        // cached. A parameter's value is known at each execution, which
+        // checks that it lies where the other's does (`Form::Keys`).
+        let pinned: Vec<(usize, Bound)> = equalities
             .iter()
             .filter_map(|e| {
                 let (left, right) = equality_sides(e)?;
-                match (column_owner(left, &owners), literal(right)) {
-                    (Some(owner), Some(value)) => Some((owner, value)),
-                    _ => Some((column_owner(right, &owners)?, literal(left)?)),
+                match (column_owner(left, &owners), self.literal_key(right)) {
+                    (Some(owner), Some((bound, _))) => Some((owner, bound)),
+                    _ => Some((column_owner(right, &owners)?, self.literal_key(left)?.0)),
                 }
             })
             .collect();
-        for (a, value) in &fixed {
-            for (b, other) in &fixed {
-                if a < b && value == other {
-                    pairs.push((*a, *b));
-                    self.own_shape.set(true);
+        let partition_of = |value: &Value| self.table.target_for(value).ok();
+        for (i, (a, x)) in pinned.iter().enumerate() {
+            for (b, y) in &pinned[i + 1..] {
+                if let (Bound::Literal(x), Bound::Literal(y)) = (x, y) {
+                    if a != b && partition_of(x).is_some_and(|t| Some(t) == partition_of(y)) {
+                        pairs.push((*a, *b));
+                        self.own_shape.set(true);
+                    }
                 }
             }
         }
-        while let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| linked[a] != linked[b]) {
-            linked[a] = true;
-            linked[b] = true;
+        let link = |linked: &mut Vec<bool>, pairs: &[(usize, usize)]| {
+            while let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| linked[a] != linked[b]) {
+                linked[a] = true;
+                linked[b] = true;
+            }
+        };
+        link(&mut linked, &pairs);
+        // Only where nothing else links a table: a parameter's check may
+        // send an execution to copies.
+        let by_parameter = |linked: &[bool], i: usize, j: usize| {
+            let ((a, x), (b, y)) = (&pinned[i], &pinned[j]);
+            let parameter = matches!(x, Bound::Param(_)) || matches!(y, Bound::Param(_));
+            parameter && linked[*a] && !linked[*b]
+        };
+        let all_pairs = || (0..pinned.len()).flat_map(|i| (0..pinned.len()).map(move |j| (i, j)));
+        while let Some((i, j)) = all_pairs().find(|&(i, j)| by_parameter(&linked, i, j)) {
+            self.same_partition
+                .borrow_mut()
+                .push((pinned[i].1.clone(), pinned[j].1.clone()));
+            linked[pinned[j].0] = true;
+            link(&mut linked, &pairs);
         }
         match owners.iter().zip(&linked).find(|(_, linked)| !**linked) {
             None => Ok(owners),
@@ -989,6 +1017,7 @@ impl Analysis<'_> {
             ctx: self.ctx,
             params: self.params,
             own_shape: Default::default(),
+            same_partition: Default::default(),
         };
         // The SELECT's keys pick the partitions (the same in every
         // co-located table); its tables are written as the target's
@@ -997,6 +1026,9 @@ impl Analysis<'_> {
         if reads.own_shape.get() {
             self.own_shape.set(true);
         }
+        self.same_partition
+            .borrow_mut()
+            .extend(reads.same_partition.take());
         let mut edits = Vec::new();
         for mut owner in reads.owners(select)? {
             owner.co_located = true;

@@ -169,7 +169,13 @@ pub struct Template {
 pub(crate) enum Form {
     /// SELECT, UPDATE, DELETE and one-row INSERT: the partitions of `keys`
     /// (aligned with the shape's), or every partition.
-    Keys { shape: ByteShape, keys: Vec<Bound> },
+    Keys {
+        shape: ByteShape,
+        keys: Vec<Bound>,
+        /// Pairs of values that place rows in one partition, or the
+        /// execution goes to copies (joined tables co-located by them).
+        same_partition: Vec<(Bound, Bound)>,
+    },
     /// INSERT of several rows: each placed by its own key.
     Rows(Rows),
     /// Routed without looking at any value (DESCRIBE, INSERT ... SELECT).
@@ -390,7 +396,24 @@ impl Template {
             }
         };
         let execution = match &self.form {
-            Form::Keys { shape, keys } => {
+            Form::Keys {
+                shape,
+                keys,
+                same_partition,
+            } => {
+                for (a, b) in same_partition {
+                    let partition = |bound| {
+                        table.target_for(&value(bound)?).map_err(|e| {
+                            format!("the value of partition column `{}`: {e}", table.column)
+                        })
+                    };
+                    if partition(a)? != partition(b)? {
+                        return Err(format!(
+                            "a join whose tables' partition columns equal values of different partitions of {}",
+                            table.table
+                        ));
+                    }
+                }
                 let values = keys
                     .iter()
                     .map(&value)

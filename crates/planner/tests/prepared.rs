@@ -8,7 +8,8 @@ use hscale_planner::{
 };
 
 /// `app.orders` by MOD(4) of user_id (column 1): default on backend 1, p1
-/// (value 1) on backend 2, p2 (value 2) on backend 1.
+/// (value 1) on backend 2, p2 (value 2) on backend 1; `app.lines` by its
+/// user_id alike.
 fn dictionary(version: u64) -> Dictionary {
     let entry = |name: &str, value: &str, backend| PartitionEntry {
         name: name.into(),
@@ -16,24 +17,26 @@ fn dictionary(version: u64) -> Dictionary {
         backend,
         state: PartitionState::Active,
     };
-    let table = PartitionedTable::new(
-        TableDefinition {
-            table: TableName {
-                db: "app".into(),
-                name: "orders".into(),
+    let table = |name: &str| {
+        PartitionedTable::new(
+            TableDefinition {
+                table: TableName {
+                    db: "app".into(),
+                    name: name.into(),
+                },
+                column: "user_id".into(),
+                column_position: 1,
+                kind: ColumnKind::Integer,
+                function: HashFunction::Mod(4),
+                default_table: format!("{name}_default"),
+                default_backend: 1,
+                auto_column: None,
+                folding: Default::default(),
             },
-            column: "user_id".into(),
-            column_position: 1,
-            kind: ColumnKind::Integer,
-            function: HashFunction::Mod(4),
-            default_table: "orders_default".into(),
-            default_backend: 1,
-            auto_column: None,
-            folding: Default::default(),
-        },
-        vec![entry("p1", "1", 2), entry("p2", "2", 1)],
-    );
-    Dictionary::new(version, vec![table])
+            vec![entry("p1", "1", 2), entry("p2", "2", 1)],
+        )
+    };
+    Dictionary::new(version, vec![table("orders"), table("lines")])
 }
 
 fn template(sql: &str) -> Template {
@@ -257,4 +260,51 @@ fn a_range_of_parameters_reaches_the_partitions_of_its_values() {
     assert_eq!(backends(9, 4).len(), 1);
     // Every value: every partition.
     assert_eq!(backends(0, 1000).len(), 3);
+}
+
+/// Tables whose partition columns equal two parameters run as one join
+/// where the two values lie in one partition (5 and 1 both in p1), the
+/// partitions of the first value's; elsewhere the execution is refused
+/// (the proxy answers it from copies).
+#[test]
+fn a_join_pinned_by_two_parameters_runs_in_their_partition_when_they_share_one() {
+    let t = template(
+        "SELECT COUNT(*) FROM orders o, lines l WHERE o.user_id = ? AND l.user_id = ? AND l.order_id = o.id",
+    );
+    let text = |suffix: &str| {
+        format!(
+            "SELECT COUNT(*) FROM `orders_{suffix}` o, `lines_{suffix}` l WHERE o.user_id = ? AND l.user_id = ? AND l.order_id = o.id"
+        )
+    };
+    for (a, b, backend, suffix) in [
+        (1, 1, 2, "p1"),
+        (5, 1, 2, "p1"),
+        (2, 6, 1, "p2"),
+        (3, 7, 1, "default"),
+    ] {
+        let (runs, merge) = execute(&t, &[number(a), number(b)]);
+        assert_eq!(runs, [(backend, text(suffix), None)], "{a}, {b}");
+        assert_eq!(merge, Merge::Single);
+    }
+    for (a, b) in [(1, 2), (2, 3), (0, 1)] {
+        let routing = t.route(&dictionary(1), 1, |i| Ok(number([a, b][i])));
+        assert!(
+            matches!(&routing, Routing::Refuse(r) if r.reason.contains("different partitions")),
+            "{a}, {b}: {routing:?}"
+        );
+    }
+    // A literal and a parameter: the parameter's value is checked alike.
+    let t =
+        template("SELECT COUNT(*) FROM orders o, lines l WHERE o.user_id = 1 AND l.user_id = ?");
+    assert_eq!(execute(&t, &[number(9)]).0[0].0, 2);
+    let routing = t.route(&dictionary(1), 1, |_| Ok(number(2)));
+    assert!(matches!(routing, Routing::Refuse(_)), "{routing:?}");
+    // Tables joined on their partition columns need no check.
+    let t = template(
+        "SELECT COUNT(*) FROM orders o, lines l WHERE o.user_id = ? AND l.user_id = ? AND l.user_id = o.user_id",
+    );
+    assert!(matches!(
+        t.route(&dictionary(1), 1, |i| Ok(number([1, 2][i]))),
+        Routing::Run(_)
+    ));
 }

@@ -37,10 +37,11 @@ pub async fn run(
     .await?;
     // Other admin commands go on while the split runs.
     drop(lock);
-    let moved = started.wait().await?;
-    tracing::info!(table = %table, %partition, value = %partition_value, backend, moved, "partition added");
+    let finished = started.wait().await?;
+    tracing::info!(table = %table, %partition, value = %partition_value, backend, moved = finished.rows, "partition added");
     Ok(AdminAnswer::Ok {
-        affected_rows: moved,
+        affected_rows: finished.rows,
+        warnings: finished.notes,
     })
 }
 

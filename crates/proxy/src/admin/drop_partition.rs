@@ -14,6 +14,7 @@ use super::{current, partitioned, publish, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::moves::{copy_rows, places, Entries};
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
+use crate::moves::Finished;
 use crate::shared::Shared;
 
 pub async fn run(
@@ -28,7 +29,7 @@ pub async fn run(
     if t.partition(&partition).next().is_none() {
         return Err(AdminError::Invalid(format!("{table} has no partition '{partition}'")).into());
     }
-    let moved = match crate::moves::start_merge(shared, &mut lock, t, partition.clone()).await {
+    let finished = match crate::moves::start_merge(shared, &mut lock, t, partition.clone()).await {
         Ok(started) => {
             // Other admin commands go on while the merge runs.
             drop(lock);
@@ -36,13 +37,17 @@ pub async fn run(
         }
         Err(ProxyError::Move(MoveError::NoKey(why) | MoveError::Unsupported(why))) => {
             tracing::warn!(table = %table, %partition, "{why}: the table is locked while its rows move");
-            offline(shared, &mut lock, t, &partition).await?
+            Finished {
+                rows: offline(shared, &mut lock, t, &partition).await?,
+                notes: Vec::new(),
+            }
         }
         Err(e) => return Err(e),
     };
-    tracing::info!(table = %table, %partition, moved, "partition dropped");
+    tracing::info!(table = %table, %partition, moved = finished.rows, "partition dropped");
     Ok(AdminAnswer::Ok {
-        affected_rows: moved,
+        affected_rows: finished.rows,
+        warnings: finished.notes,
     })
 }
 

@@ -24,11 +24,23 @@ use crate::shared::Shared;
 pub enum AdminAnswer {
     Ok {
         affected_rows: u64,
+        /// Warnings the client's SHOW WARNINGS lists.
+        warnings: Vec<String>,
     },
     Rows {
         columns: Vec<(&'static str, ColumnType)>,
         rows: Vec<Vec<Option<String>>>,
     },
+}
+
+impl AdminAnswer {
+    /// An OK of `affected_rows`, without warnings.
+    pub fn done(affected_rows: u64) -> AdminAnswer {
+        AdminAnswer::Ok {
+            affected_rows,
+            warnings: Vec::new(),
+        }
+    }
 }
 
 /// What an admin command's caller is.
@@ -146,7 +158,7 @@ pub async fn execute(
         AdminCommand::Status => Ok(show::status(shared)),
         AdminCommand::Refresh => {
             crate::dictionary::reload(shared).await?;
-            Ok(AdminAnswer::Ok { affected_rows: 0 })
+            Ok(AdminAnswer::done(0))
         }
         AdminCommand::Explain(statement) => show::explain(shared, caller, &statement),
     }

@@ -135,9 +135,7 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
     let ready = format!("UPDATE {s}.reference_tables SET state = 'ready' WHERE {key}");
     store::change(&mut lock.conn, schema, &[ready]).await?;
     publish(shared, &mut lock).await?;
-    Ok(AdminAnswer::Ok {
-        affected_rows: rows as u64,
-    })
+    Ok(AdminAnswer::done(rows as u64))
 }
 
 /// The rows as INSERTs of at most `INSERT_BYTES` each.

@@ -116,7 +116,7 @@ pub async fn run(
     unname_foreign_keys(&mut conn, &table.db, &default_table).await;
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
-    Ok(AdminAnswer::Ok { affected_rows: 0 })
+    Ok(AdminAnswer::done(0))
 }
 
 /// Gives the default table's foreign keys InnoDB's own names: a move

@@ -80,12 +80,22 @@ struct Job {
     /// The owner's epoch: its writes count only while the job's row and
     /// every part's progress row hold it.
     epoch: u64,
+    /// What the command that waits for it tells its client as warnings
+    /// (foreign keys left out), beside the log.
+    notes: Notes,
 }
+
+/// A job's warnings for its client, in the order they arose.
+type Notes = Arc<std::sync::Mutex<Vec<String>>>;
 
 /// How the default table is named where a partition's name goes.
 pub const DEFAULT_PARTITION: &str = "(default)";
 
 impl Job {
+    fn note(&self, note: String) {
+        self.notes.lock().expect("not poisoned").push(note);
+    }
+
     fn partition_label(&self) -> &str {
         self.partition.as_deref().unwrap_or(DEFAULT_PARTITION)
     }
@@ -239,6 +249,14 @@ fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
 pub struct Started {
     pub id: u64,
     pub done: tokio::task::JoinHandle<Result<u64, MoveError>>,
+    notes: Notes,
+}
+
+/// A job's end, as the command that waited for it answers.
+pub struct Finished {
+    pub rows: u64,
+    /// Warnings for the client (`Job::notes`).
+    pub notes: Vec<String>,
 }
 
 impl Started {
@@ -251,9 +269,13 @@ impl Started {
     }
 
     /// Waits for the job's end; a failed job's reason is the error.
-    pub async fn wait(self) -> Result<u64, ProxyError> {
+    pub async fn wait(self) -> Result<Finished, ProxyError> {
         match self.done.await {
-            Ok(result) => result.map_err(ProxyError::from),
+            Ok(result) => {
+                let rows = result.map_err(ProxyError::from)?;
+                let notes = std::mem::take(&mut *self.notes.lock().expect("not poisoned"));
+                Ok(Finished { rows, notes })
+            }
             Err(e) => Err(MoveError::Failed {
                 job: self.id,
                 reason: e.to_string(),
@@ -305,6 +327,7 @@ pub async fn start(
         work: Work::Move,
         in_fence: false,
         epoch: 1,
+        notes: Notes::default(),
     };
     launch(shared, &mut lock, t, job).await.map(|s| s.answer())
 }
@@ -353,6 +376,7 @@ pub async fn start_split(
         },
         in_fence: false,
         epoch: 1,
+        notes: Notes::default(),
     };
     launch(shared, lock, t, job).await
 }
@@ -379,6 +403,7 @@ pub async fn start_merge(
         work: Work::Merge,
         in_fence: false,
         epoch: 1,
+        notes: Notes::default(),
     };
     launch(shared, lock, t, job).await
 }
@@ -558,9 +583,9 @@ async fn launch(
         Work::Split { value, into, .. } => (Some(value.as_str()), Some(into.as_str())),
     };
     tracing::info!(job = job.id, table = %job.table, partition = %label, source = job.source, destination = job.destination, ?value, ?into, "move started");
-    let id = job.id;
+    let (id, notes) = (job.id, Arc::clone(&job.notes));
     let done = shared.spawn_background(run(Arc::clone(shared), job, None));
-    Ok(Started { id, done })
+    Ok(Started { id, done, notes })
 }
 
 /// `place` on the destination as `physical` is defined on the source. An
@@ -602,6 +627,12 @@ async fn create_like(
             constraints = ?left_out,
             "foreign keys left out of a partition's table: their parent rows are not on its backend, and they are not enforced there"
         );
+        job.note(format!(
+            "Foreign keys {} of {} left out of `{}` on backend {backend}: their parent rows are not all on that backend, and they are not enforced there",
+            left_out.join(", "),
+            job.table,
+            place.name
+        ));
     }
     if let Some(found) = store::definition(dest, &place.db, &place.name).await? {
         let head = format!("CREATE TABLE {}", ident(&place.name));
@@ -947,6 +978,7 @@ async fn load_job(
         work,
         in_fence: text(8) == "1",
         epoch: text(9).parse().unwrap_or(0),
+        notes: Notes::default(),
     };
     Ok((job, text(10)))
 }
@@ -1456,10 +1488,18 @@ async fn children_follow(
         match (refused, &readded) {
             (None, Some(_)) => {}
             (None, None) => {
-                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition is left out: its parent rows are no longer all on this backend")
+                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition is left out: its parent rows are no longer all on this backend");
+                job.note(format!(
+                    "Foreign key {name} of {} left out: its parent rows are no longer all on its backend, and it is not enforced there",
+                    child.qualified()
+                ));
             }
             (Some(message), _) => {
-                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition could not follow it ({message}): it is not enforced")
+                tracing::warn!(job = job.id, table = %job.table, child = %child.qualified(), constraint = %name, "a foreign key naming the moved partition could not follow it ({message}): it is not enforced");
+                job.note(format!(
+                    "Foreign key {name} of {} could not follow the moved partition ({message}): it is not enforced",
+                    child.qualified()
+                ));
             }
         }
     }
@@ -1510,7 +1550,7 @@ pub async fn cancel(shared: &Shared, id: u64) -> Result<AdminAnswer, ProxyError>
     );
     exec(&mut main, &sql).await?;
     match store::text(&exec(&mut main, "SELECT ROW_COUNT()").await?, 0, 0).as_str() {
-        "1" => Ok(AdminAnswer::Ok { affected_rows: 1 }),
+        "1" => Ok(AdminAnswer::done(1)),
         _ => Err(
             AdminError::Invalid(format!("move {id} is not running, or is past its switch")).into(),
         ),

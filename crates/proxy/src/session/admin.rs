@@ -4,6 +4,8 @@
 use hscale_wire::resultset::text_result;
 use hscale_wire::CapabilityFlags;
 
+use super::messages::Gathered;
+use super::slots::Previous;
 use super::Session;
 use crate::admin::{execute, AdminAnswer, Caller};
 use crate::error::ProxyError;
@@ -22,21 +24,36 @@ impl Session {
         };
         let answer = execute(&self.shared, &caller, sql).await?;
         let status = self.status_flags();
+        let deprecate_eof = self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        // The command's own warnings replace the last statement's, as a
+        // server's statement's do: SHOW WARNINGS lists them, or nothing.
+        let warnings = match &answer {
+            AdminAnswer::Ok { warnings, .. } => warnings.as_slice(),
+            AdminAnswer::Rows { .. } => &[],
+        };
+        self.gathered = Some(Gathered::own(warnings, deprecate_eof, status));
+        self.previous = Previous::Scattered {
+            messages: true,
+            slot: self.shared.main,
+        };
         match answer {
-            AdminAnswer::Ok { affected_rows } => {
+            AdminAnswer::Ok {
+                affected_rows,
+                warnings,
+            } => {
                 let mut ok = Vec::with_capacity(16);
                 hscale_wire::packets::OkInfo {
                     affected_rows,
                     status,
+                    warnings: u16::try_from(warnings.len()).unwrap_or(u16::MAX),
                     ..Default::default()
                 }
                 .write(hscale_wire::packets::OK_HEADER, &mut ok);
                 self.client.send_packet(1, &ok).await?;
             }
             AdminAnswer::Rows { columns, rows } => {
-                let deprecate_eof = self
-                    .capabilities
-                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
                 let mut seq = 1;
                 for packet in text_result(&columns, &rows, deprecate_eof, status) {
                     seq = self.client.queue_packet(seq, &packet);

@@ -37,6 +37,40 @@ pub(super) struct Gathered {
     errors: u64,
 }
 
+/// ER_CANNOT_ADD_FOREIGN: what hscale warns of itself is a foreign key it
+/// could not keep (`moves::Finished::notes`).
+const FOREIGN_KEY_LEFT_OUT: u16 = 1215;
+
+impl Gathered {
+    /// The warnings of a command hscale answered itself, listed as SHOW
+    /// WARNINGS lists a server's.
+    pub(super) fn own(warnings: &[String], deprecate_eof: bool, status: u16) -> Gathered {
+        let columns = [
+            ("Level", ColumnType::Text),
+            ("Code", ColumnType::Integer),
+            ("Message", ColumnType::Text),
+        ];
+        let rows: Vec<Vec<Option<String>>> = warnings
+            .iter()
+            .map(|message| {
+                let code = FOREIGN_KEY_LEFT_OUT.to_string();
+                vec![Some("Warning".into()), Some(code), Some(message.clone())]
+            })
+            .collect();
+        let mut packets = text_result(&columns, &rows, deprecate_eof, status);
+        packets.pop();
+        let rows = packets.split_off(1 + columns.len() + usize::from(!deprecate_eof));
+        Gathered {
+            header: packets.into_iter().map(Bytes::from).collect(),
+            rows: rows.into_iter().map(Bytes::from).collect(),
+            lists: 1,
+            limit: None,
+            warnings: warnings.len() as u64,
+            errors: 0,
+        }
+    }
+}
+
 impl Session {
     /// Begins gathering the messages of a statement that runs on several
     /// connections, forgetting those of the statement before.
