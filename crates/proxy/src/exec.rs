@@ -153,7 +153,7 @@ pub async fn command_payload<'c>(
         }
         Command::Prepare { statement, .. } => {
             let mut payload = Vec::with_capacity(1 + statement.sql().len());
-            payload.push(hscale_wire::Command::COM_STMT_PREPARE as u8);
+            payload.push(hscale_wire::command::STMT_PREPARE);
             payload.extend_from_slice(statement.sql());
             Ok(Ok(Cow::Owned(payload)))
         }

@@ -3,6 +3,7 @@
 //! ends without decoding its rows. Sans-IO except `stream`, the thin tokio layer.
 
 pub mod auth;
+pub mod command;
 pub mod error;
 pub mod execute;
 pub mod frame;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use hscale_wire::auth::{Secret, NATIVE_PASSWORD};
+use hscale_wire::command;
 use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{
     parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
@@ -404,16 +405,12 @@ impl BackendConn {
     }
 }
 
-const COM_INIT_DB: u8 = 0x02;
-
 /// The size of the packets a LOCAL INFILE is sent in.
 const FILE_CHUNK: usize = 64 * 1024;
-const COM_STMT_PREPARE: u8 = 0x16;
 
 /// `last_insert_id` of a connection where an INSERT gave ids itself: its OK
 /// reports them, but LAST_INSERT_ID() there did not change.
 pub const UNKNOWN_ID: u64 = u64::MAX;
-const COM_STMT_CLOSE: u8 = 0x19;
 
 /// The whole answer to a COM_STMT_PREPARE, read into memory (a statement's
 /// parameter and column definitions: small).
@@ -531,7 +528,7 @@ impl BackendConn {
     /// remembered: see `statement_id` and `remember`.
     pub async fn prepare(&mut self, sql: &[u8]) -> Result<PrepareAnswer, BackendError> {
         let mut command = Vec::with_capacity(sql.len() + 1);
-        command.push(COM_STMT_PREPARE);
+        command.push(command::STMT_PREPARE);
         command.extend_from_slice(sql);
         let mut frames = Vec::new();
         let completion = self
@@ -602,7 +599,7 @@ impl BackendConn {
 
     /// COM_STMT_CLOSE, which has no answer.
     pub async fn close_statement(&mut self, id: u32) -> Result<(), BackendError> {
-        let mut command = [COM_STMT_CLOSE, 0, 0, 0, 0];
+        let mut command = [command::STMT_CLOSE, 0, 0, 0, 0];
         command[1..].copy_from_slice(&id.to_le_bytes());
         let backend = self.backend;
         self.send_command(&command)
@@ -612,7 +609,7 @@ impl BackendConn {
 
     async fn switch_database(&mut self, db: &str) -> Result<Result<(), ErrorPacket>, BackendError> {
         let mut command = Vec::with_capacity(db.len() + 1);
-        command.push(COM_INIT_DB);
+        command.push(command::INIT_DB);
         command.extend_from_slice(db.as_bytes());
         let answer = self.run(&command, Expect::Single).await?;
         if answer.is_ok() {
@@ -646,7 +643,7 @@ impl BackendConn {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         let mut command = Vec::with_capacity(sql.len() + 1);
-        command.push(0x03);
+        command.push(command::QUERY);
         command.extend_from_slice(sql.as_bytes());
         self.send_command(&command).await.map_err(lost)?;
         let deprecate_eof = self

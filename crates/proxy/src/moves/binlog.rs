@@ -9,7 +9,6 @@ use crate::dictionary::{rows_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
-const COM_BINLOG_DUMP: u8 = 0x12;
 /// What hscale understands of MariaDB's own events: their GTIDs (4), so
 /// that the server sends them as they are rather than rewritten.
 const MARIADB_CAPABILITY: u32 = 4;
@@ -82,7 +81,7 @@ impl BinlogDump {
         let offset = u32::try_from(start.offset)
             .map_err(|_| MoveError::Binlog(format!("position {start} is past 4 GiB")))?;
         let mut command = Vec::with_capacity(11 + start.file.len());
-        command.push(COM_BINLOG_DUMP);
+        command.push(hscale_wire::command::BINLOG_DUMP);
         command.extend_from_slice(&offset.to_le_bytes());
         command.extend_from_slice(&0u16.to_le_bytes());
         command.extend_from_slice(&server_id.to_le_bytes());

@@ -2,7 +2,6 @@
 //! answered with an OK or a result set that hscale writes itself.
 
 use hscale_wire::resultset::text_result;
-use hscale_wire::CapabilityFlags;
 
 use super::messages::Gathered;
 use super::slots::Previous;
@@ -12,29 +11,27 @@ use crate::error::ProxyError;
 
 impl Session {
     pub(super) async fn admin(&mut self, sql: &str) -> Result<(), ProxyError> {
-        if !self.admin {
+        if !self.client.admin {
             return Err(ProxyError::AdminDenied {
-                user: self.user.clone(),
+                user: self.client.user.clone(),
             });
         }
         let caller = Caller {
-            db: self.state.db.as_deref(),
-            quoting: self.quoting,
-            no_auto_value_on_zero: self.no_auto_value_on_zero,
+            db: self.backends.state.db.as_deref(),
+            quoting: self.client.quoting,
+            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
         };
         let answer = execute(&self.shared, &caller, sql).await?;
         let status = self.status_flags();
-        let deprecate_eof = self
-            .capabilities
-            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let deprecate_eof = self.client.deprecate_eof();
         // The command's own warnings replace the last statement's, as a
         // server's statement's do: SHOW WARNINGS lists them, or nothing.
         let warnings = match &answer {
             AdminAnswer::Ok { warnings, .. } => warnings.as_slice(),
             AdminAnswer::Rows { .. } => &[],
         };
-        self.gathered = Some(Gathered::own(warnings, deprecate_eof, status));
-        self.previous = Previous::Scattered {
+        self.backends.gathered = Some(Gathered::own(warnings, deprecate_eof, status));
+        self.backends.previous = Previous::Scattered {
             messages: true,
             slot: self.shared.main,
         };

@@ -16,12 +16,12 @@ use std::task::Poll;
 use hscale_transaction::{rollback_steps, Branch, Commit, Decision, Next, Recorded, Step, Went};
 use hscale_wire::scan::Completion;
 
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::backend::Lease;
 use crate::error::ProxyError;
 use crate::failpoint;
 use crate::xa::{self, Running};
+use hscale_wire::command;
 
 /// The connections of a transaction's branches, by slot, with the last
 /// answer each gave.
@@ -184,7 +184,7 @@ impl Session {
                     let (lease, last) = part;
                     let (queued, final_statement) = statements.split_at(statements.len() - 1);
                     for statement in queued {
-                        lease.conn.queue_command(&command(COM_QUERY, statement));
+                        lease.conn.queue_command(&command::query(statement));
                     }
                     match run_statement(lease, &final_statement[0]).await {
                         Ok(completion) => {
@@ -248,7 +248,7 @@ impl Session {
         for slot in slots {
             if let Some((lease, _)) = parts.remove(slot) {
                 drop(lease);
-                self.forget_connection_state(*slot);
+                self.backends.forget_connection_state(*slot);
             }
         }
     }
@@ -305,10 +305,7 @@ pub(super) fn runs_several(lease: &Lease) -> bool {
 async fn run_statement(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {
     match lease
         .conn
-        .run(
-            &command(COM_QUERY, sql),
-            hscale_wire::scan::Expect::ResultSets,
-        )
+        .run(&command::query(sql), hscale_wire::scan::Expect::ResultSets)
         .await
     {
         Ok(Ok(completion)) => Ok(completion),

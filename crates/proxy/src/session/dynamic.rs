@@ -12,10 +12,10 @@ use hscale_planner::{Dynamic, Plan, Refusal, Using, XA_FORMAT_ID};
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::parse_text_row;
 
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
 use crate::exec::Answer;
+use hscale_wire::command;
 
 /// Statements prepared with PREPARE ... FROM text that hscale keeps: by
 /// name (lower-cased, as the server compares them), their text.
@@ -43,21 +43,21 @@ impl Session {
                 name,
                 text: Some(text),
             } => {
-                self.sql_statements.0.insert(name, text);
+                self.memo.sql_statements.0.insert(name, text);
                 self.send_ok().await
             }
             Dynamic::Prepare { name, text: None } => {
-                self.sql_statements.0.remove(&name);
+                self.memo.sql_statements.0.remove(&name);
                 Box::pin(self.run_plan(server, payload)).await
             }
             Dynamic::Execute { name, using } => {
-                let Some(text) = self.sql_statements.0.get(&name).cloned() else {
+                let Some(text) = self.memo.sql_statements.0.get(&name).cloned() else {
                     return Box::pin(self.run_plan(server, payload)).await;
                 };
                 let text = match using {
                     Using::Literals(values) if values.is_empty() => text,
                     Using::Literals(values) => {
-                        hscale_planner::with_literals(text.as_bytes(), self.quoting, &values)
+                        hscale_planner::with_literals(text.as_bytes(), self.client.quoting, &values)
                             .and_then(|filled| String::from_utf8(filled).ok())
                             .ok_or_else(|| refused("EXECUTE whose USING values do not match its statement's parameters"))?
                     }
@@ -69,11 +69,11 @@ impl Session {
                 };
                 self.run_text(&text).await
             }
-            Dynamic::Deallocate { name } => match self.sql_statements.0.remove(&name) {
+            Dynamic::Deallocate { name } => match self.memo.sql_statements.0.remove(&name) {
                 Some(_) => self.send_ok().await,
                 None => Box::pin(self.run_plan(server, payload)).await,
             },
-            Dynamic::Unread { .. } if self.admin => Box::pin(self.run_plan(server, payload)).await,
+            Dynamic::Unread { .. } if self.client.admin => Box::pin(self.run_plan(server, payload)).await,
             Dynamic::Unread { what } => Err(refused(&format!(
                 "{what}: hscale cannot read the statement it runs, which could reach partitioned, reference or hscale tables unrouted (admins only)"
             ))),
@@ -82,7 +82,7 @@ impl Session {
 
     /// Runs `text` as if the client had sent it.
     async fn run_text(&mut self, text: &str) -> Result<(), ProxyError> {
-        let payload = Bytes::from(command(COM_QUERY, text));
+        let payload = Bytes::from(command::query(text));
         Box::pin(self.query(payload)).await
     }
 

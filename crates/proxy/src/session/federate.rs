@@ -19,19 +19,18 @@ use hscale_wire::frame::write_lenenc;
 use hscale_wire::packets::{write_eof, write_result_end};
 use hscale_wire::resultset::{text_values, write_binary_row, write_text_row, BinaryColumn};
 use hscale_wire::scan::{Completion, Expect};
-use hscale_wire::CapabilityFlags;
 use mysql_common::constants::ColumnFlags;
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::Column;
 use mysql_common::proto::MyDeserialize;
 
 use super::slots::Needs;
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
 use crate::exec::{Command, StatementKey, FLUSH_AT};
 use crate::shared::Counters;
 use crate::spool::{Spool, SpoolBudget};
+use hscale_wire::command;
 
 /// Why the main backend's connection is held while a statement's copies
 /// exist.
@@ -194,7 +193,7 @@ impl Copying {
 
     fn send_or_keep(&mut self, statement: String) -> Result<Option<Vec<u8>>, ProxyError> {
         match self.inline {
-            true => Ok(Some(command(COM_QUERY, &statement))),
+            true => Ok(Some(command::query(&statement))),
             false => self.keep(&statement).map(|()| None),
         }
     }
@@ -233,7 +232,7 @@ impl Copying {
             return Ok(None);
         }
         let length = u32::from_le_bytes(length) as usize;
-        let mut payload = vec![COM_QUERY; 1 + length];
+        let mut payload = vec![command::QUERY; 1 + length];
         let mut at = 0;
         while at < length {
             let n = self
@@ -309,7 +308,7 @@ impl Session {
         if let (Some(lookup), Some(binary)) = (&federation.lookup, binary) {
             if let Some(joined) = self.lookup_join(lookup, binary).await? {
                 tracing::debug!(
-                    connection_id = self.connection_id,
+                    connection_id = self.client.connection_id,
                     "answered by a lookup join"
                 );
                 Counters::add(&self.shared.counters.lookup_joins, 1);
@@ -332,12 +331,12 @@ impl Session {
             temporaries.push(temporary);
         }
         tracing::debug!(
-            connection_id = self.connection_id,
+            connection_id = self.client.connection_id,
             reason = %federation.reason,
             tables = temporaries.len(),
             "answering from copies"
         );
-        let sticky = self.slots[main].binding.sticky.replace(COPIES);
+        let sticky = self.backends.slots[main].binding.sticky.replace(COPIES);
         let fill = !matches!(then, Then::Prepare { .. });
         // A client that leaves while its copies are made stops them (the
         // reads of partitions watch it themselves).
@@ -381,11 +380,11 @@ impl Session {
             };
         }
         let dropped = self.drop_copies(&temporaries).await;
-        self.slots[main].binding.sticky = sticky;
+        self.backends.slots[main].binding.sticky = sticky;
         // Clean again, with the session's settings: pooled as any other,
         // unless the session holds it for more.
-        if let Some(conn) = self.slots[main].held.take() {
-            self.checkin(main, conn);
+        if let Some(conn) = self.backends.slots[main].held.take() {
+            self.backends.checkin(main, conn);
         }
         let answer = answer?;
         dropped.map(|()| answer)
@@ -412,7 +411,7 @@ impl Session {
         };
         let mut keys: Vec<Option<Vec<String>>> = Vec::with_capacity(copies.len());
         for (i, (copy, temporary)) in copies.iter().zip(temporaries).enumerate() {
-            let create = command(COM_QUERY, &temporary.create);
+            let create = command::query(&temporary.create);
             match (
                 self.run_quietly(main, &create).await,
                 &temporary.create_as_defined,
@@ -420,8 +419,7 @@ impl Session {
                 (Ok(_), _) => {}
                 // No Aria here, or a key longer than it takes.
                 (Err(ProxyError::Refused(_)), Some(as_defined)) => {
-                    self.run_quietly(main, &command(COM_QUERY, as_defined))
-                        .await?;
+                    self.run_quietly(main, &command::query(as_defined)).await?;
                 }
                 (Err(e), _) => return Err(e),
             }
@@ -499,7 +497,7 @@ impl Session {
                 }))
             }
         };
-        if !self.handle.on.planned_fresh() {
+        if !self.backends.handle.on.planned_fresh() {
             return Err(ProxyError::DictionaryStale);
         }
         let spec = match &route.merge {
@@ -520,7 +518,9 @@ impl Session {
             // With autocommit off the statement would begin the client's
             // transaction, at READ COMMITTED.
             Sink::Copy(copying)
-                if copying.key.is_none() && self.tx.autocommit() && !self.tx.in_transaction() =>
+                if copying.key.is_none()
+                    && self.backends.tx.autocommit()
+                    && !self.backends.tx.in_transaction() =>
             {
                 Some(copying)
             }
@@ -532,10 +532,10 @@ impl Session {
                 .partition::<Vec<_>, _>(|step| step.target.backend == main_backend);
             route.steps = elsewhere.into_iter().collect();
             for step in here {
-                let unlocked = command(COM_QUERY, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+                let unlocked = command::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
                 self.run_quietly(main, &unlocked).await?;
                 let insert = format!("{}{}", copying.insert_select, step.sql);
-                self.run_quietly(main, &command(COM_QUERY, &insert)).await?;
+                self.run_quietly(main, &command::query(&insert)).await?;
             }
             if route.steps.is_empty() {
                 return Ok(());
@@ -666,9 +666,7 @@ impl Session {
 
     /// A result set hscale made: its columns, rows and end.
     async fn send_joined(&mut self, joined: Joined) -> Result<(), ProxyError> {
-        let deprecate_eof = self
-            .capabilities
-            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let deprecate_eof = self.client.deprecate_eof();
         let status = self.status_flags();
         let mut count = Vec::with_capacity(9);
         write_lenenc(joined.columns.len() as u64, &mut count);
@@ -697,16 +695,16 @@ impl Session {
     /// closed, with them.
     async fn drop_copies(&mut self, temporaries: &[Temporary]) -> Result<(), ProxyError> {
         let main = self.shared.main;
-        if self.slots[main].held.is_none() {
+        if self.backends.slots[main].held.is_none() {
             // The connection went, and its temporary tables with it.
             return Ok(());
         }
         let Some(sql) = drop_temporaries(temporaries.iter().map(|t| &t.table)) else {
             return Ok(());
         };
-        let dropped = self.run_quietly(main, &command(COM_QUERY, &sql)).await;
-        if dropped.is_err() && self.slots[main].held.is_some() {
-            self.forget_connection_state(main);
+        let dropped = self.run_quietly(main, &command::query(&sql)).await;
+        if dropped.is_err() && self.backends.slots[main].held.is_some() {
+            self.backends.forget_connection_state(main);
         }
         dropped.map(drop)
     }
@@ -719,13 +717,13 @@ impl Session {
         default: &hscale_planner::Target,
     ) -> Result<String, ProxyError> {
         let generation = self.shared.dictionary.snapshot().generation();
-        if self.definitions.generation != generation {
-            self.definitions = Definitions {
+        if self.memo.definitions.generation != generation {
+            self.memo.definitions = Definitions {
                 generation,
                 by_table: HashMap::new(),
             };
         }
-        if let Some(definition) = self.definitions.by_table.get(table) {
+        if let Some(definition) = self.memo.definitions.by_table.get(table) {
             return Ok(definition.clone());
         }
         let slot = self.slot_of(default.backend)?;
@@ -745,7 +743,8 @@ impl Session {
                     reason: "a table whose definition hscale cannot read".into(),
                 })
             })?;
-        self.definitions
+        self.memo
+            .definitions
             .by_table
             .insert(table.clone(), definition.clone());
         Ok(definition)

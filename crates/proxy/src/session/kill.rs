@@ -17,7 +17,7 @@ const KILLED_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5)
 
 impl Session {
     pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
-        let own = u64::from(self.connection_id);
+        let own = u64::from(self.client.connection_id);
         let (scope, id) = match kill {
             Kill::Thread { scope, id } => (scope, id),
             Kill::Own { scope } => (scope, own),
@@ -32,7 +32,7 @@ impl Session {
             return Err(match scope {
                 KillScope::Query => ProxyError::QueryInterrupted,
                 KillScope::Connection => {
-                    self.handle.kill();
+                    self.backends.handle.kill();
                     ProxyError::ConnectionKilled
                 }
             });
@@ -42,7 +42,7 @@ impl Session {
             .sessions
             .get(id)
             .ok_or(ProxyError::NoSuchThread { id })?;
-        if !self.admin && target.user() != self.user {
+        if !self.client.admin && target.user() != self.client.user {
             return Err(ProxyError::KillDenied { id });
         }
         if scope == KillScope::Connection {
@@ -82,8 +82,8 @@ pub(crate) async fn kill_backend_thread(
     } else {
         ""
     };
-    let sql = format!("\x03KILL {what}{thread_id}");
-    match lease.conn.run(sql.as_bytes(), Expect::ResultSets).await {
+    let kill = hscale_wire::command::query(&format!("KILL {what}{thread_id}"));
+    match lease.conn.run(&kill, Expect::ResultSets).await {
         Ok(_) => pool.release_to(&bucket, lease.conn),
         Err(e) => tracing::info!(backend, thread_id, "KILL on the backend failed: {e}"),
     }

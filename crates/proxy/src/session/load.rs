@@ -14,10 +14,10 @@ use hscale_wire::CapabilityFlags;
 
 use super::scatter::Part;
 use super::slots::Needs;
-use super::state::COM_QUERY;
 use super::Session;
 use crate::error::ProxyError;
 use crate::spool::{Spool, SpoolBudget};
+use hscale_wire::command;
 
 const LOCAL_INFILE_REQUEST: u8 = 0xfb;
 
@@ -31,10 +31,11 @@ struct Placed {
 
 impl Session {
     pub(super) async fn load(&mut self, load: Load, needs: Needs) -> Result<(), ProxyError> {
-        if !self.handle.on.planned_fresh() {
+        if !self.backends.handle.on.planned_fresh() {
             return Err(ProxyError::DictionaryStale);
         }
         if !self
+            .client
             .capabilities
             .contains(CapabilityFlags::CLIENT_LOCAL_FILES)
         {
@@ -66,7 +67,7 @@ impl Session {
         let mut statements = Vec::with_capacity(placed.spools.len());
         for target in placed.spools.keys() {
             slots.push(self.slot_of(target.backend)?);
-            let mut sql = vec![COM_QUERY];
+            let mut sql = vec![command::QUERY];
             sql.extend_from_slice(load.statement(target).as_bytes());
             statements.push(sql);
         }
@@ -101,7 +102,7 @@ impl Session {
         // or without session tracking.
         write_lenenc(info.len() as u64, &mut ok);
         ok.extend_from_slice(info.as_bytes());
-        self.client.send_packet(self.reply_seq, &ok).await?;
+        self.client.send_packet(self.client.reply_seq, &ok).await?;
         Ok(())
     }
 
@@ -187,7 +188,7 @@ impl Session {
                 .read_packet()
                 .await?
                 .ok_or(ProxyError::Client(hscale_wire::WireError::Closed))?;
-            self.reply_seq = packet.seq.wrapping_add(1);
+            self.client.reply_seq = packet.seq.wrapping_add(1);
             let end = packet.payload.is_empty();
             if failed.is_none() {
                 pending.extend_from_slice(&packet.payload);

@@ -8,41 +8,44 @@
 use hscale_planner::TableLocks;
 
 use super::slots::Previous;
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
+use hscale_wire::command;
 
 impl Session {
     /// As the server does for LOCK TABLES: the open transaction is
     /// committed and the session's earlier table locks released, then each
     /// backend locks its share. If one fails, none is kept.
     pub(super) async fn lock_tables(&mut self, locks: TableLocks) -> Result<(), ProxyError> {
-        if self.tx.in_transaction() {
+        if self.backends.tx.in_transaction() {
             self.commit_open(None).await?;
         }
         self.unlock_tables(None).await?;
         for (backend, sql) in &locks.per_backend {
             let slot = self.slot_of(*backend)?;
-            self.slots[slot].binding.sticky.get_or_insert("LOCK TABLES");
-            if let Err(e) = self.run_quietly(slot, &command(COM_QUERY, sql)).await {
+            self.backends.slots[slot]
+                .binding
+                .sticky
+                .get_or_insert("LOCK TABLES");
+            if let Err(e) = self.run_quietly(slot, &command::query(sql)).await {
                 self.unlock_tables(None).await?;
                 return Err(e);
             }
-            self.tx.set_tables_locked(slot, true);
+            self.backends.tx.set_tables_locked(slot, true);
         }
-        self.previous = Previous::Nothing;
+        self.backends.previous = Previous::Nothing;
         self.send_ok().await
     }
 
     /// UNLOCK TABLES on each connection of the session that holds table
     /// locks, but `except` (where the client's own statement releases them).
     pub(super) async fn unlock_tables(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
-        for slot in 0..self.slots.len() {
-            if Some(slot) == except || !self.tx.part(slot).tables_locked {
+        for slot in 0..self.backends.slots.len() {
+            if Some(slot) == except || !self.backends.tx.part(slot).tables_locked {
                 continue;
             }
-            self.tx.set_tables_locked(slot, false);
-            self.run_quietly(slot, &command(COM_QUERY, "UNLOCK TABLES"))
+            self.backends.tx.set_tables_locked(slot, false);
+            self.run_quietly(slot, &command::query("UNLOCK TABLES"))
                 .await?;
         }
         Ok(())

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use hscale_wire::packets::write_result_end;
 use hscale_wire::resultset::{text_result, text_values, ColumnType};
 
-use super::state::{command, COM_QUERY};
 use super::Session;
 use hscale_planner::MessagesRead;
+use hscale_wire::command;
 use hscale_wire::WireError;
 
 use crate::backend::BackendConn;
@@ -75,7 +75,7 @@ impl Session {
     /// Begins gathering the messages of a statement that runs on several
     /// connections, forgetting those of the statement before.
     pub(super) fn gather_from_here(&mut self) {
-        self.gathered = Some(Gathered::default());
+        self.backends.gathered = Some(Gathered::default());
     }
 
     /// Joins the messages a part left on `conn` to the statement's. Run
@@ -85,7 +85,7 @@ impl Session {
         &mut self,
         conn: &mut BackendConn,
     ) -> Result<(), WireError> {
-        let Some(gathered) = &self.gathered else {
+        let Some(gathered) = &self.backends.gathered else {
             return Ok(());
         };
         let read_limit = gathered.lists > 0 && gathered.limit.is_none();
@@ -101,12 +101,12 @@ impl Session {
             Answer::Packet(_) => None,
         };
         let Some((warnings, errors)) = counts else {
-            self.gathered = None;
+            self.backends.gathered = None;
             return Ok(());
         };
         let Answer::Rows { header, rows, .. } = ask(conn, "SHOW WARNINGS").await? else {
             // Refused: what SHOW WARNINGS would list is not known.
-            self.gathered = None;
+            self.backends.gathered = None;
             return Ok(());
         };
         let limit = match read_limit {
@@ -120,11 +120,12 @@ impl Session {
             false => None,
         };
         let Some(gathered) = self
+            .backends
             .gathered
             .as_mut()
             .filter(|_| !read_limit || limit.is_some())
         else {
-            self.gathered = None;
+            self.backends.gathered = None;
             return Ok(());
         };
         if gathered.header.is_empty() {
@@ -149,12 +150,15 @@ impl Session {
         read: MessagesRead,
         sql: &[u8],
     ) -> Result<bool, ProxyError> {
-        let Some(gathered) = self.gathered.as_ref().filter(|g| !g.header.is_empty()) else {
+        let Some(gathered) = self
+            .backends
+            .gathered
+            .as_ref()
+            .filter(|g| !g.header.is_empty())
+        else {
             return Ok(false);
         };
-        let deprecate_eof = self
-            .capabilities
-            .contains(hscale_wire::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let deprecate_eof = self.client.deprecate_eof();
         if let Some(column) = read.count_column(sql) {
             let count = match read.errors_only {
                 true => gathered.errors,
@@ -196,7 +200,7 @@ impl Session {
 
 /// A query hscale runs for itself on `conn`, its answer read whole.
 async fn ask(conn: &mut BackendConn, sql: &str) -> Result<Answer, WireError> {
-    read_answer(conn, &command(COM_QUERY, sql))
+    read_answer(conn, &command::query(sql))
         .await
         .map_err(|e| match e {
             RelayError::Backend { source, .. } | RelayError::Client(source) => source,

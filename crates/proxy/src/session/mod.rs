@@ -5,6 +5,7 @@
 
 mod admin;
 mod atomic;
+mod client;
 mod dynamic;
 mod federate;
 mod handshake;
@@ -12,6 +13,7 @@ mod kill;
 pub(crate) use kill::kill_backend_thread;
 mod load;
 mod locks;
+mod main;
 mod messages;
 mod probed;
 mod query;
@@ -32,6 +34,7 @@ use hscale_planner::{
     replace_own_values, sql_mode_has, summarize, ClientCharset, Kill, KillScope, Kind, OwnValues,
     PhysicalId, PlanCache, Quoting, Refusal, SessionChange,
 };
+use hscale_wire::command;
 use hscale_wire::packets::ChangeUser;
 use hscale_wire::scan::Expect;
 use hscale_wire::stream::PacketStream;
@@ -43,6 +46,7 @@ use crate::backend::ConnKey;
 use crate::error::{Disposition, ProxyError};
 use crate::shared::{SessionHandle, Shared};
 use crate::tls::ClientStream;
+use client::{reply_error, Client};
 use hscale_transaction::Transaction;
 use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
@@ -53,37 +57,20 @@ use statements::ClientStatements;
 /// not make hscale hold more.
 pub(crate) const MAX_LOGIN_PACKET: usize = 8 << 10;
 
-mod command {
-    pub const QUIT: u8 = 0x01;
-    pub const INIT_DB: u8 = 0x02;
-    pub const QUERY: u8 = 0x03;
-    pub const FIELD_LIST: u8 = 0x04;
-    pub const STATISTICS: u8 = 0x09;
-    pub const PROCESS_KILL: u8 = 0x0c;
-    pub const PING: u8 = 0x0e;
-    pub const CHANGE_USER: u8 = 0x11;
-    pub const STMT_PREPARE: u8 = 0x16;
-    pub const STMT_EXECUTE: u8 = 0x17;
-    pub const STMT_SEND_LONG_DATA: u8 = 0x18;
-    pub const STMT_CLOSE: u8 = 0x19;
-    pub const STMT_RESET: u8 = 0x1a;
-    pub const SET_OPTION: u8 = 0x1b;
-    pub const STMT_FETCH: u8 = 0x1c;
-    pub const RESET_CONNECTION: u8 = 0x1f;
-}
-
 pub struct Session {
     shared: Arc<Shared>,
+    client: Client,
+    memo: Memo,
+    backends: Backends,
+}
+
+/// The session's side on the backends: its connections, the state it
+/// replays on them, what the last command left on them, and the
+/// transaction over them.
+struct Backends {
+    shared: Arc<Shared>,
+    /// What other sessions and the deadlock detector see of this one.
     handle: Arc<SessionHandle>,
-    client: PacketStream<ClientStream>,
-    connection_id: u32,
-    /// hscale's address as the client reached it: what `@@port` answers.
-    reached: std::net::SocketAddr,
-    user: String,
-    admin: bool,
-    capabilities: CapabilityFlags,
-    collation: u8,
-    nonce: [u8; 20],
     state: SessionState,
     /// One per backend, in the order of `Shared::pools`.
     slots: Vec<Slot>,
@@ -92,27 +79,11 @@ pub struct Session {
     /// The messages of the last statement that ran on several connections,
     /// read from each (`None`: not known).
     gathered: Option<messages::Gathered>,
-    /// How the server reads a backslash in this session's strings, as the
-    /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
-    quoting: Quoting,
-    /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
-    /// column is kept, not replaced by an id.
-    no_auto_value_on_zero: bool,
-    /// The character set the client writes its statements in: from the
-    /// handshake, then SET NAMES and friends.
-    charset: ClientCharset,
-    /// Shapes of this client's statements on partitioned tables.
-    plans: PlanCache,
     /// The partitions' tables the open transaction ran on: a move's fence
     /// lets its statements there through (`Context::passed_fences`).
     transaction_tables: SmallVec<[PhysicalId; 4]>,
     /// Those the running command's statement was routed to.
     statement_tables: SmallVec<[PhysicalId; 4]>,
-    /// The client's prepared statements.
-    statements: ClientStatements,
-    /// Statements the client prepared with PREPARE ... FROM text that
-    /// hscale routes or guards.
-    sql_statements: dynamic::SqlStatements,
     /// A statement may have changed wait_timeout or sql_mode: hscale asks
     /// the server for their values before the next command.
     session_variables_changed: bool,
@@ -121,19 +92,27 @@ pub struct Session {
     /// not read the statement before.
     unread: Vec<slots::Unread>,
     settings_listed: Option<slots::SettingsListed>,
+    /// The transaction in progress, over the backends it reached.
+    tx: Transaction<crate::xa::Running>,
+}
+
+/// What a session keeps to answer its client's next statements faster, or
+/// as they were answered before.
+#[derive(Default)]
+struct Memo {
+    /// Shapes of this client's statements on partitioned tables.
+    plans: PlanCache,
+    /// The client's prepared statements.
+    statements: ClientStatements,
+    /// Statements the client prepared with PREPARE ... FROM text that
+    /// hscale routes or guards.
+    sql_statements: dynamic::SqlStatements,
     /// What this client gets for the column definitions it saw lately.
     column_names: crate::dictionary::ColumnNames,
     /// What probes found for unions of partitions, per statement shape.
     probed_columns: probed::ProbedColumns,
     /// Definitions of tables copied for statements answered from copies.
     definitions: federate::Definitions,
-    /// The transaction in progress, over the backends it reached.
-    tx: Transaction<crate::xa::Running>,
-    /// The sequence number of the command's answer: 1, unless the client
-    /// sent more than the command (a LOCAL INFILE's packets).
-    reply_seq: u8,
-    /// Its socket could not leave this worker once: it stays.
-    stays: bool,
 }
 
 /// How a session's time on a worker ended.
@@ -202,45 +181,46 @@ impl Session {
                 returned: None,
             })
             .collect();
+        let handle = shared.sessions.register(connection_id, &login.user);
         let mut session = Box::new(Session {
-            handle: shared.sessions.register(connection_id, &login.user),
-            admin,
-            slots,
-            shared,
-            client,
-            connection_id,
-            reached,
-            user: login.user,
-            capabilities: login.capabilities,
-            collation: login.collation,
-            nonce: login.nonce,
-            state: SessionState::default(),
-            previous: Previous::Nothing,
-            gathered: None,
-            quoting: Quoting::default(),
-            no_auto_value_on_zero: false,
-            charset: ClientCharset::of_collation(login.collation),
-            tx,
-            reply_seq: 1,
-            plans: PlanCache::default(),
-            transaction_tables: SmallVec::new(),
-            statement_tables: SmallVec::new(),
-            statements: ClientStatements::default(),
-            sql_statements: dynamic::SqlStatements::default(),
-            session_variables_changed: false,
-            unread: Vec::new(),
-            settings_listed: None,
-            column_names: Default::default(),
-            probed_columns: Default::default(),
-            definitions: Default::default(),
-            stays: false,
+            shared: Arc::clone(&shared),
+            client: Client {
+                stream: client,
+                connection_id,
+                reached,
+                user: login.user,
+                admin,
+                capabilities: login.capabilities,
+                collation: login.collation,
+                nonce: login.nonce,
+                charset: ClientCharset::of_collation(login.collation),
+                quoting: Quoting::default(),
+                no_auto_value_on_zero: false,
+                reply_seq: 1,
+                stays: false,
+            },
+            memo: Memo::default(),
+            backends: Backends {
+                shared,
+                handle,
+                state: SessionState::default(),
+                slots,
+                previous: Previous::Nothing,
+                gathered: None,
+                transaction_tables: SmallVec::new(),
+                statement_tables: SmallVec::new(),
+                session_variables_changed: false,
+                unread: Vec::new(),
+                settings_listed: None,
+                tx,
+            },
         });
         session.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
             tracing::info!(connection_id, "login failed: {e}");
-            let _ = reply_error(&mut session.client, &e, login.next_seq).await;
+            let _ = session.client.reply_error(&e, login.next_seq).await;
             session.finish();
             return Served::Ended;
         }
@@ -249,9 +229,9 @@ impl Session {
 
     /// Goes on serving a client that moved here from another worker.
     pub async fn resume(mut session: Box<Session>) -> Served {
-        if let Err(e) = session.client.get_mut().attach() {
+        if let Err(e) = session.client.stream.get_mut().attach() {
             tracing::warn!(
-                connection_id = session.connection_id,
+                connection_id = session.client.connection_id,
                 "a moved client cannot be served here: {e}"
             );
             session.finish();
@@ -262,17 +242,17 @@ impl Session {
 
     /// Serves commands until the client leaves, or moves to another worker.
     async fn run(mut session: Box<Session>) -> Served {
-        let connection_id = session.connection_id;
+        let connection_id = session.client.connection_id;
         loop {
             match session.command_loop().await {
-                Ok(Leave::MoveTo(worker)) => match session.client.get_mut().detach() {
+                Ok(Leave::MoveTo(worker)) => match session.client.stream.get_mut().detach() {
                     Ok(()) => {
                         tracing::debug!(connection_id, worker, "client moves to another worker");
                         return Served::Moving(session, worker);
                     }
                     Err(e) => {
                         tracing::warn!(connection_id, "a client cannot leave its worker: {e}");
-                        session.stays = true;
+                        session.client.stays = true;
                     }
                 },
                 Ok(Leave::Quit) => break,
@@ -283,7 +263,7 @@ impl Session {
             }
         }
         session.finish();
-        let handle = session.handle.clone();
+        let handle = session.backends.handle.clone();
         // Closes the client's socket: a KILL waiting for it may answer.
         drop(session);
         handle.set_ended();
@@ -296,16 +276,16 @@ impl Session {
     /// socket (no connection held, no transaction, no state still to read
     /// from a connection) and its answer sent whole.
     fn may_move(&self) -> bool {
-        !self.stays
+        !self.client.stays
             && self.client.is_flushed()
-            && !self.tx.in_transaction()
-            && !self.tx.reached_any()
-            && !self.tx.unsettled()
-            && self.unread.is_empty()
-            && !self.session_variables_changed
-            && self.slots.iter().all(|slot| slot.held.is_none())
+            && !self.backends.tx.in_transaction()
+            && !self.backends.tx.reached_any()
+            && !self.backends.tx.unsettled()
+            && self.backends.unread.is_empty()
+            && !self.backends.session_variables_changed
+            && self.backends.slots.iter().all(|slot| slot.held.is_none())
             && !matches!(
-                self.previous,
+                self.backends.previous,
                 Previous::On { messages: true, .. } | Previous::Scattered { messages: true, .. }
             )
     }
@@ -314,10 +294,10 @@ impl Session {
     async fn start(&mut self, database: Option<String>, seq: u8) -> Result<(), ProxyError> {
         if let Some(db) = database {
             self.may_use_database(&db)?;
-            self.state.db = Some(db);
+            self.backends.state.db = Some(db);
             let main = self.shared.main;
-            let lease = self.checkout(main, Needs::default()).await?;
-            self.checkin(main, lease.conn);
+            let lease = self.backends.checkout(main, Needs::default()).await?;
+            self.backends.checkin(main, lease.conn);
         }
         self.client
             .send_packet(
@@ -333,42 +313,45 @@ impl Session {
         // again: two workers asking at once must not pass it back and forth.
         let mut served_here = false;
         loop {
-            if self.tx.unsettled() {
+            if self.backends.tx.unsettled() {
                 self.settle_transaction().await;
             }
-            if !self.tx.reached_any() {
+            if !self.backends.tx.reached_any() {
                 // Its transaction ended before the detector's kill came.
-                self.handle.take_deadlocked();
+                self.backends.handle.take_deadlocked();
             }
-            self.handle.set_holding(
-                self.slots
+            self.backends.handle.set_holding(
+                self.backends
+                    .slots
                     .iter()
                     .filter_map(|s| s.held.as_ref().map(|c| (c.backend, c.thread_id))),
             );
             // Before waiting, so that a new wait_timeout bounds the wait;
             // not while the client may still ask for the statement's
             // warnings, which the read would clear.
-            let warnings = self.slots.iter().any(|s| s.binding.diagnostics);
-            if self.session_variables_changed && !warnings {
-                self.session_variables_changed = false;
+            let warnings = self.backends.slots.iter().any(|s| s.binding.diagnostics);
+            if self.backends.session_variables_changed && !warnings {
+                self.backends.session_variables_changed = false;
                 self.read_session_variables().await;
             }
-            let in_transaction = self.tx.reached_any();
-            self.handle.on.ended(
+            let in_transaction = self.backends.tx.reached_any();
+            self.backends.handle.on.ended(
                 in_transaction,
-                &self.statement_tables,
-                &mut self.transaction_tables,
+                &self.backends.statement_tables,
+                &mut self.backends.transaction_tables,
             );
-            self.statement_tables.clear();
+            self.backends.statement_tables.clear();
             if served_here && self.shared.balance.asked() && self.may_move() {
                 if let Some(worker) = self.shared.balance.claim() {
                     return Ok(Leave::MoveTo(worker));
                 }
             }
-            self.handle.set_waiting(self.shared.idle_clock_ms());
+            self.backends
+                .handle
+                .set_waiting(self.shared.idle_clock_ms());
             let packet = tokio::select! {
                 packet = self.client.read_packet() => packet,
-                _ = self.handle.killed() => Ok(None),
+                _ = self.backends.handle.killed() => Ok(None),
             };
             let packet = match packet {
                 Ok(packet) => packet,
@@ -376,14 +359,14 @@ impl Session {
                     // Over max_allowed_packet: the server's answer, then the end.
                     if let WireError::PacketTooLarge { size, .. } = e {
                         let e = ProxyError::Client(e);
-                        let _ = reply_error(&mut self.client, &e, 1).await;
-                        discard_the_rest(&mut self.client, size).await;
+                        let _ = self.client.reply_error(&e, 1).await;
+                        self.client.discard_the_rest(size).await;
                         return Err(e);
                     }
                     return Err(ProxyError::Client(e));
                 }
             };
-            self.handle.set_busy();
+            self.backends.handle.set_busy();
             let Some(packet) = packet else {
                 return Ok(Leave::Quit);
             };
@@ -401,30 +384,37 @@ impl Session {
             if code == command::QUIT {
                 return Ok(Leave::Quit);
             }
-            let behind = self.session_variables_changed || !self.unread.is_empty();
+            let behind =
+                self.backends.session_variables_changed || !self.backends.unread.is_empty();
             if behind && !self.reads_back_later(&packet.payload) {
                 self.read_back().await;
-                if self.session_variables_changed {
-                    self.session_variables_changed = false;
+                if self.backends.session_variables_changed {
+                    self.backends.session_variables_changed = false;
                     self.read_session_variables().await;
                 }
             }
             self.shared.counters.questions.add(1);
-            self.reply_seq = 1;
+            self.client.reply_seq = 1;
             served_here = true;
             if let Err(e) = self.dispatch(code, packet.payload).await {
                 // The detector killed the connection the statement waited on.
                 let e = match e {
-                    ProxyError::Backend(_) if self.handle.take_deadlocked() => ProxyError::Deadlock,
+                    ProxyError::Backend(_) if self.backends.handle.take_deadlocked() => {
+                        ProxyError::Deadlock
+                    }
                     e => e,
                 };
-                if self.handle.was_killed() && !matches!(e, ProxyError::ConnectionKilled) {
+                if self.backends.handle.was_killed() && !matches!(e, ProxyError::ConnectionKilled) {
                     // Killed by another connection while the command ran.
                     return Err(e);
                 }
                 let (_, disposition) = e.to_client();
-                tracing::debug!(connection_id = self.connection_id, "command failed: {e}");
-                reply_error(&mut self.client, &e, self.reply_seq).await?;
+                tracing::debug!(
+                    connection_id = self.client.connection_id,
+                    "command failed: {e}"
+                );
+                let seq = self.client.reply_seq;
+                self.client.reply_error(&e, seq).await?;
                 if disposition != Disposition::Reply {
                     return Err(e);
                 }
@@ -440,7 +430,7 @@ impl Session {
             command::INIT_DB => {
                 // The name is replayed on every connection the session takes.
                 let db = match std::str::from_utf8(&payload[1..]) {
-                    Ok(db) if self.charset.reads(db.as_bytes()) => db.to_string(),
+                    Ok(db) if self.client.charset.reads(db.as_bytes()) => db.to_string(),
                     _ => return Err(ProxyError::Unroutable(Refusal::unreadable())),
                 };
                 self.may_use_database(&db)?;
@@ -464,7 +454,7 @@ impl Session {
             | command::STMT_SEND_LONG_DATA
             | command::STMT_CLOSE => return self.statement_command(code, payload).await,
             command::SET_OPTION => {
-                self.slots[main].binding.sticky = Some("COM_SET_OPTION");
+                self.backends.slots[main].binding.sticky = Some("COM_SET_OPTION");
                 forward(Expect::Single)
             }
             command::RESET_CONNECTION => {
@@ -494,12 +484,12 @@ impl Session {
     /// connection has another id, on another server.
     pub(super) fn with_own_values(&self, payload: Bytes) -> Bytes {
         let own = OwnValues {
-            connection_id: self.connection_id,
-            port: self.reached.port(),
-            address: self.reached.ip(),
+            connection_id: self.client.connection_id,
+            port: self.client.reached.port(),
+            address: self.client.reached.ip(),
             hostname: &self.shared.hostname,
         };
-        match replace_own_values(&payload[1..], &own, self.quoting) {
+        match replace_own_values(&payload[1..], &own, self.client.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
         }
@@ -507,37 +497,42 @@ impl Session {
 
     /// The session's database, and the pool bucket that goes with having one.
     fn set_database(&mut self, db: Option<String>) {
-        if self.state.db.is_some() != db.is_some() {
+        if self.backends.state.db.is_some() != db.is_some() {
             self.set_buckets(db.is_some());
         }
-        self.state.db = db;
+        self.backends.state.db = db;
     }
 
     fn set_buckets(&mut self, has_db: bool) {
-        let account = self.shared.accounts.of_user(&self.user);
-        let key = ConnKey::for_client(self.capabilities, self.collation, has_db, account);
-        for (slot, pool) in self.slots.iter_mut().zip(&self.shared.pools) {
+        let account = self.shared.accounts.of_user(&self.client.user);
+        let key = ConnKey::for_client(
+            self.client.capabilities,
+            self.client.collation,
+            has_db,
+            account,
+        );
+        for (slot, pool) in self.backends.slots.iter_mut().zip(&self.shared.pools) {
             slot.bucket = pool.bucket(key);
         }
     }
 
     /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
     fn reset(&mut self) {
-        for slot in &mut self.slots {
+        for slot in &mut self.backends.slots {
             slot.held = None;
             slot.binding = Binding::default();
         }
-        self.previous = Previous::Nothing;
+        self.backends.previous = Previous::Nothing;
         // Their connections went: the servers ended the transaction.
-        self.tx.reset();
-        self.unread.clear();
-        self.settings_listed = None;
-        self.statements.clear();
-        self.sql_statements.clear();
-        self.state.clear_settings();
-        self.state.last_insert_id = 0;
+        self.backends.tx.reset();
+        self.backends.unread.clear();
+        self.backends.settings_listed = None;
+        self.memo.statements.clear();
+        self.memo.sql_statements.clear();
+        self.backends.state.clear_settings();
+        self.backends.state.last_insert_id = 0;
         self.start_sql_mode();
-        self.charset = ClientCharset::of_collation(self.collation);
+        self.client.charset = ClientCharset::of_collation(self.client.collation);
         self.set_default_wait_timeout();
     }
 
@@ -546,13 +541,16 @@ impl Session {
     fn set_default_wait_timeout(&mut self) {
         let (wait, interactive) = self.shared.wait_timeouts;
         let interactive_client = self
+            .client
             .capabilities
             .contains(CapabilityFlags::CLIENT_INTERACTIVE);
-        self.handle.set_wait_timeout(if interactive_client {
-            interactive
-        } else {
-            wait
-        });
+        self.backends
+            .handle
+            .set_wait_timeout(if interactive_client {
+                interactive
+            } else {
+                wait
+            });
     }
 
     /// After a SET of wait_timeout or sql_mode: their values as the server
@@ -560,7 +558,7 @@ impl Session {
     /// modes spelt out).
     async fn read_session_variables(&mut self) {
         let main = self.shared.main;
-        let Ok(mut lease) = self.checkout(main, Needs::default()).await else {
+        let Ok(mut lease) = self.backends.checkout(main, Needs::default()).await else {
             return;
         };
         let sql = "SELECT @@session.wait_timeout, @@session.sql_mode";
@@ -570,37 +568,37 @@ impl Session {
                 std::str::from_utf8(value).ok()
             };
             if let Some(seconds) = text(0).and_then(|v| v.parse().ok()) {
-                self.handle.set_wait_timeout(seconds);
+                self.backends.handle.set_wait_timeout(seconds);
             }
             if let Some(sql_mode) = text(1) {
                 self.follow_sql_mode(sql_mode);
             }
         }
-        self.checkin(main, lease.conn);
+        self.backends.checkin(main, lease.conn);
     }
 
     /// A new session's sql_mode: the main backend's global one, and the
     /// backslashes its greeting announced.
     fn start_sql_mode(&mut self) {
         let shared = self.shared.clone();
-        self.quoting.no_backslash_escapes = no_backslash_escapes(shared.new_session_status);
+        self.client.quoting.no_backslash_escapes = no_backslash_escapes(shared.new_session_status);
         self.follow_sql_mode(&shared.new_session_sql_mode);
     }
 
     /// The modes of `sql_mode` that change how hscale reads and plans
     /// statements. NO_BACKSLASH_ESCAPES comes with every answer's status.
     fn follow_sql_mode(&mut self, sql_mode: &str) {
-        self.quoting.ansi_quotes = sql_mode_has(sql_mode, "ANSI_QUOTES");
-        self.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
+        self.client.quoting.ansi_quotes = sql_mode_has(sql_mode, "ANSI_QUOTES");
+        self.client.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
     }
 
     /// hscale's schema is the admins' alone: in it, its tables would be
     /// named without the schema's name, which statements are checked for.
     fn may_use_database(&self, db: &str) -> Result<(), ProxyError> {
-        match self.admin || !db.eq_ignore_ascii_case(&self.shared.dictionary.schema) {
+        match self.client.admin || !db.eq_ignore_ascii_case(&self.shared.dictionary.schema) {
             true => Ok(()),
             false => Err(ProxyError::Guarded {
-                user: self.user.clone(),
+                user: self.client.user.clone(),
             }),
         }
     }
@@ -612,37 +610,43 @@ impl Session {
             plugin: request.auth_plugin.as_deref(),
             answer: request.auth_response.clone(),
             seq: 1,
-            secure: self.client.get_ref().is_tls(),
+            secure: self.client.stream.get_ref().is_tls(),
         };
         let shared = self.shared.clone();
-        let seq =
-            match handshake::authenticate(&mut self.client, &shared, &self.nonce, attempt).await {
-                Ok(seq) => seq,
-                Err((error, seq)) => {
-                    // Denied, like MySQL: the error (with the sequence id the exchange
-                    // reached), then the connection closes.
-                    reply_error(&mut self.client, &error, seq).await?;
-                    return Err(ProxyError::Client(WireError::Closed));
-                }
-            };
+        let seq = match handshake::authenticate(
+            &mut self.client.stream,
+            &shared,
+            &self.client.nonce,
+            attempt,
+        )
+        .await
+        {
+            Ok(seq) => seq,
+            Err((error, seq)) => {
+                // Denied, like MySQL: the error (with the sequence id the exchange
+                // reached), then the connection closes.
+                self.client.reply_error(&error, seq).await?;
+                return Err(ProxyError::Client(WireError::Closed));
+            }
+        };
         self.reset();
-        self.user = request.user;
-        self.admin = shared.users.get(&self.user).is_some_and(|u| u.admin);
-        self.handle.set_user(&self.user);
+        self.client.user = request.user;
+        self.client.admin = shared.users.get(&self.client.user).is_some_and(|u| u.admin);
+        self.backends.handle.set_user(&self.client.user);
         if let Some(collation) = request.collation {
-            self.collation = collation as u8;
-            self.charset = ClientCharset::of_collation(self.collation);
+            self.client.collation = collation as u8;
+            self.client.charset = ClientCharset::of_collation(self.client.collation);
         }
-        self.state.db = None;
+        self.backends.state.db = None;
         self.set_buckets(false);
         if let Some(db) = request.database {
             self.may_use_database(&db)?;
             self.set_database(Some(db));
             let main = self.shared.main;
-            let lease = self.checkout(main, Needs::default()).await?;
-            self.checkin(main, lease.conn);
+            let lease = self.backends.checkout(main, Needs::default()).await?;
+            self.backends.checkin(main, lease.conn);
         }
-        tracing::info!(connection_id = self.connection_id, user = %self.user, "changed user");
+        tracing::info!(connection_id = self.client.connection_id, user = %self.client.user, "changed user");
         self.client
             .send_packet(
                 seq,
@@ -663,9 +667,13 @@ impl Session {
         let Some((&command::QUERY, sql)) = payload.split_first() else {
             return false;
         };
-        let summary = summarize(sql, self.quoting, &TableNames::default());
-        let only_calls_unread = !self.session_variables_changed
-            && self.unread.iter().all(slots::Unread::waits_for_calls);
+        let summary = summarize(sql, self.client.quoting, &TableNames::default());
+        let only_calls_unread = !self.backends.session_variables_changed
+            && self
+                .backends
+                .unread
+                .iter()
+                .all(slots::Unread::waits_for_calls);
         summary.reads_previous_statement
             || (only_calls_unread && summary.kind == Kind::Call && !summary.multi_statement)
     }
@@ -673,11 +681,11 @@ impl Session {
     /// The status flags of an answer hscale writes itself.
     pub(super) fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
-        match self.tx.in_transaction() {
+        match self.backends.tx.in_transaction() {
             true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,
             false => status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT,
         }
-        if self.quoting.no_backslash_escapes {
+        if self.client.quoting.no_backslash_escapes {
             status |= StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
         }
         status.bits()
@@ -693,40 +701,9 @@ impl Session {
 
     /// Connections that hold state of this client are closed, not pooled.
     fn finish(&mut self) {
-        self.shared.sessions.remove(self.connection_id);
-        self.release_all();
+        self.shared.sessions.remove(self.client.connection_id);
+        self.backends.release_all();
     }
-}
-
-/// Reads and drops what a client still sends of a packet hscale refused, for
-/// at most a second: closed with unread bytes, the socket would be reset, and
-/// the reset could reach the client before the error that explains it.
-async fn discard_the_rest(client: &mut PacketStream<ClientStream>, mut announced: usize) {
-    let discard = async {
-        while announced > 0 {
-            let n = client.buffered().len();
-            client.consume(n);
-            announced = announced.saturating_sub(n);
-            if !matches!(client.fill().await, Ok(1..)) {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), discard).await;
-}
-
-async fn reply_error(
-    client: &mut PacketStream<ClientStream>,
-    error: &ProxyError,
-    seq: u8,
-) -> Result<(), WireError> {
-    let (packet, _) = error.to_client();
-    if let Some(packet) = packet {
-        let mut payload = Vec::with_capacity(packet.message.len() + 9);
-        packet.write(&mut payload);
-        client.send_packet(seq, &payload).await?;
-    }
-    Ok(())
 }
 
 /// Whether a SET (or several statements) may change a session variable

@@ -13,11 +13,11 @@ use hscale_wire::scan::Expect;
 
 use super::scatter::Generated;
 use super::slots::{Needs, Previous};
-use super::state::COM_QUERY;
-use super::{may_change_session_variables, Session};
+use super::Session;
 use crate::error::ProxyError;
 use crate::exec::Command;
 use crate::shared::Counters;
+use hscale_wire::command;
 
 /// How often a statement waiting for a partition move looks again.
 const WAIT_STEP: Duration = Duration::from_millis(20);
@@ -25,32 +25,32 @@ const WAIT_STEP: Duration = Duration::from_millis(20);
 impl Session {
     /// Plans a statement against the current dictionary snapshot.
     pub(super) fn plan(&mut self, sql: &[u8]) -> Plan {
-        let dictionary = self.handle.on.planning(&self.shared.dictionary);
+        let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
-            db: self.state.db.as_deref(),
-            quoting: self.quoting,
-            no_auto_value_on_zero: self.no_auto_value_on_zero,
-            tables_locked: self.tx.tables_locked(),
-            charset: self.charset,
+            db: self.backends.state.db.as_deref(),
+            quoting: self.client.quoting,
+            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
+            tables_locked: self.backends.tx.tables_locked(),
+            charset: self.client.charset,
             dictionary: &dictionary,
             main_backend: self.shared.main_backend(),
-            passed_fences: &self.transaction_tables,
+            passed_fences: &self.backends.transaction_tables,
         };
-        plan(sql, &ctx, &mut self.plans)
+        plan(sql, &ctx, &mut self.memo.plans)
     }
 
     /// The context of a statement planned against another dictionary than
     /// the snapshot (the one the admin lock reads).
     pub(super) fn context<'a>(&'a self, dictionary: &'a Dictionary) -> Context<'a> {
         Context {
-            db: self.state.db.as_deref(),
-            quoting: self.quoting,
-            no_auto_value_on_zero: self.no_auto_value_on_zero,
-            tables_locked: self.tx.tables_locked(),
-            charset: self.charset,
+            db: self.backends.state.db.as_deref(),
+            quoting: self.client.quoting,
+            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
+            tables_locked: self.backends.tx.tables_locked(),
+            charset: self.client.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
-            passed_fences: &self.transaction_tables,
+            passed_fences: &self.backends.transaction_tables,
         }
     }
 
@@ -59,7 +59,7 @@ impl Session {
     /// (LOCK TABLES, LOAD DATA, maintenance) wait for any fence on it, and
     /// are counted as possibly on every table while they run.
     fn note_tables(&mut self, action: &Action) {
-        let tables = &mut self.statement_tables;
+        let tables = &mut self.backends.statement_tables;
         tables.clear();
         match action {
             Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
@@ -81,12 +81,12 @@ impl Session {
             | Action::Federate(_)
             | Action::Wait(_) => return,
         }
-        self.handle.on.runs_on(tables);
+        self.backends.handle.on.runs_on(tables);
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let sql = &payload[1..];
-        tracing::trace!(connection_id = self.connection_id, sql = %String::from_utf8_lossy(sql), "query");
+        tracing::trace!(connection_id = self.client.connection_id, sql = %String::from_utf8_lossy(sql), "query");
         let plan = self.plan_waiting(|session| session.plan(sql)).await?;
         self.run_plan(plan, payload).await
     }
@@ -95,7 +95,6 @@ impl Session {
     pub(super) async fn run_plan(&mut self, plan: Plan, payload: Bytes) -> Result<(), ProxyError> {
         let sql = &payload[1..];
         let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
-        let main = self.shared.main;
         let on_copies = match &plan.action {
             Action::ReferenceRead(backends) => self.slot_with_copies(backends),
             _ => None,
@@ -103,91 +102,20 @@ impl Session {
         match plan.action {
             Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
             Action::Main | Action::ReferenceRead(_) => {
-                let kind = plan.summary.kind;
-                let releases_locks = matches!(kind, Kind::Lock | Kind::Unlock | Kind::Begin)
-                    && !plan.summary.multi_statement;
-                if releases_locks {
-                    // The main backend's server releases its own.
-                    self.unlock_tables(Some(main)).await?;
-                }
-                let rereads = (kind == Kind::Set || plan.summary.multi_statement)
-                    && may_change_session_variables(sql);
-                let scattered_messages =
-                    matches!(self.previous, Previous::Scattered { messages: true, .. });
-                if let Some(read) = plan.messages_read.filter(|_| scattered_messages) {
-                    if self.answer_gathered(read, sql).await? {
-                        return Ok(());
-                    }
-                }
-                let slot = self.slot_for_previous(needs)?.or(on_copies).unwrap_or(main);
-                if let Some(reason) = plan.binds {
-                    self.slots[slot].binding.sticky.get_or_insert(reason);
-                }
-                if kind.writes() {
-                    self.check_writers(&[slot])?;
-                }
-                let unseen = match plan.tx_effect {
-                    TxEffect::Hides(what) => Some(what),
-                    _ => None,
-                };
-                match (unseen, plan.tx_effect) {
-                    (Some(what), _) => {
-                        self.check_unseen_commits(slot, what)?;
-                        self.tx.runs_unseen(slot);
-                    }
-                    (None, TxEffect::ClientXa) => {
-                        self.check_unseen_commits(
-                            slot,
-                            "an XA statement of the client's (its transaction stays on one backend)",
-                        )?;
-                        self.tx.runs_unseen(slot);
-                    }
-                    (None, effect) => self.commit_before(slot, effect, sql).await?,
-                }
-                let payload = match plan.summary.own_values {
-                    true => self.with_own_values(payload),
-                    false => payload,
-                };
-                let autocommit = self.tx.autocommit();
-                // A procedure may SET any session variable, which hscale does
-                // not see: what it changed is read back and carried to the
-                // other backends. Not where listing the variables would
-                // replace what the statement reads (ROW_COUNT(), warnings).
-                let before = match kind == Kind::Call
-                    && !plan.summary.multi_statement
-                    && self.slots.len() > 1
-                    && !needs.previous_connection
-                    && !needs.diagnostics
-                {
-                    true => self.session_variables_before(slot, needs).await?,
-                    false => None,
-                };
-                self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
-                    .await?;
-                if let Some(before) = before {
-                    self.read_back_changes_later(slot, before);
-                }
-                if unseen.is_some() && self.follow_autocommit(autocommit) {
-                    self.commit_after(slot).await?;
-                }
-                if releases_locks {
-                    self.tx.set_tables_locked(slot, kind == Kind::Lock);
-                }
-                self.session_variables_changed |= rereads;
-                if kind.writes() {
-                    self.tx.wrote(slot);
-                }
-                Ok(())
+                self.run_main(plan, payload, needs, on_copies).await
             }
             Action::Admin => self.admin(&String::from_utf8_lossy(sql)).await,
             Action::Kill(kill) => self.kill(kill).await,
             Action::Route(route) => {
-                if !self.handle.on.planned_fresh() {
+                if !self.backends.handle.on.planned_fresh() {
                     return Err(ProxyError::DictionaryStale);
                 }
                 if let Some(reason) = plan.binds {
                     let slot = self.slot_of(route.steps[0].target.backend)?;
-                    self.slots[slot].binding.sticky.get_or_insert(reason);
+                    self.backends.slots[slot]
+                        .binding
+                        .sticky
+                        .get_or_insert(reason);
                 }
                 self.run_route(route, needs, plan.summary.own_values, None)
                     .await
@@ -196,7 +124,7 @@ impl Session {
             Action::Load(load) => self.load(*load, needs).await,
             Action::Listing(listing) => {
                 // Table maintenance, which runs on several backends.
-                if self.tx.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
+                if self.backends.tx.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
                     self.commit_open(None).await?;
                 }
                 self.listing(payload, *listing).await
@@ -236,7 +164,7 @@ impl Session {
     /// a read names (`Action::ReferenceRead`): reading there opens no
     /// other backend's part. The main backend where it is one of them.
     pub(super) fn slot_with_copies(&self, backends: &[u32]) -> Option<usize> {
-        let reached = self.tx.slots();
+        let reached = self.backends.tx.slots();
         let main = self.shared.main;
         if reached.contains(&main) {
             return None;
@@ -256,9 +184,12 @@ impl Session {
         loop {
             let planned = plan(self);
             // HSCALE commands by others get their own refusal.
-            if planned.summary.names_guarded && !self.admin && planned.summary.kind != Kind::Admin {
+            if planned.summary.names_guarded
+                && !self.client.admin
+                && planned.summary.kind != Kind::Admin
+            {
                 return Err(ProxyError::Guarded {
-                    user: self.user.clone(),
+                    user: self.client.user.clone(),
                 });
             }
             let Action::Wait(table) = &planned.action else {
@@ -280,7 +211,7 @@ impl Session {
             Counters::add(&self.shared.counters.waited, 1);
             Instant::now()
         });
-        self.handle.on.waits();
+        self.backends.handle.on.waits();
         let lock_wait = self.shared.lock_wait;
         if since.elapsed() >= lock_wait {
             return Err(ProxyError::LockWaitTimeout {
@@ -313,8 +244,8 @@ impl Session {
     /// ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS run where the previous
     /// statement ran. After one that ran on several connections, SHOW
     /// WARNINGS finds none on one of them, or is refused if it left some.
-    fn slot_for_previous(&self, needs: Needs) -> Result<Option<usize>, ProxyError> {
-        match self.previous {
+    pub(super) fn slot_for_previous(&self, needs: Needs) -> Result<Option<usize>, ProxyError> {
+        match self.backends.previous {
             _ if !needs.previous_connection => Ok(None),
             Previous::On { slot, .. } => Ok(Some(slot)),
             Previous::Scattered { messages, slot } if needs.diagnostics && !messages => {
@@ -382,7 +313,7 @@ impl Session {
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         // An INSERT whose ids hscale wrote was planned again since.
-        if !self.handle.on.planned_fresh() {
+        if !self.backends.handle.on.planned_fresh() {
             return Err(ProxyError::DictionaryStale);
         }
         self.shared.counters.routed.add(1);
@@ -392,11 +323,11 @@ impl Session {
         // Before the INSERT runs: nothing may be sent after its answer.
         let shared = self.shared.clone();
         shared.sequences.given(&shared, &route.table, given).await?;
-        let before = self.state.last_insert_id;
+        let before = self.backends.state.last_insert_id;
         let ran = self.run_steps(route, needs, own_values, generated).await;
         if generated.is_none() {
             // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
-            self.state.last_insert_id = before;
+            self.backends.state.last_insert_id = before;
         }
         ran
     }
@@ -409,7 +340,7 @@ impl Session {
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
         let payload = |session: &Session, step: Step| {
-            let payload = Bytes::from(step.into_command(COM_QUERY));
+            let payload = Bytes::from(step.into_command(command::QUERY));
             match own_values {
                 true => session.with_own_values(payload),
                 false => payload,
@@ -449,7 +380,7 @@ impl Session {
                 }
             }
             if route.writes {
-                self.tx.wrote(slot);
+                self.backends.tx.wrote(slot);
             }
             return Ok(());
         }
@@ -496,7 +427,7 @@ impl Session {
                     one_each.2.push(united.probe.clone().map(Bytes::from));
                     one_each
                         .1
-                        .push(with_id(Bytes::from(united.into_command(COM_QUERY))));
+                        .push(with_id(Bytes::from(united.into_command(command::QUERY))));
                 }
                 one_each
             }
@@ -504,7 +435,7 @@ impl Session {
                 let payloads = route
                     .steps
                     .into_iter()
-                    .map(|step| with_id(Bytes::from(step.into_command(COM_QUERY))))
+                    .map(|step| with_id(Bytes::from(step.into_command(command::QUERY))))
                     .collect();
                 (slots, payloads, Vec::new())
             }

@@ -10,9 +10,9 @@ use hscale_transaction::SavepointStep;
 use hscale_wire::packets::ErrorPacket;
 
 use super::slots::Needs;
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
+use hscale_wire::command;
 
 const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 
@@ -21,17 +21,19 @@ impl Session {
     /// statement there opens it again.
     async fn roll_back_branch(&mut self, slot: usize) -> Result<(), ProxyError> {
         let shared = self.shared.clone();
-        let running = self.tx.running_or(|| crate::xa::begin(&shared, None));
+        let running = self
+            .backends
+            .tx
+            .running_or(|| crate::xa::begin(&shared, None));
         let xid = running.xid(self.shared.pools[slot].id());
         let [end, rollback] = [
             format!("XA END {}", xid.sql()),
             hscale_transaction::statements::rollback(&xid, true).remove(0),
         ];
         // XA END fails where the branch ended already; the rollback counts.
-        let _ = self.run_quietly(slot, &command(COM_QUERY, &end)).await;
-        self.run_quietly(slot, &command(COM_QUERY, &rollback))
-            .await?;
-        self.tx.branch_ended(slot);
+        let _ = self.run_quietly(slot, &command::query(&end)).await;
+        self.run_quietly(slot, &command::query(&rollback)).await?;
+        self.backends.tx.branch_ended(slot);
         Ok(())
     }
 
@@ -42,7 +44,7 @@ impl Session {
         payload: Bytes,
         needs: Needs,
     ) -> Result<(), ProxyError> {
-        let Ok(mut steps) = self.tx.savepoint_steps(op, &name) else {
+        let Ok(mut steps) = self.backends.tx.savepoint_steps(op, &name) else {
             // Not set, or gone: as MariaDB answers.
             return Err(ProxyError::Refused(ErrorPacket::new(
                 ER_SP_DOES_NOT_EXIST,
@@ -53,7 +55,7 @@ impl Session {
         let Some(SavepointStep::Statement(last)) = steps.pop() else {
             unreachable!("the client's answer comes from its statement")
         };
-        let rollback = command(COM_QUERY, "ROLLBACK");
+        let rollback = command::query("ROLLBACK");
         let mut quiet: Vec<(usize, &[u8])> = Vec::with_capacity(steps.len());
         for step in steps {
             match step {
@@ -64,7 +66,7 @@ impl Session {
         }
         let completion = self.each_then_answer(&quiet, last, &payload, needs).await?;
         if !completion.error {
-            self.tx.savepoint_done(op, name);
+            self.backends.tx.savepoint_done(op, name);
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ use super::federate::Sink;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
 use super::slots::{Needs, Previous};
-use super::state::{breaks_connection, command, COM_QUERY, UNKNOWN_SETTINGS};
+use super::state::{breaks_connection, UNKNOWN_SETTINGS};
 use super::Session;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
@@ -32,6 +32,7 @@ use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
 use crate::spool::Spool;
 use crate::xa::Running;
 use hscale_transaction::Branch;
+use hscale_wire::command;
 
 /// The needs of a statement that ends the transaction where it runs, or
 /// runs outside one: no XA branch opens for it.
@@ -106,10 +107,12 @@ impl Session {
     /// A connection held only for the last statement's warnings may take
     /// part: this statement replaces them.
     fn may_borrow(&self, slots: &[usize]) -> bool {
-        !self.tx.in_transaction()
-            && slots
-                .iter()
-                .all(|&s| !self.slots[s].binding.pins(self.tx.holds(s)))
+        !self.backends.tx.in_transaction()
+            && slots.iter().all(|&s| {
+                !self.backends.slots[s]
+                    .binding
+                    .pins(self.backends.tx.holds(s))
+            })
     }
 
     /// One result set out of several partitions' result sets, as `spec`
@@ -179,7 +182,7 @@ impl Session {
             copying,
         };
         self.gather_from_here();
-        self.column_names.start(&self.shared.dictionary);
+        self.memo.column_names.start(&self.shared.dictionary);
         let watcher = self.watch_client();
         let driven = self.drive(
             &mut merger,
@@ -202,7 +205,7 @@ impl Session {
                 .await
                 .unwrap_or(Err(Abort::Failed(ProxyError::ScanTimeout { ms }))),
         };
-        self.handle.scan_ended();
+        self.backends.handle.scan_ended();
         let outcome = match outcome {
             Ok(()) => Ok(()),
             Err(Abort::Answer(packet)) => Err(packet),
@@ -221,7 +224,7 @@ impl Session {
                 // Connections in the middle of an answer (or of a packet,
                 // where the timeout cut in) are closed.
                 self.drop_sources(&mut sources);
-                self.gathered = None;
+                self.backends.gathered = None;
                 if stopped && out.header_sent {
                     // Mid-result, the ERR takes the end packet's place.
                     if let (Some(packet), _) = e.to_client() {
@@ -243,7 +246,7 @@ impl Session {
             }
         }
         if slots.len() > 1 {
-            self.previous = Previous::Scattered {
+            self.backends.previous = Previous::Scattered {
                 messages: out.warnings > 0 || outcome.is_err(),
                 slot: slots[0],
             };
@@ -262,9 +265,7 @@ impl Session {
         match outcome {
             Ok(()) => {
                 self.send_header(&merger, &mut out).await?;
-                let deprecate_eof = self
-                    .capabilities
-                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+                let deprecate_eof = self.client.deprecate_eof();
                 let mut end = Vec::with_capacity(16);
                 write_result_end(deprecate_eof, out.status.unwrap_or(0), &mut end);
                 if !deprecate_eof {
@@ -291,8 +292,8 @@ impl Session {
     pub(super) fn watch_client(
         &self,
     ) -> impl std::future::Future<Output = std::convert::Infallible> {
-        let raw = self.client.get_ref().as_raw_fd();
-        let (handle, shared) = (self.handle.clone(), self.shared.clone());
+        let raw = self.client.stream.get_ref().as_raw_fd();
+        let (handle, shared) = (self.backends.handle.clone(), self.shared.clone());
         async move {
             tokio::time::sleep(WATCH_AFTER).await;
             // SAFETY: `merge_rows` drops this future before it returns, and
@@ -415,6 +416,7 @@ impl Session {
         needs: Needs,
     ) -> Result<(), Abort> {
         let mut lease = self
+            .backends
             .checkout(source.slot, needs)
             .await
             .map_err(Abort::Failed)?;
@@ -422,7 +424,7 @@ impl Session {
             let prepared = match lease.conn.prepare(&sql).await {
                 Ok(prepared) => prepared,
                 Err(e) => {
-                    self.forget_connection_state(source.slot);
+                    self.backends.forget_connection_state(source.slot);
                     return Err(Abort::Failed(ProxyError::Backend(e)));
                 }
             };
@@ -438,11 +440,13 @@ impl Session {
                     .map(Bytes::copy_from_slice)
                     .collect();
                 if let Some(key) = &source.probe_key {
-                    self.probed_columns.keep(key.clone(), definitions.clone());
+                    self.memo
+                        .probed_columns
+                        .keep(key.clone(), definitions.clone());
                 }
                 source.definitions = Some(definitions);
                 if let Err(e) = lease.conn.close_statement(id).await {
-                    self.forget_connection_state(source.slot);
+                    self.backends.forget_connection_state(source.slot);
                     return Err(Abort::Failed(ProxyError::Backend(e)));
                 }
             }
@@ -460,11 +464,12 @@ impl Session {
                 return Err(Abort::Answer(packet.into()));
             }
             Err(e) => {
-                self.forget_connection_state(source.slot);
+                self.backends.forget_connection_state(source.slot);
                 return Err(Abort::Failed(ProxyError::Backend(e)));
             }
         };
-        self.handle
+        self.backends
+            .handle
             .scanning(lease.conn.backend, lease.conn.thread_id);
         let sent = lease.conn.send_command(&payload).await;
         source.lease = Some(lease);
@@ -538,7 +543,7 @@ impl Session {
         };
         let names = &self.shared.dictionary;
         for definition in &mut definitions {
-            if let Some(renamed) = self.column_names.logical(names, definition) {
+            if let Some(renamed) = self.memo.column_names.logical(names, definition) {
                 *definition = Bytes::copy_from_slice(renamed);
             }
         }
@@ -553,7 +558,7 @@ impl Session {
     /// changed) are probed anew next time.
     fn forget_probe(&mut self, source: &Source) {
         if let Some(key) = &source.probe_key {
-            self.probed_columns.forget(key);
+            self.memo.probed_columns.forget(key);
         }
     }
 
@@ -563,16 +568,16 @@ impl Session {
     fn probe_first(&mut self, source: &mut Source, text: Option<Bytes>) {
         let Some(text) = text else { return };
         let under = Under {
-            settings: self.state.fingerprint(),
+            settings: self.backends.state.fingerprint(),
             generation: self.shared.dictionary.snapshot().generation(),
-            db: self.state.db.as_deref().unwrap_or(""),
-            quoting: self.quoting,
+            db: self.backends.state.db.as_deref().unwrap_or(""),
+            quoting: self.client.quoting,
         };
         source.probe_key = ProbedColumns::key(&under, &text);
         source.definitions = source
             .probe_key
             .as_deref()
-            .and_then(|key| self.probed_columns.get(key));
+            .and_then(|key| self.memo.probed_columns.get(key));
         if source.definitions.is_none() {
             source.probe = Some(text);
         }
@@ -599,7 +604,7 @@ impl Session {
     fn lost(&mut self, source: &mut Source, error: WireError, answered: bool) -> ProxyError {
         let backend = source.lease.take().map_or(0, |l| l.conn.backend);
         source.reading = Reading::Ended;
-        self.forget_connection_state(source.slot);
+        self.backends.forget_connection_state(source.slot);
         let error = BackendError::Lost {
             backend,
             source: error,
@@ -679,7 +684,7 @@ impl Session {
     fn drop_sources(&mut self, sources: &mut [Source]) {
         for source in sources {
             if source.lease.take().is_some() {
-                self.forget_connection_state(source.slot);
+                self.backends.forget_connection_state(source.slot);
             }
             source.reading = Reading::Ended;
         }
@@ -702,10 +707,7 @@ impl Session {
         for definition in columns {
             out.seq = self.client.queue_packet(out.seq, definition);
         }
-        if !self
-            .capabilities
-            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
-        {
+        if !self.client.deprecate_eof() {
             let mut eof = Vec::with_capacity(5);
             write_eof(0, 0, &mut eof);
             out.seq = self.client.queue_packet(out.seq, &eof);
@@ -724,7 +726,7 @@ impl Session {
         needs: Needs,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
-        let last_insert_id = self.state.last_insert_id;
+        let last_insert_id = self.backends.state.last_insert_id;
         let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
         let mut total = self
             .write_each(slots, &parts, needs, generated.is_some(), false)
@@ -735,12 +737,12 @@ impl Session {
             let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
             if inserted {
                 total.last_insert_id = generated.first;
-                self.state.last_insert_id = generated.first;
+                self.backends.state.last_insert_id = generated.first;
             } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
-                self.state.last_insert_id = total.last_insert_id;
+                self.backends.state.last_insert_id = total.last_insert_id;
             } else {
                 // The updated row's id is in the OK only.
-                self.state.last_insert_id = last_insert_id;
+                self.backends.state.last_insert_id = last_insert_id;
             }
         }
         self.send_total(total).await
@@ -761,14 +763,14 @@ impl Session {
         same: bool,
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
-        let implicit = !self.tx.in_transaction() && slots.len() > 1;
+        let implicit = !self.backends.tx.in_transaction() && slots.len() > 1;
         let shared = self.shared.clone();
-        let atomic = self.tx.statement_is_atomic(slots);
+        let atomic = self.backends.tx.statement_is_atomic(slots);
         // The first backend's part is a plain transaction whose commit
         // carries the decision, where the account may write it there.
         let plain = match atomic {
             true => {
-                let bucket = self.slots[slots[0]].bucket.clone();
+                let bucket = self.backends.slots[slots[0]].bucket.clone();
                 crate::xa::may_record(&shared, slots[0], &bucket)
                     .await
                     .then_some(slots[0])
@@ -829,7 +831,7 @@ impl Session {
             if broken {
                 // Which connection failed is not known here: none is reused.
                 drop(lease);
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 continue;
             }
             let mut lease = lease;
@@ -837,12 +839,12 @@ impl Session {
                 lease.conn.last_insert_id = UNKNOWN_ID;
             }
             self.finish_command(slot, lease, &completion);
-            self.tx.wrote(slot);
+            self.backends.tx.wrote(slot);
         }
         if broken {
-            self.gathered = None;
+            self.backends.gathered = None;
         }
-        self.previous = Previous::Scattered {
+        self.backends.previous = Previous::Scattered {
             messages: outcome.as_ref().map_or(true, |total| total.warnings > 0),
             slot: slots[0],
         };
@@ -896,7 +898,7 @@ impl Session {
             // The first part on a backend opens its branch.
             let mut branch_first = None;
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
-                let mut lease = self.checkout(slot, needs).await?;
+                let mut lease = self.backends.checkout(slot, needs).await?;
                 let begun = match (implicit, atomic) {
                     (true, Some(atomic)) => {
                         branch_first = Some(atomic.opening(slot, &self.shared));
@@ -950,7 +952,7 @@ impl Session {
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         for &slot in slots {
-            let lease = self.checkout(slot, needs).await?;
+            let lease = self.backends.checkout(slot, needs).await?;
             leases.insert(slot, (lease, Completion::default()));
         }
         let shared = self.shared.clone();
@@ -1037,15 +1039,15 @@ impl Session {
         slot: usize,
         sql: &str,
     ) -> Result<crate::backend::Rows, ProxyError> {
-        let mut lease = self.checkout(slot, Needs::default()).await?;
+        let mut lease = self.backends.checkout(slot, Needs::default()).await?;
         match lease.conn.query(sql).await {
             Ok(answer) => {
-                self.checkin(slot, lease.conn);
+                self.backends.checkin(slot, lease.conn);
                 answer.map_err(ProxyError::Refused)
             }
             Err(e) => {
                 drop(lease);
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 Err(e.into())
             }
         }
@@ -1095,7 +1097,7 @@ impl Session {
             reads_only: false,
             ..needs
         };
-        let mut lease = self.checkout(slot, needs).await?;
+        let mut lease = self.backends.checkout(slot, needs).await?;
         let answer = run(&mut lease, Command::Raw(payload)).await;
         if unsettles {
             lease.conn.settings = UNKNOWN_SETTINGS;
@@ -1104,7 +1106,7 @@ impl Session {
             if let Err(source) = self.gather_messages(&mut lease.conn).await {
                 let backend = lease.conn.backend;
                 drop(lease);
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
             }
         }
@@ -1115,7 +1117,7 @@ impl Session {
             }
             Err(e) if breaks_connection(&e) => {
                 drop(lease);
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 Err(e)
             }
             Err(e) => {
@@ -1172,11 +1174,11 @@ async fn run_in_branch(
     start: &str,
 ) -> Result<Completion, ProxyError> {
     match part {
-        Part::Command(Command::Raw([COM_QUERY, sql @ ..]))
+        Part::Command(Command::Raw([command::QUERY, sql @ ..]))
             if super::atomic::runs_several(lease) =>
         {
             let mut both = Vec::with_capacity(start.len() + sql.len() + 3);
-            both.push(COM_QUERY);
+            both.push(command::QUERY);
             both.extend_from_slice(start.as_bytes());
             both.extend_from_slice(b";\n");
             both.extend_from_slice(sql);
@@ -1228,7 +1230,7 @@ fn left_messages(answer: &Result<Completion, ProxyError>) -> bool {
 }
 
 async fn run_query(lease: &mut Lease, sql: &str) -> Result<Completion, ProxyError> {
-    run(lease, Command::Raw(&command(COM_QUERY, sql))).await
+    run(lease, Command::Raw(&command::query(sql))).await
 }
 
 /// One partition's part of a merged result set.

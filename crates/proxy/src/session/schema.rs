@@ -7,14 +7,14 @@
 use hscale_planner::{plan, PlanCache, SchemaChange};
 use hscale_wire::packets::{ErrorPacket, OkInfo};
 
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::admin::schema::SchemaLock;
 use crate::error::ProxyError;
+use hscale_wire::command;
 
 impl Session {
     pub(super) async fn schema_change(&mut self, sql: &[u8]) -> Result<(), ProxyError> {
-        if self.tx.in_transaction() {
+        if self.backends.tx.in_transaction() {
             self.commit_open(None).await?;
         }
         let shared = self.shared.clone();
@@ -30,7 +30,7 @@ impl Session {
                 lock.starting(&shared, i).await,
                 self.slot_of(step.target.backend),
             ) {
-                (Ok(()), Ok(slot)) => self.run_part(slot, &command(COM_QUERY, &step.sql)).await,
+                (Ok(()), Ok(slot)) => self.run_part(slot, &command::query(&step.sql)).await,
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match ran {
@@ -47,7 +47,7 @@ impl Session {
         }
         lock.finish(&shared).await?;
         tracing::info!(table = %change.table, statement = %change.statement, "schema change done on every partition");
-        self.previous = super::slots::Previous::Scattered {
+        self.backends.previous = super::slots::Previous::Scattered {
             messages: total.warnings > 0,
             slot: self.shared.main,
         };

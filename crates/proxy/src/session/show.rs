@@ -11,11 +11,11 @@ use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::{Completion, Expect};
 
 use super::slots::Needs;
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::backend::BackendError;
 use crate::error::ProxyError;
 use crate::exec::{read_answer, Answer, RelayError};
+use hscale_wire::command;
 
 impl Session {
     /// COM_FIELD_LIST (`mysql_list_fields`, the mariadb CLI's completion)
@@ -41,7 +41,7 @@ impl Session {
             return Ok(None);
         };
         let (name, wildcard) = (&payload[1..end + 1], &payload[end + 1..]);
-        let (Some(db), Ok(name)) = (&self.state.db, std::str::from_utf8(name)) else {
+        let (Some(db), Ok(name)) = (&self.backends.state.db, std::str::from_utf8(name)) else {
             return Ok(None);
         };
         let dictionary = self.shared.dictionary.snapshot();
@@ -59,7 +59,7 @@ impl Session {
         listing: Listing,
     ) -> Result<(), ProxyError> {
         let payload = match &listing.sql {
-            Some(sql) => Bytes::from(command(COM_QUERY, sql)),
+            Some(sql) => Bytes::from(command::query(sql)),
             None => payload,
         };
         let (header, rows, end) = match self.answer_of(listing.backend, &payload).await? {
@@ -71,7 +71,7 @@ impl Session {
         };
         let mut elsewhere = Vec::with_capacity(listing.elsewhere.len());
         for (i, other) in listing.elsewhere.iter().enumerate() {
-            let payload = Bytes::from(command(COM_QUERY, &other.sql));
+            let payload = Bytes::from(command::query(&other.sql));
             match self.answer_of(other.backend, &payload).await? {
                 Answer::Rows { rows, .. } => elsewhere.extend(rows.into_iter().map(|r| (i, r))),
                 // Its error is the answer's: a listing without the row
@@ -103,12 +103,12 @@ impl Session {
         payload: &Bytes,
     ) -> Result<Answer, ProxyError> {
         let slot = self.slot_of(backend)?;
-        let mut lease = self.checkout(slot, Needs::default()).await?;
+        let mut lease = self.backends.checkout(slot, Needs::default()).await?;
         let answer = match read_answer(&mut lease.conn, payload).await {
             Ok(answer) => answer,
             Err(RelayError::Backend { source, .. }) => {
                 let backend = lease.conn.backend;
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
             }
             Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),

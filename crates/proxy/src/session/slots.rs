@@ -9,11 +9,12 @@ use hscale_transaction::{Opening, Reach, ServerStatus};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
-use super::state::{breaks_connection, command, zero_row_count, COM_QUERY, UNKNOWN_SETTINGS};
+use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
 use super::{may_change_session_variables, no_backslash_escapes, Session};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
 use crate::exec::{send, Command, RelayError};
+use hscale_wire::command;
 
 /// Why a client keeps its connection to one backend between statements.
 #[derive(Debug, Default)]
@@ -243,11 +244,11 @@ impl Session {
         needs: Needs,
         change: SessionChange,
     ) -> Result<Completion, ProxyError> {
-        let mut lease = self.checkout(slot, needs).await?;
+        let mut lease = self.backends.checkout(slot, needs).await?;
         let names = &self.shared.dictionary;
-        let columns = needs.logical_columns.then_some(&mut self.column_names);
+        let columns = needs.logical_columns.then_some(&mut self.memo.column_names);
         let sent = send(
-            &mut self.client,
+            &mut self.client.stream,
             &mut lease.conn,
             command,
             expect,
@@ -261,7 +262,7 @@ impl Session {
             // idle connection is found before anything is written (`Pool`).
             Err(RelayError::Backend { source, answered }) => {
                 let backend = lease.conn.backend;
-                self.forget_connection_state(slot);
+                self.backends.forget_connection_state(slot);
                 let error = crate::backend::BackendError::Lost { backend, source };
                 return Err(if answered {
                     ProxyError::BackendMidAnswer { source: error }
@@ -286,12 +287,12 @@ impl Session {
             self.track_statement(slot, client_id, code, &completion);
         }
         let read_messages = needs.diagnostics
-            && (self.slots[slot].binding.diagnostics
-                || matches!(self.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
+            && (self.backends.slots[slot].binding.diagnostics
+                || matches!(self.backends.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
         // They stay on the connection: reset before another client uses it.
-        self.slots[slot].binding.diagnostics |= read_messages;
+        self.backends.slots[slot].binding.diagnostics |= read_messages;
         self.finish_command(slot, lease, &completion);
-        if let Previous::On { messages, .. } = &mut self.previous {
+        if let Previous::On { messages, .. } = &mut self.backends.previous {
             // SHOW WARNINGS leaves the messages it read in place; the
             // connection goes back, and another read takes it out again.
             *messages |= read_messages;
@@ -309,20 +310,21 @@ impl Session {
     ) {
         // MySQL keeps warnings until a statement that uses a table: a connection
         // that had any must not show them to the next client.
-        let diagnostics_left = self.slots[slot].binding.diagnostics || leaves_messages(completion);
+        let diagnostics_left =
+            self.backends.slots[slot].binding.diagnostics || leaves_messages(completion);
         // Only a connection that took the session's latest settings tells
         // the session's autocommit (one that ended a branch may not have).
-        let current = lease.conn.settings == self.state.fingerprint();
+        let current = lease.conn.settings == self.backends.state.fingerprint();
         self.after(slot, completion, current);
-        if diagnostics_left && !self.holds(slot) {
+        if diagnostics_left && !self.backends.holds(slot) {
             lease.conn.settings = UNKNOWN_SETTINGS;
         }
-        self.previous = Previous::On {
+        self.backends.previous = Previous::On {
             slot,
             mark: lease.conn.mark(),
             messages: leaves_messages(completion),
         };
-        self.checkin(slot, lease.conn);
+        self.backends.checkin(slot, lease.conn);
     }
 
     /// Updates bindings from what the server said about the session;
@@ -330,20 +332,20 @@ impl Session {
     fn after(&mut self, slot: usize, completion: &Completion, current: bool) {
         self.take_status(slot, completion.status, current);
         if completion.error {
-            self.tx.failed(slot);
+            self.backends.tx.failed(slot);
         }
         // Not for an error: the client has it from the error packet, and a
         // client that stops after one would keep a connection from the pool.
-        self.slots[slot].binding.diagnostics = completion.warnings > 0;
+        self.backends.slots[slot].binding.diagnostics = completion.warnings > 0;
         if completion.last_insert_id != 0 {
-            self.state.last_insert_id = completion.last_insert_id;
+            self.backends.state.last_insert_id = completion.last_insert_id;
         }
         // This statement's diagnostics replace those another backend's
         // connection was kept for.
-        for other in (0..self.slots.len()).filter(|&other| other != slot) {
-            if self.slots[other].binding.diagnostics {
-                self.slots[other].binding.diagnostics = false;
-                self.release_unheld(other);
+        for other in (0..self.backends.slots.len()).filter(|&other| other != slot) {
+            if self.backends.slots[other].binding.diagnostics {
+                self.backends.slots[other].binding.diagnostics = false;
+                self.backends.release_unheld(other);
             }
         }
     }
@@ -353,16 +355,189 @@ impl Session {
     pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>, current: bool) {
         let status = status.map(|status| {
             let status = StatusFlags::from_bits_truncate(status);
-            self.quoting.no_backslash_escapes = no_backslash_escapes(status);
+            self.client.quoting.no_backslash_escapes = no_backslash_escapes(status);
             ServerStatus {
                 in_transaction: status.contains(StatusFlags::SERVER_STATUS_IN_TRANS),
                 autocommit: status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT),
                 settings_current: current,
             }
         });
-        self.tx.observe(slot, status);
+        self.backends.tx.observe(slot, status);
     }
 
+    /// Records what a successful statement changed, on the session and on the
+    /// connection that ran it.
+    fn record(&mut self, change: SessionChange, conn: &mut BackendConn) {
+        match change {
+            SessionChange::Nothing => {}
+            SessionChange::Database(db) => {
+                conn.key.has_db = true;
+                conn.db = Some(db.clone());
+                self.set_database(Some(db));
+            }
+            SessionChange::DroppedDatabase(db) => {
+                if conn.db.as_deref() == Some(db.as_str()) {
+                    conn.key.has_db = false;
+                    conn.db = None;
+                }
+                if self.backends.state.db.as_deref() == Some(db.as_str()) {
+                    self.set_database(None);
+                }
+            }
+            SessionChange::ReadBack { .. } => unreachable!("read back later"),
+            SessionChange::Setting(keys, sql) => {
+                self.backends.session_variables_changed |=
+                    may_change_session_variables(sql.as_bytes());
+                if keys
+                    .iter()
+                    .any(|k| k == "names" || k == "character_set_client")
+                {
+                    self.client.charset = client_charset_after(&sql, self.client.quoting)
+                        .unwrap_or(self.client.charset);
+                }
+                self.backends.state.record_setting(keys, sql);
+                conn.settings = self.backends.state.fingerprint();
+            }
+        }
+    }
+
+    fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
+        self.note_unread(slot, keys, database, None);
+    }
+
+    /// Reads `slot`'s session variables, to compare with what a statement
+    /// that may set any of them leaves (`read_back_changes_later`). `None`
+    /// where the server would not list them.
+    pub(super) async fn session_variables_before(
+        &mut self,
+        slot: usize,
+        needs: Needs,
+    ) -> Result<Option<Variables>, ProxyError> {
+        let earlier = self
+            .backends
+            .unread
+            .iter()
+            .any(|u| u.slot == slot && u.since.is_some());
+        if earlier {
+            // An earlier CALL's listing, not yet compared, still stands.
+            return Ok(None);
+        }
+        if let Some(listed) = &self.backends.settings_listed {
+            if listed.slot == slot && listed.fingerprint == self.backends.state.fingerprint() {
+                return Ok(Some(listed.variables.clone()));
+            }
+        }
+        let mut lease = self.backends.checkout(slot, needs).await?;
+        let variables = session_variables(&mut lease.conn).await;
+        self.backends.checkin(slot, lease.conn);
+        Ok(variables)
+    }
+
+    /// Before the client's next command, the session variables of `slot`
+    /// that differ from `before` become the session's, as a SET would.
+    pub(super) fn read_back_changes_later(&mut self, slot: usize, before: Variables) {
+        self.note_unread(slot, Vec::new(), false, Some(before));
+    }
+
+    fn note_unread(
+        &mut self,
+        slot: usize,
+        keys: Vec<String>,
+        database: bool,
+        since: Option<Variables>,
+    ) {
+        // The state is read from this connection: the session keeps it.
+        let binding = &mut self.backends.slots[slot].binding;
+        binding
+            .sticky
+            .get_or_insert("session state hscale reads back");
+        match self.backends.unread.iter_mut().find(|u| u.slot == slot) {
+            Some(unread) => {
+                unread.keys.extend(keys);
+                unread.keys.sort();
+                unread.keys.dedup();
+                unread.database |= database;
+                // The earliest snapshot: what changed since it all counts.
+                unread.since = unread.since.take().or(since);
+            }
+            None => self.backends.unread.push(Unread {
+                slot,
+                keys,
+                database,
+                since,
+            }),
+        }
+    }
+
+    /// Reads back what `read_back_later` noted and records it as the
+    /// session's, so that every other connection takes it.
+    pub(super) async fn read_back(&mut self) {
+        for Unread {
+            slot,
+            mut keys,
+            database,
+            since,
+        } in std::mem::take(&mut self.backends.unread)
+        {
+            // Gone with its connection, which the server ended (or the client reset).
+            let Some(mut conn) = self.backends.slots[slot].held.take() else {
+                continue;
+            };
+            let mut values: Vec<(String, Value)> = Vec::new();
+            let mut listed = None;
+            if let Some(before) = since {
+                match session_variables(&mut conn).await {
+                    Some(mut now) => {
+                        listed = Some(now.clone());
+                        for key in changed_settings(&before, &now) {
+                            keys.retain(|k| *k != key);
+                            let value = now.remove(&key).flatten();
+                            values.push((key, value));
+                        }
+                    }
+                    None => tracing::warn!(
+                        connection_id = self.client.connection_id,
+                        "could not read session variables; what a CALL set stays on backend {}",
+                        conn.backend
+                    ),
+                }
+            }
+            if !keys.is_empty() || database {
+                match read_values(&mut conn, &keys, database).await {
+                    Some((db, read)) => {
+                        if let Some(db) = db {
+                            conn.key.has_db = db.is_some();
+                            conn.db = db.clone();
+                            self.set_database(db);
+                        }
+                        values.extend(read);
+                    }
+                    None => tracing::warn!(
+                        connection_id = self.client.connection_id,
+                        "could not read back session state; it stays on backend {}",
+                        conn.backend
+                    ),
+                }
+            }
+            if !values.is_empty() {
+                values.sort_by(|a, b| a.0.cmp(&b.0));
+                let keys = values.iter().map(|(key, _)| key.clone()).collect();
+                let setting = setting_of(&values);
+                self.record(SessionChange::Setting(keys, setting), &mut conn);
+            }
+            if let Some(variables) = listed {
+                self.backends.settings_listed = Some(SettingsListed {
+                    slot,
+                    fingerprint: self.backends.state.fingerprint(),
+                    variables,
+                });
+            }
+            self.backends.slots[slot].held = Some(conn);
+        }
+    }
+}
+
+impl super::Backends {
     /// The connection on `slot` stays with the client.
     pub(super) fn holds(&self, slot: usize) -> bool {
         self.slots[slot].binding.holds(self.tx.holds(slot))
@@ -438,7 +613,7 @@ impl Session {
         let queued = opening == Opening::QueuedBegin;
         let begin = match opening {
             Opening::Nothing => None,
-            Opening::QueuedBegin => Some(command(COM_QUERY, "BEGIN").into()),
+            Opening::QueuedBegin => Some(command::query("BEGIN").into()),
             Opening::Begin(begin) => Some(begin),
             Opening::XaStart => {
                 let shared = self.shared.clone();
@@ -446,7 +621,7 @@ impl Session {
                 let running = self.tx.running_or(|| crate::xa::begin(&shared, decided_on));
                 let xid = running.xid(self.shared.pools[slot].id());
                 let start = hscale_transaction::statements::start(&xid);
-                Some(command(COM_QUERY, &start).into())
+                Some(command::query(&start).into())
             }
         };
         let prepared = async {
@@ -511,174 +686,6 @@ impl Session {
         self.handle.set_idle();
         self.slots[slot].held = None;
         self.slots[slot].binding = Binding::default();
-    }
-
-    /// Records what a successful statement changed, on the session and on the
-    /// connection that ran it.
-    fn record(&mut self, change: SessionChange, conn: &mut BackendConn) {
-        match change {
-            SessionChange::Nothing => {}
-            SessionChange::Database(db) => {
-                conn.key.has_db = true;
-                conn.db = Some(db.clone());
-                self.set_database(Some(db));
-            }
-            SessionChange::DroppedDatabase(db) => {
-                if conn.db.as_deref() == Some(db.as_str()) {
-                    conn.key.has_db = false;
-                    conn.db = None;
-                }
-                if self.state.db.as_deref() == Some(db.as_str()) {
-                    self.set_database(None);
-                }
-            }
-            SessionChange::ReadBack { .. } => unreachable!("read back later"),
-            SessionChange::Setting(keys, sql) => {
-                self.session_variables_changed |= may_change_session_variables(sql.as_bytes());
-                if keys
-                    .iter()
-                    .any(|k| k == "names" || k == "character_set_client")
-                {
-                    self.charset = client_charset_after(&sql, self.quoting).unwrap_or(self.charset);
-                }
-                self.state.record_setting(keys, sql);
-                conn.settings = self.state.fingerprint();
-            }
-        }
-    }
-
-    fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
-        self.note_unread(slot, keys, database, None);
-    }
-
-    /// Reads `slot`'s session variables, to compare with what a statement
-    /// that may set any of them leaves (`read_back_changes_later`). `None`
-    /// where the server would not list them.
-    pub(super) async fn session_variables_before(
-        &mut self,
-        slot: usize,
-        needs: Needs,
-    ) -> Result<Option<Variables>, ProxyError> {
-        let earlier = self
-            .unread
-            .iter()
-            .any(|u| u.slot == slot && u.since.is_some());
-        if earlier {
-            // An earlier CALL's listing, not yet compared, still stands.
-            return Ok(None);
-        }
-        if let Some(listed) = &self.settings_listed {
-            if listed.slot == slot && listed.fingerprint == self.state.fingerprint() {
-                return Ok(Some(listed.variables.clone()));
-            }
-        }
-        let mut lease = self.checkout(slot, needs).await?;
-        let variables = session_variables(&mut lease.conn).await;
-        self.checkin(slot, lease.conn);
-        Ok(variables)
-    }
-
-    /// Before the client's next command, the session variables of `slot`
-    /// that differ from `before` become the session's, as a SET would.
-    pub(super) fn read_back_changes_later(&mut self, slot: usize, before: Variables) {
-        self.note_unread(slot, Vec::new(), false, Some(before));
-    }
-
-    fn note_unread(
-        &mut self,
-        slot: usize,
-        keys: Vec<String>,
-        database: bool,
-        since: Option<Variables>,
-    ) {
-        // The state is read from this connection: the session keeps it.
-        let binding = &mut self.slots[slot].binding;
-        binding
-            .sticky
-            .get_or_insert("session state hscale reads back");
-        match self.unread.iter_mut().find(|u| u.slot == slot) {
-            Some(unread) => {
-                unread.keys.extend(keys);
-                unread.keys.sort();
-                unread.keys.dedup();
-                unread.database |= database;
-                // The earliest snapshot: what changed since it all counts.
-                unread.since = unread.since.take().or(since);
-            }
-            None => self.unread.push(Unread {
-                slot,
-                keys,
-                database,
-                since,
-            }),
-        }
-    }
-
-    /// Reads back what `read_back_later` noted and records it as the
-    /// session's, so that every other connection takes it.
-    pub(super) async fn read_back(&mut self) {
-        for Unread {
-            slot,
-            mut keys,
-            database,
-            since,
-        } in std::mem::take(&mut self.unread)
-        {
-            // Gone with its connection, which the server ended (or the client reset).
-            let Some(mut conn) = self.slots[slot].held.take() else {
-                continue;
-            };
-            let mut values: Vec<(String, Value)> = Vec::new();
-            let mut listed = None;
-            if let Some(before) = since {
-                match session_variables(&mut conn).await {
-                    Some(mut now) => {
-                        listed = Some(now.clone());
-                        for key in changed_settings(&before, &now) {
-                            keys.retain(|k| *k != key);
-                            let value = now.remove(&key).flatten();
-                            values.push((key, value));
-                        }
-                    }
-                    None => tracing::warn!(
-                        connection_id = self.connection_id,
-                        "could not read session variables; what a CALL set stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !keys.is_empty() || database {
-                match read_values(&mut conn, &keys, database).await {
-                    Some((db, read)) => {
-                        if let Some(db) = db {
-                            conn.key.has_db = db.is_some();
-                            conn.db = db.clone();
-                            self.set_database(db);
-                        }
-                        values.extend(read);
-                    }
-                    None => tracing::warn!(
-                        connection_id = self.connection_id,
-                        "could not read back session state; it stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !values.is_empty() {
-                values.sort_by(|a, b| a.0.cmp(&b.0));
-                let keys = values.iter().map(|(key, _)| key.clone()).collect();
-                let setting = setting_of(&values);
-                self.record(SessionChange::Setting(keys, setting), &mut conn);
-            }
-            if let Some(variables) = listed {
-                self.settings_listed = Some(SettingsListed {
-                    slot,
-                    fingerprint: self.state.fingerprint(),
-                    variables,
-                });
-            }
-            self.slots[slot].held = Some(conn);
-        }
     }
 
     /// Connections that hold state of this client are closed, not pooled.

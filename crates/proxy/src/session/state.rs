@@ -5,14 +5,11 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
+use hscale_wire::command;
 use hscale_wire::scan::Expect;
 
 use crate::backend::{BackendConn, BackendError};
 use crate::error::ProxyError;
-
-const COM_INIT_DB: u8 = 0x02;
-pub const COM_QUERY: u8 = 0x03;
-const COM_RESET_CONNECTION: u8 = 0x1f;
 
 /// A connection's settings fingerprint when its session state is not known to
 /// be clean: the next client resets it first. Real fingerprints are odd.
@@ -64,25 +61,30 @@ impl SessionState {
     ) -> Result<(), ProxyError> {
         if conn.settings != self.fingerprint {
             if conn.settings != 0 && !held {
-                run(conn, &[COM_RESET_CONNECTION], Expect::Single).await?;
+                run(conn, &[command::RESET_CONNECTION], Expect::Single).await?;
                 conn.statements.clear();
                 conn.db = None;
                 conn.last_insert_id = 0;
             }
             for (_, sql) in &self.settings {
-                run(conn, &command(COM_QUERY, sql), Expect::ResultSets).await?;
+                run(conn, &command::query(sql), Expect::ResultSets).await?;
             }
             conn.settings = self.fingerprint;
         }
         if let Some(db) = &self.db {
             if conn.db.as_deref() != Some(db.as_str()) {
-                run(conn, &command(COM_INIT_DB, db), Expect::Single).await?;
+                run(
+                    conn,
+                    &command::with_text(command::INIT_DB, db),
+                    Expect::Single,
+                )
+                .await?;
                 conn.db = Some(db.clone());
             }
         }
         if wants_last_insert_id && conn.last_insert_id != self.last_insert_id {
             let sql = format!("SELECT LAST_INSERT_ID({})", self.last_insert_id);
-            run(conn, &command(COM_QUERY, &sql), Expect::ResultSets).await?;
+            run(conn, &command::query(&sql), Expect::ResultSets).await?;
             conn.last_insert_id = self.last_insert_id;
         }
         Ok(())
@@ -91,19 +93,12 @@ impl SessionState {
 
 /// Leaves ROW_COUNT() at 0, what a new connection answers.
 pub async fn zero_row_count(conn: &mut BackendConn) -> Result<(), ProxyError> {
-    run(conn, &command(COM_QUERY, "DO 0"), Expect::ResultSets).await
+    run(conn, &command::query("DO 0"), Expect::ResultSets).await
 }
 
 /// Runs a command of the client's own (a deferred BEGIN) for its effect only.
 pub async fn run_command(conn: &mut BackendConn, payload: &[u8]) -> Result<(), ProxyError> {
     run(conn, payload, Expect::ResultSets).await
-}
-
-pub fn command(code: u8, text: &str) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(text.len() + 1);
-    payload.push(code);
-    payload.extend_from_slice(text.as_bytes());
-    payload
 }
 
 async fn run(conn: &mut BackendConn, payload: &[u8], expect: Expect) -> Result<(), ProxyError> {

@@ -20,10 +20,10 @@ use smallvec::SmallVec;
 use super::federate::Then;
 use super::scatter::Generated;
 use super::slots::Needs;
-use super::state::COM_QUERY;
 use super::Session;
 use crate::error::ProxyError;
 use crate::exec::{Command, StatementKey};
+use hscale_wire::command;
 
 /// One of the client's prepared statements.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ impl Session {
     pub(super) async fn prepare(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let payload = self.with_own_values(payload);
         let sql = payload.slice(1..);
-        let db = self.state.db.clone();
+        let db = self.backends.state.db.clone();
         let plan = self
             .plan_waiting(|session| session.plan_prepared(&sql, db.as_deref()))
             .await?;
@@ -192,7 +192,7 @@ impl Session {
                 unreachable!("plan_prepared makes templates, plan_waiting waits")
             }
         };
-        let id = self.statements.next_id();
+        let id = self.memo.statements.next_id();
         let hidden = routed
             .as_ref()
             .map(|r| r.template.id_params().to_vec())
@@ -242,14 +242,14 @@ impl Session {
                 federation,
                 reference_read,
             };
-            self.statements.by_id.insert(id, prepared);
+            self.memo.statements.by_id.insert(id, prepared);
         }
         Ok(())
     }
 
     /// Plans a statement being prepared, in the database it was prepared in.
     fn plan_prepared(&self, sql: &[u8], db: Option<&str>) -> Plan {
-        let dictionary = self.handle.on.planning(&self.shared.dictionary);
+        let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db,
             ..self.context(&dictionary)
@@ -262,7 +262,7 @@ impl Session {
         code: u8,
         payload: Bytes,
     ) -> Result<(), ProxyError> {
-        use super::command::*;
+        use command::*;
         let id = payload
             .get(1..5)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -273,7 +273,7 @@ impl Session {
             stmt_id: id,
             command,
         };
-        if !self.statements.by_id.contains_key(&id) {
+        if !self.memo.statements.by_id.contains_key(&id) {
             return match code {
                 STMT_EXECUTE => Err(unknown("mysqld_stmt_execute")),
                 STMT_FETCH => Err(unknown("mysqld_stmt_fetch")),
@@ -322,14 +322,19 @@ impl Session {
                 if let Some(slot) = self.open_slot(id) {
                     self.close_open_statement(slot, id).await?;
                 }
-                self.statements.by_id.remove(&id);
+                self.memo.statements.by_id.remove(&id);
                 Ok(())
             }
         }
     }
 
     fn routed_mut(&mut self, id: u32) -> Option<&mut Routed> {
-        self.statements.by_id.get_mut(&id)?.routed.as_deref_mut()
+        self.memo
+            .statements
+            .by_id
+            .get_mut(&id)?
+            .routed
+            .as_deref_mut()
     }
 
     /// COM_STMT_EXECUTE, on the connection that holds the statement's cursor
@@ -338,7 +343,7 @@ impl Session {
     /// session are those of the same text in COM_QUERY.
     async fn execute_statement(&mut self, id: u32, payload: &Bytes) -> Result<(), ProxyError> {
         let main = self.shared.main;
-        let prepared = self.statements.by_id.get_mut(&id).expect("checked");
+        let prepared = self.memo.statements.by_id.get_mut(&id).expect("checked");
         let rest = with_types(prepared, payload)?;
         // BEGIN, COMMIT, ROLLBACK and savepoints concern every backend the
         // transaction reaches (sysbench prepares them): they run as their
@@ -346,7 +351,7 @@ impl Session {
         let sql = prepared.statement.sql();
         if prepared.controls {
             let mut text = Vec::with_capacity(1 + sql.len());
-            text.push(COM_QUERY);
+            text.push(command::QUERY);
             text.extend_from_slice(sql);
             return self.query(text.into()).await;
         }
@@ -357,14 +362,14 @@ impl Session {
             }
             return self.execute_routed(id, &rest).await;
         }
-        let on_copies = match &self.statements.by_id[&id].reference_read {
+        let on_copies = match &self.memo.statements.by_id[&id].reference_read {
             Some(backends) => self.slot_with_copies(backends),
             None => None,
         };
         let slot = self.open_slot(id).or(on_copies).unwrap_or(main);
-        let statement = self.statements.by_id[&id].statement.clone();
-        if let Some(federation) = self.statements.by_id[&id].federation.clone() {
-            let count = usize::from(self.statements.by_id[&id].params);
+        let statement = self.memo.statements.by_id[&id].statement.clone();
+        if let Some(federation) = self.memo.statements.by_id[&id].federation.clone() {
+            let count = usize::from(self.memo.statements.by_id[&id].params);
             let federation = self
                 .copies_with_values(&statement, &rest, count, &federation.reason)
                 .unwrap_or(*federation);
@@ -391,10 +396,10 @@ impl Session {
     ) -> Option<hscale_planner::Federation> {
         let params = Parameters::parse(rest, count).ok()?;
         let literals = (0..count)
-            .map(|i| literal(params.get(i).ok()?, self.charset))
+            .map(|i| literal(params.get(i).ok()?, self.client.charset))
             .collect::<Option<Vec<String>>>()?;
-        let text = with_literals(statement.sql(), self.quoting, &literals)?;
-        let dictionary = self.handle.on.planning(&self.shared.dictionary);
+        let text = with_literals(statement.sql(), self.client.quoting, &literals)?;
+        let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db: statement.db(),
             ..self.context(&dictionary)
@@ -413,7 +418,7 @@ impl Session {
         statement: StatementKey,
         rest: &[u8],
     ) -> Result<(), ProxyError> {
-        let prepared = &self.statements.by_id[&id];
+        let prepared = &self.memo.statements.by_id[&id];
         let (binds, change, needs, tx_effect, writes) = (
             prepared.binds,
             prepared.change.clone(),
@@ -429,25 +434,28 @@ impl Session {
                     .is_some_and(|r| r.template.writes()),
         );
         if let Some(reason) = binds {
-            self.slots[slot].binding.sticky.get_or_insert(reason);
+            self.backends.slots[slot]
+                .binding
+                .sticky
+                .get_or_insert(reason);
         }
         if writes {
             self.check_writers(&[slot])?;
         }
         self.commit_before(slot, tx_effect, statement.sql()).await?;
         if matches!(tx_effect, TxEffect::Hides(_) | TxEffect::ClientXa) {
-            self.tx.runs_unseen(slot);
+            self.backends.tx.runs_unseen(slot);
         }
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
-            code: super::command::STMT_EXECUTE,
+            code: command::STMT_EXECUTE,
             rest,
         };
         self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
             .await?;
         if writes {
-            self.tx.wrote(slot);
+            self.backends.tx.wrote(slot);
         }
         Ok(())
     }
@@ -463,16 +471,16 @@ impl Session {
                 reason: "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table".into(),
             }));
         }
-        let count = usize::from(self.statements.by_id[&id].params);
+        let count = usize::from(self.memo.statements.by_id[&id].params);
         let client = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
-        let charset = self.charset;
+        let charset = self.client.charset;
         let value = |k: usize| {
             client
                 .get(k)
                 .ok()
                 .and_then(|p| param_value(p, charset).ok())
         };
-        let no_auto_value_on_zero = self.no_auto_value_on_zero;
+        let no_auto_value_on_zero = self.client.no_auto_value_on_zero;
         let template = &self.routed_mut(id).expect("checked").template;
         let given = template.highest_id(value);
         // AUTO_INCREMENT ids hscale binds where the INSERT leaves them to
@@ -518,13 +526,13 @@ impl Session {
             let shared = self.shared.clone();
             shared.sequences.given(&shared, &table, given).await?;
         }
-        let before = self.state.last_insert_id;
+        let before = self.backends.state.last_insert_id;
         let ran = self
             .run_routed(id, count, &rest, &params, generated, &table)
             .await;
         if given.is_some() && generated.is_none() {
             // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
-            self.state.last_insert_id = before;
+            self.backends.state.last_insert_id = before;
         }
         ran
     }
@@ -546,12 +554,12 @@ impl Session {
             })
         };
         let main_backend = self.shared.main_backend();
-        let charset = self.charset;
+        let charset = self.client.charset;
         let mut waited_since = None;
         let execution = loop {
-            let dictionary = self.handle.on.planning(&self.shared.dictionary);
-            let fresh = self.handle.on.planned_fresh();
-            let passed = self.transaction_tables.clone();
+            let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
+            let fresh = self.backends.handle.on.planned_fresh();
+            let passed = self.backends.transaction_tables.clone();
             let routed = self.routed_mut(id).expect("checked");
             let routing = routed
                 .template
@@ -564,10 +572,10 @@ impl Session {
             match routing {
                 Routing::Run(_) if !fresh => return Err(ProxyError::DictionaryStale),
                 Routing::Run(execution) => {
-                    let tables = &mut self.statement_tables;
+                    let tables = &mut self.backends.statement_tables;
                     tables.clear();
                     tables.extend(execution.runs.iter().map(|run| run.target.physical));
-                    self.handle.on.runs_on(tables);
+                    self.backends.handle.on.runs_on(tables);
                     break execution;
                 }
                 Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
@@ -651,11 +659,14 @@ impl Session {
             self.routed_mut(id).expect("checked").last = Some(statement.clone());
             return Ok(());
         }
-        let prepared = &self.statements.by_id[&id];
+        let prepared = &self.memo.statements.by_id[&id];
         let needs = prepared.needs;
         if let Some(reason) = prepared.binds {
             let slot = self.slot_of(runs[0].0)?;
-            self.slots[slot].binding.sticky.get_or_insert(reason);
+            self.backends.slots[slot]
+                .binding
+                .sticky
+                .get_or_insert(reason);
         }
         let mut slots = Vec::with_capacity(runs.len());
         for (backend, ..) in &runs {
@@ -692,7 +703,7 @@ impl Session {
             .map(|(_, statement, rest)| Command::Statement {
                 statement,
                 client_id: id,
-                code: super::command::STMT_EXECUTE,
+                code: command::STMT_EXECUTE,
                 rest,
             })
             .collect();
@@ -713,7 +724,7 @@ impl Session {
         rest: &[u8],
         expect: Option<Expect>,
     ) -> Result<Completion, ProxyError> {
-        let statement = self.statements.by_id[&id].backend_key().clone();
+        let statement = self.memo.statements.by_id[&id].backend_key().clone();
         let command = Command::Statement {
             statement: &statement,
             client_id: id,
@@ -733,25 +744,31 @@ impl Session {
     /// COM_STMT_CLOSE of a statement with a cursor or long data: the backend
     /// statement stays prepared for the next client, reset.
     async fn close_open_statement(&mut self, slot: usize, id: u32) -> Result<(), ProxyError> {
-        self.slots[slot].binding.open_statements.remove(&id);
-        let Some(mut conn) = self.slots[slot].held.take() else {
+        self.backends.slots[slot]
+            .binding
+            .open_statements
+            .remove(&id);
+        let Some(mut conn) = self.backends.slots[slot].held.take() else {
             return Ok(());
         };
-        let key = self.statements.by_id[&id].backend_key().clone();
+        let key = self.memo.statements.by_id[&id].backend_key().clone();
         let reset = async {
             let backend_id = conn.statement_id(&key.key, key.db_len).await?;
             if let Ok(backend_id) = backend_id {
-                let mut payload = vec![super::command::STMT_RESET];
+                let mut payload = vec![command::STMT_RESET];
                 payload.extend_from_slice(&backend_id.to_le_bytes());
                 conn.run(&payload, Expect::Single).await?.ok();
             }
             Ok::<_, crate::backend::BackendError>(())
         };
         match reset.await {
-            Ok(()) => self.checkin(slot, conn),
+            Ok(()) => self.backends.checkin(slot, conn),
             Err(e) => {
-                self.forget_connection_state(slot);
-                tracing::debug!(connection_id = self.connection_id, "closing a cursor: {e}");
+                self.backends.forget_connection_state(slot);
+                tracing::debug!(
+                    connection_id = self.client.connection_id,
+                    "closing a cursor: {e}"
+                );
             }
         }
         Ok(())
@@ -759,7 +776,8 @@ impl Session {
 
     /// The slot whose connection holds the statement's cursor or long data.
     fn open_slot(&self, id: u32) -> Option<usize> {
-        self.slots
+        self.backends
+            .slots
             .iter()
             .position(|s| s.binding.open_statements.contains(&id))
     }
@@ -773,7 +791,7 @@ impl Session {
         code: u8,
         completion: &Completion,
     ) {
-        use super::command::*;
+        use command::*;
         let status = StatusFlags::from_bits_truncate(completion.status.unwrap_or(0));
         let open = match code {
             STMT_EXECUTE => {
@@ -785,7 +803,7 @@ impl Session {
             STMT_SEND_LONG_DATA => true,
             _ => false,
         };
-        let statements = &mut self.slots[slot].binding.open_statements;
+        let statements = &mut self.backends.slots[slot].binding.open_statements;
         match open {
             true => statements.insert(id),
             false => statements.remove(&id),

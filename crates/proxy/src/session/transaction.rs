@@ -10,16 +10,16 @@ use hscale_planner::{Autocommit, TxControl, TxEffect};
 use hscale_transaction::{Before, BeginPlan, CommitPlan, EndPlan, Reach, Refused};
 use hscale_wire::scan::Expect;
 
-use super::command::PING;
 use super::slots::Needs;
-use super::state::{command, COM_QUERY};
 use super::Session;
 use crate::error::ProxyError;
+use command::PING;
+use hscale_wire::command;
 
 /// The command a chained transaction begins with, for backends it reaches
 /// later.
 fn start_transaction() -> Bytes {
-    command(COM_QUERY, "START TRANSACTION").into()
+    command::query("START TRANSACTION").into()
 }
 
 impl Session {
@@ -46,10 +46,10 @@ impl Session {
                 plain,
                 chain,
                 release,
-            } => match self.tx.end_plan(plain, chain, release) {
+            } => match self.backends.tx.end_plan(plain, chain, release) {
                 EndPlan::Branches => self.end_xa_transaction(commit, chain, release).await,
                 EndPlan::Nothing => {
-                    self.tx.ended_unbegun();
+                    self.backends.tx.ended_unbegun();
                     self.send_ok().await
                 }
                 EndPlan::Each { quiet, last } => {
@@ -57,13 +57,13 @@ impl Session {
                         quiet.into_iter().map(|slot| (slot, &payload[..])).collect();
                     self.each_then_answer(&quiet, last, &payload, ending)
                         .await?;
-                    self.tx.ended_each(start_transaction);
+                    self.backends.tx.ended_each(start_transaction);
                     Ok(())
                 }
             },
             TxControl::Savepoint { op, name } => self.savepoint(op, name, payload, needs).await,
             TxControl::UnreadSavepoint => {
-                self.tx.check_unread_savepoint()?;
+                self.backends.tx.check_unread_savepoint()?;
                 let main = self.shared.main;
                 self.each_then_answer(&[], main, &payload, needs)
                     .await
@@ -84,7 +84,7 @@ impl Session {
         let main = self.shared.main;
         // The main backend's server releases its own.
         self.unlock_tables(Some(main)).await?;
-        match self.tx.begin_plan(deferred) {
+        match self.backends.tx.begin_plan(deferred) {
             BeginPlan::Here { commit_first } => {
                 if commit_first {
                     self.commit_open(None).await?;
@@ -95,7 +95,7 @@ impl Session {
                 self.commit_before(main, TxEffect::CommitsFirst, &payload[1..])
                     .await?;
                 self.each_then_answer(&[], main, &payload, needs).await?;
-                self.tx.begun_on_server(payload);
+                self.backends.tx.begun_on_server(payload);
                 Ok(())
             }
         }
@@ -107,9 +107,9 @@ impl Session {
     /// trip for it. InnoDB takes a transaction's snapshot at its first read,
     /// not at BEGIN, so the client sees what it would have seen.
     pub(super) async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        self.tx.begun_here(payload);
+        self.backends.tx.begun_here(payload);
         let mut status = self.status_flags();
-        if self.tx.autocommit() {
+        if self.backends.tx.autocommit() {
             status |= hscale_wire::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
         }
         self.client
@@ -120,7 +120,7 @@ impl Session {
 
     /// Whether a write on `slots` may run in the transaction.
     pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
-        Ok(self.tx.check_writers(slots)?)
+        Ok(self.backends.tx.check_writers(slots)?)
     }
 
     /// COMMIT / ROLLBACK of a transaction with XA branches: every backend
@@ -135,7 +135,7 @@ impl Session {
     ) -> Result<(), ProxyError> {
         self.end_branches(commit).await?;
         if chain {
-            self.tx.chain(start_transaction);
+            self.backends.tx.chain(start_transaction);
         }
         self.send_ok().await?;
         match release {
@@ -150,12 +150,15 @@ impl Session {
     /// its last statement gave.
     pub(super) async fn end_branches(&mut self, commit: bool) -> Result<(), ProxyError> {
         let shared = self.shared.clone();
-        let (reached, running) = self.tx.branches(|| crate::xa::begin(&shared, None));
+        let (reached, running) = self
+            .backends
+            .tx
+            .branches(|| crate::xa::begin(&shared, None));
         let mut parts = super::atomic::Parts::new();
         let mut branches = Vec::new();
         for (slot, branch) in reached {
             // Gone with its connection, which ended it.
-            let Some(conn) = self.slots[slot].held.take() else {
+            let Some(conn) = self.backends.slots[slot].held.take() else {
                 continue;
             };
             branches.push(branch);
@@ -165,7 +168,7 @@ impl Session {
         // A connection that ends its branch here may not have taken the
         // session's latest SET autocommit yet: its status does not change
         // the session's setting.
-        let autocommit = self.tx.autocommit();
+        let autocommit = self.backends.tx.autocommit();
         let outcome = match commit {
             true => self.commit_branches(&mut parts, &running, &branches).await,
             false => {
@@ -175,11 +178,11 @@ impl Session {
             }
         };
         for (slot, (lease, last)) in parts {
-            self.tx.branch_ended(slot);
+            self.backends.tx.branch_ended(slot);
             self.finish_command(slot, lease, &last);
         }
         // Ended everywhere, also where a connection went.
-        self.tx.branches_ended(autocommit);
+        self.backends.tx.branches_ended(autocommit);
         outcome
     }
 
@@ -196,7 +199,7 @@ impl Session {
             TxEffect::SetsAutocommit { to, user_variable } => (to, user_variable),
             _ => (Autocommit::Off, false),
         };
-        match self.tx.before(slot, effect)? {
+        match self.backends.tx.before(slot, effect)? {
             Before::Nothing => Ok(()),
             Before::EndBranches { then_autocommit } => {
                 self.end_branches(true).await?;
@@ -228,12 +231,15 @@ impl Session {
         to: Autocommit,
         user_variable: bool,
     ) -> Result<(), ProxyError> {
-        let elsewhere = self.tx.autocommit_on_elsewhere(slot, to, user_variable)?;
+        let elsewhere = self
+            .backends
+            .tx
+            .autocommit_on_elsewhere(slot, to, user_variable)?;
         if elsewhere.is_empty() {
             return Ok(());
         }
         let mut set = Vec::with_capacity(sql.len() + 1);
-        set.push(COM_QUERY);
+        set.push(command::QUERY);
         set.extend_from_slice(sql);
         for other in elsewhere {
             self.run_setting_quietly(other, &set).await?;
@@ -249,19 +255,21 @@ impl Session {
         slot: usize,
         what: &'static str,
     ) -> Result<(), ProxyError> {
-        Ok(self.tx.check_unseen_commits(slot, what)?)
+        Ok(self.backends.tx.check_unseen_commits(slot, what)?)
     }
 
     /// After statements hscale does not see into: a SET autocommit among
     /// them (the status says) is the session's, which backends the session
     /// reaches later must take too. True when it changed.
     pub(super) fn follow_autocommit(&mut self, before: bool) -> bool {
-        let autocommit = self.tx.autocommit();
+        let autocommit = self.backends.tx.autocommit();
         if autocommit == before {
             return false;
         }
         let set = format!("SET autocommit = {}", u8::from(autocommit));
-        self.state.record_setting(vec!["autocommit".into()], set);
+        self.backends
+            .state
+            .record_setting(vec!["autocommit".into()], set);
         true
     }
 
@@ -269,7 +277,7 @@ impl Session {
     /// (`follow_autocommit`): the transaction ended on `slot`, and so on
     /// every backend.
     pub(super) async fn commit_after(&mut self, slot: usize) -> Result<(), ProxyError> {
-        if !self.tx.part(slot).transaction {
+        if !self.backends.tx.part(slot).transaction {
             self.commit_open(Some(slot)).await?;
         }
         Ok(())
@@ -278,14 +286,14 @@ impl Session {
     /// Commits the transaction on every backend it reached but `except`'s
     /// (whose server commits it), or on every one where it has XA branches.
     pub(super) async fn commit_open(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
-        match self.tx.commit_plan(except) {
+        match self.backends.tx.commit_plan(except) {
             CommitPlan::Branches => self.end_branches(true).await,
             CommitPlan::Each(slots) => {
-                let commit = command(COM_QUERY, "COMMIT");
+                let commit = command::query("COMMIT");
                 for slot in slots {
                     self.run_quietly(slot, &commit).await?;
                 }
-                self.tx.committed_each();
+                self.backends.tx.committed_each();
                 Ok(())
             }
         }
@@ -322,43 +330,43 @@ impl Session {
     /// the error for SHOW ERRORS) and, where the transaction ended, rolls
     /// it back everywhere else.
     pub(super) async fn settle_transaction(&mut self) {
-        let (unsure, mut ended) = self.tx.to_settle();
+        let (unsure, mut ended) = self.backends.tx.to_settle();
         for slot in unsure {
-            let Some(conn) = self.slots[slot].held.as_mut() else {
+            let Some(conn) = self.backends.slots[slot].held.as_mut() else {
                 ended = true;
                 continue;
             };
             match conn.run(&[PING], Expect::Single).await {
                 Ok(Ok(pong)) => self.take_status(slot, pong.status, true),
-                _ => self.forget_connection_state(slot),
+                _ => self.backends.forget_connection_state(slot),
             }
-            ended |= self.tx.ended_on(slot);
+            ended |= self.backends.tx.ended_on(slot);
         }
         if !ended {
             return;
         }
-        if self.tx.has_branches() {
+        if self.backends.tx.has_branches() {
             let _ = self.end_branches(false).await;
-            self.tx.settled();
+            self.backends.tx.settled();
             return;
         }
-        let rollback = command(COM_QUERY, "ROLLBACK");
-        for slot in self.tx.slots() {
-            let Some(conn) = self.slots[slot].held.as_mut() else {
+        let rollback = command::query("ROLLBACK");
+        for slot in self.backends.tx.slots() {
+            let Some(conn) = self.backends.slots[slot].held.as_mut() else {
                 continue;
             };
             match conn.run(&rollback, Expect::ResultSets).await {
                 Ok(Ok(done)) => self.take_status(slot, done.status, true),
                 // Closing the connection rolls its part back.
-                _ => self.forget_connection_state(slot),
+                _ => self.backends.forget_connection_state(slot),
             }
-            self.release_unheld(slot);
+            self.backends.release_unheld(slot);
         }
         tracing::debug!(
-            connection_id = self.connection_id,
+            connection_id = self.client.connection_id,
             "transaction rolled back on a backend: rolled back on every backend"
         );
-        self.tx.settled();
+        self.backends.tx.settled();
     }
 }
 
