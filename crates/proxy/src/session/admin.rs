@@ -18,11 +18,11 @@ impl Session {
         }
         let caller = Caller {
             db: self.backends.state.db.as_deref(),
-            quoting: self.client.quoting,
-            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
+            quoting: self.backends.quoting,
+            no_auto_value_on_zero: self.backends.no_auto_value_on_zero,
         };
         let answer = execute(&self.shared, &caller, sql).await?;
-        let status = self.status_flags();
+        let status = self.backends.status_flags();
         let deprecate_eof = self.client.deprecate_eof();
         // The command's own warnings replace the last statement's, as a
         // server's statement's do: SHOW WARNINGS lists them, or nothing.

@@ -16,7 +16,6 @@ use std::task::Poll;
 use hscale_transaction::{rollback_steps, Branch, Commit, Decision, Next, Recorded, Step, Went};
 use hscale_wire::scan::Completion;
 
-use super::Session;
 use crate::backend::Lease;
 use crate::error::ProxyError;
 use crate::failpoint;
@@ -27,7 +26,7 @@ use hscale_wire::command;
 /// answer each gave.
 pub(super) type Parts = BTreeMap<usize, (Lease, Completion)>;
 
-impl Session {
+impl super::Backends {
     /// Commits the transaction `running` on `parts`, whose branches are
     /// `branches` (in the order of `parts`), step by step as
     /// `hscale_transaction::Commit` says. An error before the decision
@@ -248,7 +247,7 @@ impl Session {
         for slot in slots {
             if let Some((lease, _)) = parts.remove(slot) {
                 drop(lease);
-                self.backends.forget_connection_state(*slot);
+                self.forget_connection_state(*slot);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! (who it is, what it asked for at login, how its text reads) and the
 //! replies hscale writes to it itself.
 
-use hscale_planner::{ClientCharset, Quoting};
+use hscale_planner::ClientCharset;
 use hscale_wire::stream::{Packet, PacketStream};
 use hscale_wire::{CapabilityFlags, WireError};
 
@@ -23,12 +23,6 @@ pub(super) struct Client {
     /// The character set the client writes its statements in: from the
     /// handshake, then SET NAMES and friends.
     pub charset: ClientCharset,
-    /// How the server reads a backslash in this session's strings, as the
-    /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES).
-    pub quoting: Quoting,
-    /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
-    /// column is kept, not replaced by an id.
-    pub no_auto_value_on_zero: bool,
     /// The sequence number of the command's answer: 1, unless the client
     /// sent more than the command (a LOCAL INFILE's packets).
     pub reply_seq: u8,

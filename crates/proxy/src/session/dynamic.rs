@@ -57,7 +57,7 @@ impl Session {
                 let text = match using {
                     Using::Literals(values) if values.is_empty() => text,
                     Using::Literals(values) => {
-                        hscale_planner::with_literals(text.as_bytes(), self.client.quoting, &values)
+                        hscale_planner::with_literals(text.as_bytes(), self.backends.quoting, &values)
                             .and_then(|filled| String::from_utf8(filled).ok())
                             .ok_or_else(|| refused("EXECUTE whose USING values do not match its statement's parameters"))?
                     }
@@ -89,7 +89,7 @@ impl Session {
     /// XA RECOVER on the main backend, without hscale's branches.
     pub(super) async fn xa_recover(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         let backend = self.shared.main_backend();
-        let (header, rows, end) = match self.answer_of(backend, &payload).await? {
+        let (header, rows, end) = match self.backends.answer_of(backend, &payload).await? {
             Answer::Packet(packet) => {
                 self.client.send_packet(1, &packet).await?;
                 return Ok(());

@@ -379,7 +379,7 @@ impl Session {
                     .map(|()| None),
             };
         }
-        let dropped = self.drop_copies(&temporaries).await;
+        let dropped = self.backends.drop_copies(&temporaries).await;
         self.backends.slots[main].binding.sticky = sticky;
         // Clean again, with the session's settings: pooled as any other,
         // unless the session holds it for more.
@@ -413,13 +413,15 @@ impl Session {
         for (i, (copy, temporary)) in copies.iter().zip(temporaries).enumerate() {
             let create = command::query(&temporary.create);
             match (
-                self.run_quietly(main, &create).await,
+                self.backends.run_quietly(main, &create).await,
                 &temporary.create_as_defined,
             ) {
                 (Ok(_), _) => {}
                 // No Aria here, or a key longer than it takes.
                 (Err(ProxyError::Refused(_)), Some(as_defined)) => {
-                    self.run_quietly(main, &command::query(as_defined)).await?;
+                    self.backends
+                        .run_quietly(main, &command::query(as_defined))
+                        .await?;
                 }
                 (Err(e), _) => return Err(e),
             }
@@ -450,13 +452,13 @@ impl Session {
                 let fetch = copy.fetch(temporary, narrowed);
                 self.read_rows(&fetch, &mut sink).await?;
                 if let Some(last) = sink.copying().finish()? {
-                    self.run_quietly(main, &last).await?;
+                    self.backends.run_quietly(main, &last).await?;
                 }
             }
             let copying = sink.copying();
             let mut offset = 0;
             while let Some((insert, next)) = copying.statement_at(offset)? {
-                self.run_quietly(main, &insert).await?;
+                self.backends.run_quietly(main, &insert).await?;
                 offset = next;
             }
             keys.push(
@@ -533,9 +535,11 @@ impl Session {
             route.steps = elsewhere.into_iter().collect();
             for step in here {
                 let unlocked = command::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
-                self.run_quietly(main, &unlocked).await?;
+                self.backends.run_quietly(main, &unlocked).await?;
                 let insert = format!("{}{}", copying.insert_select, step.sql);
-                self.run_quietly(main, &command::query(&insert)).await?;
+                self.backends
+                    .run_quietly(main, &command::query(&insert))
+                    .await?;
             }
             if route.steps.is_empty() {
                 return Ok(());
@@ -667,7 +671,7 @@ impl Session {
     /// A result set hscale made: its columns, rows and end.
     async fn send_joined(&mut self, joined: Joined) -> Result<(), ProxyError> {
         let deprecate_eof = self.client.deprecate_eof();
-        let status = self.status_flags();
+        let status = self.backends.status_flags();
         let mut count = Vec::with_capacity(9);
         write_lenenc(joined.columns.len() as u64, &mut count);
         let mut seq = self.client.queue_packet(1, &count);
@@ -691,24 +695,6 @@ impl Session {
         Ok(())
     }
 
-    /// Drops the copies where they were made. A connection that cannot is
-    /// closed, with them.
-    async fn drop_copies(&mut self, temporaries: &[Temporary]) -> Result<(), ProxyError> {
-        let main = self.shared.main;
-        if self.backends.slots[main].held.is_none() {
-            // The connection went, and its temporary tables with it.
-            return Ok(());
-        }
-        let Some(sql) = drop_temporaries(temporaries.iter().map(|t| &t.table)) else {
-            return Ok(());
-        };
-        let dropped = self.run_quietly(main, &command::query(&sql)).await;
-        if dropped.is_err() && self.backends.slots[main].held.is_some() {
-            self.backends.forget_connection_state(main);
-        }
-        dropped.map(drop)
-    }
-
     /// The `SHOW CREATE TABLE` of a table's default table, read once per
     /// dictionary snapshot.
     async fn definition(
@@ -726,13 +712,13 @@ impl Session {
         if let Some(definition) = self.memo.definitions.by_table.get(table) {
             return Ok(definition.clone());
         }
-        let slot = self.slot_of(default.backend)?;
+        let slot = self.backends.slot_of(default.backend)?;
         let sql = format!(
             "SHOW CREATE TABLE {}.{}",
             hscale_planner::quote_identifier(&table.db),
             hscale_planner::quote_identifier(&default.table)
         );
-        let rows = self.query_rows(slot, &sql).await?;
+        let rows = self.backends.query_rows(slot, &sql).await?;
         let definition = rows
             .first()
             .and_then(|row| row.get(1)?.as_ref())
@@ -748,5 +734,25 @@ impl Session {
             .by_table
             .insert(table.clone(), definition.clone());
         Ok(definition)
+    }
+}
+
+impl super::Backends {
+    /// Drops the copies where they were made. A connection that cannot is
+    /// closed, with them.
+    async fn drop_copies(&mut self, temporaries: &[Temporary]) -> Result<(), ProxyError> {
+        let main = self.shared.main;
+        if self.slots[main].held.is_none() {
+            // The connection went, and its temporary tables with it.
+            return Ok(());
+        }
+        let Some(sql) = drop_temporaries(temporaries.iter().map(|t| &t.table)) else {
+            return Ok(());
+        };
+        let dropped = self.run_quietly(main, &command::query(&sql)).await;
+        if dropped.is_err() && self.slots[main].held.is_some() {
+            self.forget_connection_state(main);
+        }
+        dropped.map(drop)
     }
 }

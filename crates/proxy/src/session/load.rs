@@ -48,7 +48,7 @@ impl Session {
         }
         let fields = match load.listed {
             Some(fields) => fields,
-            None => self.table_columns(&load).await?,
+            None => self.backends.table_columns(&load).await?,
         };
         let mut request = Vec::with_capacity(1 + load.file.len());
         request.push(LOCAL_INFILE_REQUEST);
@@ -66,7 +66,7 @@ impl Session {
         let mut slots = Vec::with_capacity(placed.spools.len());
         let mut statements = Vec::with_capacity(placed.spools.len());
         for target in placed.spools.keys() {
-            slots.push(self.slot_of(target.backend)?);
+            slots.push(self.backends.slot_of(target.backend)?);
             let mut sql = vec![command::QUERY];
             sql.extend_from_slice(load.statement(target).as_bytes());
             statements.push(sql);
@@ -74,11 +74,13 @@ impl Session {
         let total = match slots.is_empty() {
             true => OkInfo::default(),
             false => {
-                self.check_writers(&slots)?;
+                self.backends.check_writers(&slots)?;
                 let parts: Vec<Part> = (statements.iter().zip(placed.spools.values()))
                     .map(|(sql, lines)| Part::Load { sql, lines })
                     .collect();
-                self.write_each(&slots, &parts, needs, false, false).await?
+                self.backends
+                    .write_each(&slots, &parts, needs, false, false)
+                    .await?
             }
         };
         // The server counts a row written (copied) once and a row REPLACE
@@ -89,7 +91,7 @@ impl Session {
         };
         let mut ok = Vec::with_capacity(64);
         OkInfo {
-            status: self.status_flags(),
+            status: self.backends.status_flags(),
             last_insert_id: 0,
             ..total
         }
@@ -104,30 +106,6 @@ impl Session {
         ok.extend_from_slice(info.as_bytes());
         self.client.send_packet(self.client.reply_seq, &ok).await?;
         Ok(())
-    }
-
-    /// How many columns the table has: the fields of a line the server
-    /// reads when the statement lists none (it skips the rest of the line).
-    async fn table_columns(&mut self, load: &Load) -> Result<usize, ProxyError> {
-        let target = load.table.default_target();
-        let slot = self.slot_of(target.backend)?;
-        let sql = format!(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
-            text_literal(&load.table.table.db),
-            text_literal(&target.table)
-        );
-        let rows = self.query_rows(slot, &sql).await?;
-        let count = rows
-            .first()
-            .and_then(|row| row.first()?.as_ref())
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
-        match count {
-            Some(count) if count > 0 => Ok(count),
-            _ => Err(ProxyError::Unroutable(Refusal {
-                table: Some(load.table.table.clone()),
-                reason: "LOAD DATA into a table whose columns hscale cannot find".into(),
-            })),
-        }
     }
 
     /// Reads the client's file to its end (the empty packet), placing its
@@ -203,6 +181,32 @@ impl Session {
                     None => Ok(placed),
                 };
             }
+        }
+    }
+}
+
+impl super::Backends {
+    /// How many columns the table has: the fields of a line the server
+    /// reads when the statement lists none (it skips the rest of the line).
+    async fn table_columns(&mut self, load: &Load) -> Result<usize, ProxyError> {
+        let target = load.table.default_target();
+        let slot = self.slot_of(target.backend)?;
+        let sql = format!(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {}",
+            text_literal(&load.table.table.db),
+            text_literal(&target.table)
+        );
+        let rows = self.query_rows(slot, &sql).await?;
+        let count = rows
+            .first()
+            .and_then(|row| row.first()?.as_ref())
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+        match count {
+            Some(count) if count > 0 => Ok(count),
+            _ => Err(ProxyError::Unroutable(Refusal {
+                table: Some(load.table.table.clone()),
+                reason: "LOAD DATA into a table whose columns hscale cannot find".into(),
+            })),
         }
     }
 }

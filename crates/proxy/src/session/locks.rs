@@ -20,15 +20,15 @@ impl Session {
         if self.backends.tx.in_transaction() {
             self.commit_open(None).await?;
         }
-        self.unlock_tables(None).await?;
+        self.backends.unlock_tables(None).await?;
         for (backend, sql) in &locks.per_backend {
-            let slot = self.slot_of(*backend)?;
+            let slot = self.backends.slot_of(*backend)?;
             self.backends.slots[slot]
                 .binding
                 .sticky
                 .get_or_insert("LOCK TABLES");
-            if let Err(e) = self.run_quietly(slot, &command::query(sql)).await {
-                self.unlock_tables(None).await?;
+            if let Err(e) = self.backends.run_quietly(slot, &command::query(sql)).await {
+                self.backends.unlock_tables(None).await?;
                 return Err(e);
             }
             self.backends.tx.set_tables_locked(slot, true);
@@ -36,15 +36,17 @@ impl Session {
         self.backends.previous = Previous::Nothing;
         self.send_ok().await
     }
+}
 
+impl super::Backends {
     /// UNLOCK TABLES on each connection of the session that holds table
     /// locks, but `except` (where the client's own statement releases them).
     pub(super) async fn unlock_tables(&mut self, except: Option<usize>) -> Result<(), ProxyError> {
-        for slot in 0..self.backends.slots.len() {
-            if Some(slot) == except || !self.backends.tx.part(slot).tables_locked {
+        for slot in 0..self.slots.len() {
+            if Some(slot) == except || !self.tx.part(slot).tables_locked {
                 continue;
             }
-            self.backends.tx.set_tables_locked(slot, false);
+            self.tx.set_tables_locked(slot, false);
             self.run_quietly(slot, &command::query("UNLOCK TABLES"))
                 .await?;
         }

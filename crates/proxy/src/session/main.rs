@@ -30,7 +30,7 @@ impl Session {
             && !plan.summary.multi_statement;
         if releases_locks {
             // The main backend's server releases its own.
-            self.unlock_tables(Some(main)).await?;
+            self.backends.unlock_tables(Some(main)).await?;
         }
         let rereads = (kind == Kind::Set || plan.summary.multi_statement)
             && may_change_session_variables(sql);
@@ -43,7 +43,11 @@ impl Session {
                 return Ok(());
             }
         }
-        let slot = self.slot_for_previous(needs)?.or(on_copies).unwrap_or(main);
+        let slot = self
+            .backends
+            .slot_for_previous(needs)?
+            .or(on_copies)
+            .unwrap_or(main);
         if let Some(reason) = plan.binds {
             self.backends.slots[slot]
                 .binding
@@ -51,7 +55,7 @@ impl Session {
                 .get_or_insert(reason);
         }
         if kind.writes() {
-            self.check_writers(&[slot])?;
+            self.backends.check_writers(&[slot])?;
         }
         let unseen = match plan.tx_effect {
             TxEffect::Hides(what) => Some(what),
@@ -59,11 +63,11 @@ impl Session {
         };
         match (unseen, plan.tx_effect) {
             (Some(what), _) => {
-                self.check_unseen_commits(slot, what)?;
+                self.backends.check_unseen_commits(slot, what)?;
                 self.backends.tx.runs_unseen(slot);
             }
             (None, TxEffect::ClientXa) => {
-                self.check_unseen_commits(
+                self.backends.check_unseen_commits(
                     slot,
                     "an XA statement of the client's (its transaction stays on one backend)",
                 )?;
@@ -86,7 +90,7 @@ impl Session {
             && !needs.previous_connection
             && !needs.diagnostics
         {
-            true => self.session_variables_before(slot, needs).await?,
+            true => self.backends.session_variables_before(slot, needs).await?,
             false => None,
         };
         self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
@@ -94,7 +98,7 @@ impl Session {
         if let Some(before) = before {
             self.read_back_changes_later(slot, before);
         }
-        if unseen.is_some() && self.follow_autocommit(autocommit) {
+        if unseen.is_some() && self.backends.follow_autocommit(autocommit) {
             self.commit_after(slot).await?;
         }
         if releases_locks {

@@ -72,76 +72,6 @@ impl Gathered {
 }
 
 impl Session {
-    /// Begins gathering the messages of a statement that runs on several
-    /// connections, forgetting those of the statement before.
-    pub(super) fn gather_from_here(&mut self) {
-        self.backends.gathered = Some(Gathered::default());
-    }
-
-    /// Joins the messages a part left on `conn` to the statement's. Run
-    /// after a part that ended with warnings or an error, before its
-    /// connection runs anything else. An error: the connection failed.
-    pub(super) async fn gather_messages(
-        &mut self,
-        conn: &mut BackendConn,
-    ) -> Result<(), WireError> {
-        let Some(gathered) = &self.backends.gathered else {
-            return Ok(());
-        };
-        let read_limit = gathered.lists > 0 && gathered.limit.is_none();
-        let counts = match ask(conn, "SELECT @@warning_count, @@error_count").await? {
-            Answer::Rows { rows, .. } => rows.first().and_then(|row| {
-                let values = text_values(row, 2)?;
-                let number = |i: usize| -> Option<u64> {
-                    let at = values.get(i)?.clone()?;
-                    std::str::from_utf8(&row[at]).ok()?.parse().ok()
-                };
-                Some((number(0)?, number(1)?))
-            }),
-            Answer::Packet(_) => None,
-        };
-        let Some((warnings, errors)) = counts else {
-            self.backends.gathered = None;
-            return Ok(());
-        };
-        let Answer::Rows { header, rows, .. } = ask(conn, "SHOW WARNINGS").await? else {
-            // Refused: what SHOW WARNINGS would list is not known.
-            self.backends.gathered = None;
-            return Ok(());
-        };
-        let limit = match read_limit {
-            true => match ask(conn, "SELECT @@max_error_count").await? {
-                Answer::Rows { rows, .. } => rows.first().and_then(|row| {
-                    let value = text_values(row, 1)?.into_iter().next()??;
-                    std::str::from_utf8(&row[value]).ok()?.parse::<usize>().ok()
-                }),
-                Answer::Packet(_) => None,
-            },
-            false => None,
-        };
-        let Some(gathered) = self
-            .backends
-            .gathered
-            .as_mut()
-            .filter(|_| !read_limit || limit.is_some())
-        else {
-            self.backends.gathered = None;
-            return Ok(());
-        };
-        if gathered.header.is_empty() {
-            gathered.header = header;
-        }
-        gathered.lists += 1;
-        gathered.warnings += warnings;
-        gathered.errors += errors;
-        gathered.limit = gathered.limit.or(limit);
-        gathered.rows.extend(rows);
-        if let Some(limit) = gathered.limit {
-            gathered.rows.truncate(limit);
-        }
-        Ok(())
-    }
-
     /// Answers SHOW WARNINGS or SHOW ERRORS (or the count, `sql` naming its
     /// column) from the gathered lists; false when there are none to answer
     /// from.
@@ -167,7 +97,8 @@ impl Session {
             let columns = [(column.as_ref(), ColumnType::Count)];
             let rows = [vec![Some(count.to_string())]];
             let mut seq = 1;
-            for packet in text_result(&columns, &rows, deprecate_eof, self.status_flags()) {
+            for packet in text_result(&columns, &rows, deprecate_eof, self.backends.status_flags())
+            {
                 seq = self.client.queue_packet(seq, &packet);
             }
             self.client.flush().await?;
@@ -192,9 +123,80 @@ impl Session {
             seq = self.client.queue_packet(seq, packet);
         }
         let mut end = Vec::with_capacity(16);
-        write_result_end(deprecate_eof, self.status_flags(), &mut end);
+        write_result_end(deprecate_eof, self.backends.status_flags(), &mut end);
         self.client.send_packet(seq, &end).await?;
         Ok(true)
+    }
+}
+
+impl super::Backends {
+    /// Begins gathering the messages of a statement that runs on several
+    /// connections, forgetting those of the statement before.
+    pub(super) fn gather_from_here(&mut self) {
+        self.gathered = Some(Gathered::default());
+    }
+
+    /// Joins the messages a part left on `conn` to the statement's. Run
+    /// after a part that ended with warnings or an error, before its
+    /// connection runs anything else. An error: the connection failed.
+    pub(super) async fn gather_messages(
+        &mut self,
+        conn: &mut BackendConn,
+    ) -> Result<(), WireError> {
+        let Some(gathered) = &self.gathered else {
+            return Ok(());
+        };
+        let read_limit = gathered.lists > 0 && gathered.limit.is_none();
+        let counts = match ask(conn, "SELECT @@warning_count, @@error_count").await? {
+            Answer::Rows { rows, .. } => rows.first().and_then(|row| {
+                let values = text_values(row, 2)?;
+                let number = |i: usize| -> Option<u64> {
+                    let at = values.get(i)?.clone()?;
+                    std::str::from_utf8(&row[at]).ok()?.parse().ok()
+                };
+                Some((number(0)?, number(1)?))
+            }),
+            Answer::Packet(_) => None,
+        };
+        let Some((warnings, errors)) = counts else {
+            self.gathered = None;
+            return Ok(());
+        };
+        let Answer::Rows { header, rows, .. } = ask(conn, "SHOW WARNINGS").await? else {
+            // Refused: what SHOW WARNINGS would list is not known.
+            self.gathered = None;
+            return Ok(());
+        };
+        let limit = match read_limit {
+            true => match ask(conn, "SELECT @@max_error_count").await? {
+                Answer::Rows { rows, .. } => rows.first().and_then(|row| {
+                    let value = text_values(row, 1)?.into_iter().next()??;
+                    std::str::from_utf8(&row[value]).ok()?.parse::<usize>().ok()
+                }),
+                Answer::Packet(_) => None,
+            },
+            false => None,
+        };
+        let Some(gathered) = self
+            .gathered
+            .as_mut()
+            .filter(|_| !read_limit || limit.is_some())
+        else {
+            self.gathered = None;
+            return Ok(());
+        };
+        if gathered.header.is_empty() {
+            gathered.header = header;
+        }
+        gathered.lists += 1;
+        gathered.warnings += warnings;
+        gathered.errors += errors;
+        gathered.limit = gathered.limit.or(limit);
+        gathered.rows.extend(rows);
+        if let Some(limit) = gathered.limit {
+            gathered.rows.truncate(limit);
+        }
+        Ok(())
     }
 }
 

@@ -94,6 +94,13 @@ struct Backends {
     settings_listed: Option<slots::SettingsListed>,
     /// The transaction in progress, over the backends it reached.
     tx: Transaction<crate::xa::Running>,
+    /// How the server reads a backslash in this session's strings, as the
+    /// status of its last answer said (sql_mode NO_BACKSLASH_ESCAPES); and
+    /// whether `"` quotes identifiers (ANSI_QUOTES, read back).
+    quoting: Quoting,
+    /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
+    /// column is kept, not replaced by an id.
+    no_auto_value_on_zero: bool,
 }
 
 /// What a session keeps to answer its client's next statements faster, or
@@ -194,8 +201,6 @@ impl Session {
                 collation: login.collation,
                 nonce: login.nonce,
                 charset: ClientCharset::of_collation(login.collation),
-                quoting: Quoting::default(),
-                no_auto_value_on_zero: false,
                 reply_seq: 1,
                 stays: false,
             },
@@ -213,9 +218,11 @@ impl Session {
                 unread: Vec::new(),
                 settings_listed: None,
                 tx,
+                quoting: Quoting::default(),
+                no_auto_value_on_zero: false,
             },
         });
-        session.start_sql_mode();
+        session.backends.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
         if let Err(e) = result {
@@ -386,7 +393,7 @@ impl Session {
             }
             let behind =
                 self.backends.session_variables_changed || !self.backends.unread.is_empty();
-            if behind && !self.reads_back_later(&packet.payload) {
+            if behind && !self.backends.reads_back_later(&packet.payload) {
                 self.read_back().await;
                 if self.backends.session_variables_changed {
                     self.backends.session_variables_changed = false;
@@ -489,7 +496,7 @@ impl Session {
             address: self.client.reached.ip(),
             hostname: &self.shared.hostname,
         };
-        match replace_own_values(&payload[1..], &own, self.client.quoting) {
+        match replace_own_values(&payload[1..], &own, self.backends.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
         }
@@ -531,7 +538,7 @@ impl Session {
         self.memo.sql_statements.clear();
         self.backends.state.clear_settings();
         self.backends.state.last_insert_id = 0;
-        self.start_sql_mode();
+        self.backends.start_sql_mode();
         self.client.charset = ClientCharset::of_collation(self.client.collation);
         self.set_default_wait_timeout();
     }
@@ -571,25 +578,10 @@ impl Session {
                 self.backends.handle.set_wait_timeout(seconds);
             }
             if let Some(sql_mode) = text(1) {
-                self.follow_sql_mode(sql_mode);
+                self.backends.follow_sql_mode(sql_mode);
             }
         }
         self.backends.checkin(main, lease.conn);
-    }
-
-    /// A new session's sql_mode: the main backend's global one, and the
-    /// backslashes its greeting announced.
-    fn start_sql_mode(&mut self) {
-        let shared = self.shared.clone();
-        self.client.quoting.no_backslash_escapes = no_backslash_escapes(shared.new_session_status);
-        self.follow_sql_mode(&shared.new_session_sql_mode);
-    }
-
-    /// The modes of `sql_mode` that change how hscale reads and plans
-    /// statements. NO_BACKSLASH_ESCAPES comes with every answer's status.
-    fn follow_sql_mode(&mut self, sql_mode: &str) {
-        self.client.quoting.ansi_quotes = sql_mode_has(sql_mode, "ANSI_QUOTES");
-        self.client.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
     }
 
     /// hscale's schema is the admins' alone: in it, its tables would be
@@ -656,6 +648,37 @@ impl Session {
         Ok(())
     }
 
+    async fn send_ok(&mut self) -> Result<(), ProxyError> {
+        let status = self.backends.status_flags();
+        self.client
+            .send_packet(1, &handshake::ok_packet(status))
+            .await?;
+        Ok(())
+    }
+
+    /// Connections that hold state of this client are closed, not pooled.
+    fn finish(&mut self) {
+        self.shared.sessions.remove(self.client.connection_id);
+        self.backends.release_all();
+    }
+}
+
+impl Backends {
+    /// A new session's sql_mode: the main backend's global one, and the
+    /// backslashes its greeting announced.
+    fn start_sql_mode(&mut self) {
+        let shared = self.shared.clone();
+        self.quoting.no_backslash_escapes = no_backslash_escapes(shared.new_session_status);
+        self.follow_sql_mode(&shared.new_session_sql_mode);
+    }
+
+    /// The modes of `sql_mode` that change how hscale reads and plans
+    /// statements. NO_BACKSLASH_ESCAPES comes with every answer's status.
+    fn follow_sql_mode(&mut self, sql_mode: &str) {
+        self.quoting.ansi_quotes = sql_mode_has(sql_mode, "ANSI_QUOTES");
+        self.no_auto_value_on_zero = sql_mode_has(sql_mode, "NO_AUTO_VALUE_ON_ZERO");
+    }
+
     /// Whether the command reads what the statement before left on its
     /// connection (warnings, ROW_COUNT(), FOUND_ROWS()), which a query of
     /// hscale's own there would replace.
@@ -667,13 +690,9 @@ impl Session {
         let Some((&command::QUERY, sql)) = payload.split_first() else {
             return false;
         };
-        let summary = summarize(sql, self.client.quoting, &TableNames::default());
-        let only_calls_unread = !self.backends.session_variables_changed
-            && self
-                .backends
-                .unread
-                .iter()
-                .all(slots::Unread::waits_for_calls);
+        let summary = summarize(sql, self.quoting, &TableNames::default());
+        let only_calls_unread = !self.session_variables_changed
+            && self.unread.iter().all(slots::Unread::waits_for_calls);
         summary.reads_previous_statement
             || (only_calls_unread && summary.kind == Kind::Call && !summary.multi_statement)
     }
@@ -681,28 +700,14 @@ impl Session {
     /// The status flags of an answer hscale writes itself.
     pub(super) fn status_flags(&self) -> u16 {
         let mut status = StatusFlags::empty();
-        match self.backends.tx.in_transaction() {
+        match self.tx.in_transaction() {
             true => status |= StatusFlags::SERVER_STATUS_IN_TRANS,
             false => status |= StatusFlags::SERVER_STATUS_AUTOCOMMIT,
         }
-        if self.client.quoting.no_backslash_escapes {
+        if self.quoting.no_backslash_escapes {
             status |= StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
         }
         status.bits()
-    }
-
-    async fn send_ok(&mut self) -> Result<(), ProxyError> {
-        let status = self.status_flags();
-        self.client
-            .send_packet(1, &handshake::ok_packet(status))
-            .await?;
-        Ok(())
-    }
-
-    /// Connections that hold state of this client are closed, not pooled.
-    fn finish(&mut self) {
-        self.shared.sessions.remove(self.client.connection_id);
-        self.backends.release_all();
     }
 }
 

@@ -28,8 +28,8 @@ impl Session {
         let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db: self.backends.state.db.as_deref(),
-            quoting: self.client.quoting,
-            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
+            quoting: self.backends.quoting,
+            no_auto_value_on_zero: self.backends.no_auto_value_on_zero,
             tables_locked: self.backends.tx.tables_locked(),
             charset: self.client.charset,
             dictionary: &dictionary,
@@ -44,44 +44,14 @@ impl Session {
     pub(super) fn context<'a>(&'a self, dictionary: &'a Dictionary) -> Context<'a> {
         Context {
             db: self.backends.state.db.as_deref(),
-            quoting: self.client.quoting,
-            no_auto_value_on_zero: self.client.no_auto_value_on_zero,
+            quoting: self.backends.quoting,
+            no_auto_value_on_zero: self.backends.no_auto_value_on_zero,
             tables_locked: self.backends.tx.tables_locked(),
             charset: self.client.charset,
             dictionary,
             main_backend: self.shared.main_backend(),
             passed_fences: &self.backends.transaction_tables,
         }
-    }
-
-    /// Notes which partitions' tables a planned statement goes to, for the
-    /// fences of moves (see `OnTables`). Statements on a whole table
-    /// (LOCK TABLES, LOAD DATA, maintenance) wait for any fence on it, and
-    /// are counted as possibly on every table while they run.
-    fn note_tables(&mut self, action: &Action) {
-        let tables = &mut self.backends.statement_tables;
-        tables.clear();
-        match action {
-            Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
-            Action::Template(template) => tables.push(template.describing_run().target.physical),
-            Action::Main
-            | Action::ReferenceRead(_)
-            | Action::Transaction(_)
-            | Action::Admin
-            | Action::Kill(_)
-            | Action::Exists { .. }
-            | Action::Dynamic(_)
-            | Action::XaRecover
-            | Action::Refuse(_) => {}
-            Action::LockTables(_)
-            | Action::Load(_)
-            | Action::Listing(_)
-            | Action::Schema(_)
-            | Action::Generate(_)
-            | Action::Federate(_)
-            | Action::Wait(_) => return,
-        }
-        self.backends.handle.on.runs_on(tables);
     }
 
     pub(super) async fn query(&mut self, payload: Bytes) -> Result<(), ProxyError> {
@@ -96,7 +66,7 @@ impl Session {
         let sql = &payload[1..];
         let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
         let on_copies = match &plan.action {
-            Action::ReferenceRead(backends) => self.slot_with_copies(backends),
+            Action::ReferenceRead(backends) => self.backends.slot_with_copies(backends),
             _ => None,
         };
         match plan.action {
@@ -111,7 +81,7 @@ impl Session {
                     return Err(ProxyError::DictionaryStale);
                 }
                 if let Some(reason) = plan.binds {
-                    let slot = self.slot_of(route.steps[0].target.backend)?;
+                    let slot = self.backends.slot_of(route.steps[0].target.backend)?;
                     self.backends.slots[slot]
                         .binding
                         .sticky
@@ -160,20 +130,6 @@ impl Session {
         }
     }
 
-    /// A backend the transaction is on that holds every reference table
-    /// a read names (`Action::ReferenceRead`): reading there opens no
-    /// other backend's part. The main backend where it is one of them.
-    pub(super) fn slot_with_copies(&self, backends: &[u32]) -> Option<usize> {
-        let reached = self.backends.tx.slots();
-        let main = self.shared.main;
-        if reached.contains(&main) {
-            return None;
-        }
-        reached
-            .into_iter()
-            .find(|&slot| backends.contains(&self.shared.pools[slot].id()))
-    }
-
     /// Plans with `plan` until no partition move or schema change holds the
     /// statement's table, for at most `lock_wait`.
     pub(super) async fn plan_waiting(
@@ -193,74 +149,13 @@ impl Session {
                 });
             }
             let Action::Wait(table) = &planned.action else {
-                self.note_tables(&planned.action);
+                self.backends.note_tables(&planned.action);
                 return Ok(planned);
             };
-            self.wait_for_lock(table, &mut waited_since).await?;
+            self.backends
+                .wait_for_lock(table, &mut waited_since)
+                .await?;
         }
-    }
-
-    /// One pause for a locked table; an error once `lock_wait` has passed
-    /// since `waited_since`.
-    pub(super) async fn wait_for_lock(
-        &self,
-        table: &hscale_planner::TableName,
-        waited_since: &mut Option<Instant>,
-    ) -> Result<(), ProxyError> {
-        let since = *waited_since.get_or_insert_with(|| {
-            Counters::add(&self.shared.counters.waited, 1);
-            Instant::now()
-        });
-        self.backends.handle.on.waits();
-        let lock_wait = self.shared.lock_wait;
-        if since.elapsed() >= lock_wait {
-            return Err(ProxyError::LockWaitTimeout {
-                table: table.clone(),
-                holder: self.holder_of(table).await,
-                waited_ms: lock_wait.as_millis() as u64,
-            });
-        }
-        tokio::time::sleep(WAIT_STEP).await;
-        Ok(())
-    }
-
-    /// What a table waited for: the move that holds it, named for SHOW_MOVES
-    /// (asked of the dictionary only when a wait has run out).
-    async fn holder_of(&self, table: &hscale_planner::TableName) -> String {
-        let shared = &self.shared;
-        let job = match crate::dictionary::own_connection(shared, shared.main).await {
-            Ok(mut conn) => crate::moves::running(shared, &mut conn, table)
-                .await
-                .ok()
-                .flatten(),
-            Err(_) => None,
-        };
-        match job {
-            Some(job) => format!("move {job} (HSCALE SHOW_MOVES)"),
-            None => "a partition move or schema change".into(),
-        }
-    }
-
-    /// ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS run where the previous
-    /// statement ran. After one that ran on several connections, SHOW
-    /// WARNINGS finds none on one of them, or is refused if it left some.
-    pub(super) fn slot_for_previous(&self, needs: Needs) -> Result<Option<usize>, ProxyError> {
-        match self.backends.previous {
-            _ if !needs.previous_connection => Ok(None),
-            Previous::On { slot, .. } => Ok(Some(slot)),
-            Previous::Scattered { messages, slot } if needs.diagnostics && !messages => {
-                Ok(Some(slot))
-            }
-            Previous::Scattered { .. } => Err(ProxyError::PreviousStatementScattered),
-            Previous::Nothing => Ok(None),
-        }
-    }
-
-    /// The slot of a backend the dictionary names.
-    pub(super) fn slot_of(&self, backend: u32) -> Result<usize, ProxyError> {
-        self.shared
-            .pool_index(backend)
-            .ok_or(ProxyError::UnknownBackend { backend })
     }
 
     /// An INSERT that leaves AUTO_INCREMENT ids to the server: this
@@ -348,9 +243,9 @@ impl Session {
         };
         if route.steps.len() == 1 {
             let step = route.steps.pop().expect("one step");
-            let slot = self.slot_of(step.target.backend)?;
+            let slot = self.backends.slot_of(step.target.backend)?;
             if route.writes {
-                self.check_writers(&[slot])?;
+                self.backends.check_writers(&[slot])?;
             }
             let payload = payload(self, step);
             match generated {
@@ -387,9 +282,9 @@ impl Session {
         if route.writes {
             let mut slots = Vec::with_capacity(route.steps.len());
             for step in &route.steps {
-                slots.push(self.slot_of(step.target.backend)?);
+                slots.push(self.backends.slot_of(step.target.backend)?);
             }
-            self.check_writers(&slots)?;
+            self.backends.check_writers(&slots)?;
         }
         let merge = route.merge.clone();
         let (slots, payloads, probes) = self.route_payloads(route, own_values)?;
@@ -413,9 +308,9 @@ impl Session {
         };
         let mut slots = Vec::with_capacity(route.steps.len());
         for step in &route.steps {
-            slots.push(self.slot_of(step.target.backend)?);
+            slots.push(self.backends.slot_of(step.target.backend)?);
         }
-        let united = match self.must_unite(&slots) {
+        let united = match self.backends.must_unite(&slots) {
             true => route.united(),
             false => None,
         };
@@ -423,7 +318,7 @@ impl Session {
             Some(united) => {
                 let mut one_each = (Vec::new(), Vec::new(), Vec::new());
                 for united in united {
-                    one_each.0.push(self.slot_of(united.backend)?);
+                    one_each.0.push(self.backends.slot_of(united.backend)?);
                     one_each.2.push(united.probe.clone().map(Bytes::from));
                     one_each
                         .1
@@ -440,6 +335,115 @@ impl Session {
                 (slots, payloads, Vec::new())
             }
         })
+    }
+}
+
+impl super::Backends {
+    /// Notes which partitions' tables a planned statement goes to, for the
+    /// fences of moves (see `OnTables`). Statements on a whole table
+    /// (LOCK TABLES, LOAD DATA, maintenance) wait for any fence on it, and
+    /// are counted as possibly on every table while they run.
+    fn note_tables(&mut self, action: &Action) {
+        let tables = &mut self.statement_tables;
+        tables.clear();
+        match action {
+            Action::Route(route) => tables.extend(route.steps.iter().map(|s| s.target.physical)),
+            Action::Template(template) => tables.push(template.describing_run().target.physical),
+            Action::Main
+            | Action::ReferenceRead(_)
+            | Action::Transaction(_)
+            | Action::Admin
+            | Action::Kill(_)
+            | Action::Exists { .. }
+            | Action::Dynamic(_)
+            | Action::XaRecover
+            | Action::Refuse(_) => {}
+            Action::LockTables(_)
+            | Action::Load(_)
+            | Action::Listing(_)
+            | Action::Schema(_)
+            | Action::Generate(_)
+            | Action::Federate(_)
+            | Action::Wait(_) => return,
+        }
+        self.handle.on.runs_on(tables);
+    }
+
+    /// A backend the transaction is on that holds every reference table
+    /// a read names (`Action::ReferenceRead`): reading there opens no
+    /// other backend's part. The main backend where it is one of them.
+    pub(super) fn slot_with_copies(&self, backends: &[u32]) -> Option<usize> {
+        let reached = self.tx.slots();
+        let main = self.shared.main;
+        if reached.contains(&main) {
+            return None;
+        }
+        reached
+            .into_iter()
+            .find(|&slot| backends.contains(&self.shared.pools[slot].id()))
+    }
+
+    /// One pause for a locked table; an error once `lock_wait` has passed
+    /// since `waited_since`.
+    pub(super) async fn wait_for_lock(
+        &self,
+        table: &hscale_planner::TableName,
+        waited_since: &mut Option<Instant>,
+    ) -> Result<(), ProxyError> {
+        let since = *waited_since.get_or_insert_with(|| {
+            Counters::add(&self.shared.counters.waited, 1);
+            Instant::now()
+        });
+        self.handle.on.waits();
+        let lock_wait = self.shared.lock_wait;
+        if since.elapsed() >= lock_wait {
+            return Err(ProxyError::LockWaitTimeout {
+                table: table.clone(),
+                holder: self.holder_of(table).await,
+                waited_ms: lock_wait.as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(WAIT_STEP).await;
+        Ok(())
+    }
+
+    /// What a table waited for: the move that holds it, named for SHOW_MOVES
+    /// (asked of the dictionary only when a wait has run out).
+    async fn holder_of(&self, table: &hscale_planner::TableName) -> String {
+        let shared = &self.shared;
+        let job = match crate::dictionary::own_connection(shared, shared.main).await {
+            Ok(mut conn) => crate::moves::running(shared, &mut conn, table)
+                .await
+                .ok()
+                .flatten(),
+            Err(_) => None,
+        };
+        match job {
+            Some(job) => format!("move {job} (HSCALE SHOW_MOVES)"),
+            None => "a partition move or schema change".into(),
+        }
+    }
+
+    /// ROW_COUNT(), FOUND_ROWS() and SHOW WARNINGS run where the previous
+    /// statement ran. After one that ran on several connections, SHOW
+    /// WARNINGS finds none on one of them, or is refused if it left some.
+    pub(super) fn slot_for_previous(&self, needs: Needs) -> Result<Option<usize>, ProxyError> {
+        match self.previous {
+            _ if !needs.previous_connection => Ok(None),
+            Previous::On { slot, .. } => Ok(Some(slot)),
+            Previous::Scattered { messages, slot } if needs.diagnostics && !messages => {
+                Ok(Some(slot))
+            }
+            Previous::Scattered { .. } => Err(ProxyError::PreviousStatementScattered),
+            Previous::Nothing => Ok(None),
+        }
+    }
+
+    /// The slot of a backend the dictionary names.
+    pub(super) fn slot_of(&self, backend: u32) -> Result<usize, ProxyError> {
+        self.shared
+            .pool_index(backend)
+            .ok_or(ProxyError::UnknownBackend { backend })
     }
 }
 

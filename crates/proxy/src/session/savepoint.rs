@@ -17,26 +17,6 @@ use hscale_wire::command;
 const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 
 impl Session {
-    /// Rolls back the XA branch on `slot` alone; the transaction's next
-    /// statement there opens it again.
-    async fn roll_back_branch(&mut self, slot: usize) -> Result<(), ProxyError> {
-        let shared = self.shared.clone();
-        let running = self
-            .backends
-            .tx
-            .running_or(|| crate::xa::begin(&shared, None));
-        let xid = running.xid(self.shared.pools[slot].id());
-        let [end, rollback] = [
-            format!("XA END {}", xid.sql()),
-            hscale_transaction::statements::rollback(&xid, true).remove(0),
-        ];
-        // XA END fails where the branch ended already; the rollback counts.
-        let _ = self.run_quietly(slot, &command::query(&end)).await;
-        self.run_quietly(slot, &command::query(&rollback)).await?;
-        self.backends.tx.branch_ended(slot);
-        Ok(())
-    }
-
     pub(super) async fn savepoint(
         &mut self,
         op: SavepointOp,
@@ -59,7 +39,7 @@ impl Session {
         let mut quiet: Vec<(usize, &[u8])> = Vec::with_capacity(steps.len());
         for step in steps {
             match step {
-                SavepointStep::RollBackBranch(slot) => self.roll_back_branch(slot).await?,
+                SavepointStep::RollBackBranch(slot) => self.backends.roll_back_branch(slot).await?,
                 SavepointStep::WholeRollback(slot) => quiet.push((slot, &rollback[..])),
                 SavepointStep::Statement(slot) => quiet.push((slot, &payload[..])),
             }
@@ -68,6 +48,25 @@ impl Session {
         if !completion.error {
             self.backends.tx.savepoint_done(op, name);
         }
+        Ok(())
+    }
+}
+
+impl super::Backends {
+    /// Rolls back the XA branch on `slot` alone; the transaction's next
+    /// statement there opens it again.
+    async fn roll_back_branch(&mut self, slot: usize) -> Result<(), ProxyError> {
+        let shared = self.shared.clone();
+        let running = self.tx.running_or(|| crate::xa::begin(&shared, None));
+        let xid = running.xid(self.shared.pools[slot].id());
+        let [end, rollback] = [
+            format!("XA END {}", xid.sql()),
+            hscale_transaction::statements::rollback(&xid, true).remove(0),
+        ];
+        // XA END fails where the branch ended already; the rollback counts.
+        let _ = self.run_quietly(slot, &command::query(&end)).await;
+        self.run_quietly(slot, &command::query(&rollback)).await?;
+        self.tx.branch_ended(slot);
         Ok(())
     }
 }

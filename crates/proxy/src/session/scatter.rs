@@ -79,7 +79,10 @@ impl Session {
             Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
             Merge::Copies => {
                 let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
-                let one = self.write_each(slots, &parts, needs, false, true).await?;
+                let one = self
+                    .backends
+                    .write_each(slots, &parts, needs, false, true)
+                    .await?;
                 self.send_total(one).await
             }
             Merge::Single => {
@@ -91,28 +94,6 @@ impl Session {
                     .await
             }
         }
-    }
-
-    /// Whether partitions on one backend must go as one statement there
-    /// (`Route::united`): an ordered merge reads every partition at once,
-    /// and a transaction (or a connection the session holds) has one
-    /// connection on a backend. Elsewhere each partition takes its own.
-    pub(super) fn must_unite(&self, slots: &[usize]) -> bool {
-        let shared_backend = (1..slots.len()).any(|i| slots[..i].contains(&slots[i]));
-        shared_backend && !self.may_borrow(slots)
-    }
-
-    /// Whether pooled connections may serve the statement's partitions
-    /// besides the session's own: none is in a transaction or holds state.
-    /// A connection held only for the last statement's warnings may take
-    /// part: this statement replaces them.
-    fn may_borrow(&self, slots: &[usize]) -> bool {
-        !self.backends.tx.in_transaction()
-            && slots.iter().all(|&s| {
-                !self.backends.slots[s]
-                    .binding
-                    .pins(self.backends.tx.holds(s))
-            })
     }
 
     /// One result set out of several partitions' result sets, as `spec`
@@ -132,7 +113,7 @@ impl Session {
         mut probes: Vec<Option<Bytes>>,
         copying: Option<&mut Sink>,
     ) -> Result<(), ProxyError> {
-        let may_borrow = self.may_borrow(slots);
+        let may_borrow = self.backends.may_borrow(slots);
         // EXECUTE answers with binary rows, a query with text rows.
         let encoding = match commands.first() {
             Some(Command::Statement { .. }) => Encoding::Binary,
@@ -181,7 +162,7 @@ impl Session {
             status: None,
             copying,
         };
-        self.gather_from_here();
+        self.backends.gather_from_here();
         self.memo.column_names.start(&self.shared.dictionary);
         let watcher = self.watch_client();
         let driven = self.drive(
@@ -223,7 +204,7 @@ impl Session {
                 }
                 // Connections in the middle of an answer (or of a packet,
                 // where the timeout cut in) are closed.
-                self.drop_sources(&mut sources);
+                self.backends.drop_sources(&mut sources);
                 self.backends.gathered = None;
                 if stopped && out.header_sent {
                     // Mid-result, the ERR takes the end packet's place.
@@ -240,8 +221,8 @@ impl Session {
         // Partitions still sending (the LIMIT was reached, or another failed)
         // are read to their end, so that their connections are clean.
         for i in 0..sources.len() {
-            if let Err(e) = self.drain(&mut sources[i], out.seq > 1).await {
-                self.drop_sources(&mut sources);
+            if let Err(e) = self.backends.drain(&mut sources[i], out.seq > 1).await {
+                self.backends.drop_sources(&mut sources);
                 return Err(e);
             }
         }
@@ -358,7 +339,7 @@ impl Session {
                             .map_err(Abort::Failed)?;
                         if let Some(insert) = ready {
                             let main = self.shared.main;
-                            self.run_quietly(main, &insert).await?;
+                            self.backends.run_quietly(main, &insert).await?;
                         }
                         continue;
                     }
@@ -386,21 +367,21 @@ impl Session {
                 continue;
             }
             let answered = out.seq > 1;
-            let packet = self.next_of(&mut sources[i], answered).await?;
+            let packet = self.backends.next_of(&mut sources[i], answered).await?;
             let deprecate_eof = sources[i].deprecate_eof();
             if packet.first() == Some(&ERR_HEADER) {
-                self.gather_of(&mut sources[i], answered).await?;
-                self.finish_source(&mut sources[i], true);
+                self.backends.gather_of(&mut sources[i], answered).await?;
+                self.backends.finish_source(&mut sources[i], true);
                 return Err(Abort::Answer(packet));
             }
             if is_result_end(&packet, deprecate_eof) {
                 let completion = end_completion(&packet, deprecate_eof);
                 if completion.warnings > 0 {
-                    self.gather_of(&mut sources[i], answered).await?;
+                    self.backends.gather_of(&mut sources[i], answered).await?;
                 }
                 out.warnings = out.warnings.saturating_add(completion.warnings);
                 out.status = completion.status;
-                self.finish_completed(&mut sources[i], &completion);
+                self.backends.finish_completed(&mut sources[i], &completion);
                 merger.end(i);
                 continue;
             }
@@ -454,11 +435,12 @@ impl Session {
         let payload = match command_payload(&mut lease.conn, command).await {
             Ok(Ok(payload)) => payload,
             Ok(Err(refusal)) => {
-                if let Err(e) = self.gather_messages(&mut lease.conn).await {
+                if let Err(e) = self.backends.gather_messages(&mut lease.conn).await {
                     source.lease = Some(lease);
-                    return Err(Abort::Failed(self.lost(source, e, false)));
+                    return Err(Abort::Failed(self.backends.lost(source, e, false)));
                 }
-                self.finish_command(source.slot, lease, &Completion::default());
+                self.backends
+                    .finish_command(source.slot, lease, &Completion::default());
                 let mut packet = Vec::with_capacity(refusal.message.len() + 9);
                 refusal.write(&mut packet);
                 return Err(Abort::Answer(packet.into()));
@@ -475,7 +457,7 @@ impl Session {
         source.lease = Some(lease);
         source.reading = Reading::Columns;
         if let Err(e) = sent {
-            return Err(Abort::Failed(self.lost(source, e, false)));
+            return Err(Abort::Failed(self.backends.lost(source, e, false)));
         }
         Ok(())
     }
@@ -487,7 +469,7 @@ impl Session {
         i: usize,
         source: &mut Source,
     ) -> Result<(), Abort> {
-        let first = self.next_of(source, false).await?;
+        let first = self.backends.next_of(source, false).await?;
         let malformed = |what| {
             Abort::Failed(ProxyError::Backend(BackendError::Lost {
                 backend: 0,
@@ -496,8 +478,8 @@ impl Session {
         };
         let count = match first.first() {
             Some(&ERR_HEADER) => {
-                self.gather_of(source, false).await?;
-                self.finish_source(source, true);
+                self.backends.gather_of(source, false).await?;
+                self.backends.finish_source(source, true);
                 let answer = match source.union && cannot_unite(&first) {
                     true => union_refused(),
                     false => first,
@@ -510,10 +492,10 @@ impl Session {
         let count = count as usize;
         let mut definitions = Vec::with_capacity(count);
         for _ in 0..count {
-            definitions.push(self.next_of(source, false).await?);
+            definitions.push(self.backends.next_of(source, false).await?);
         }
         if !source.deprecate_eof() {
-            self.next_of(source, false).await?;
+            self.backends.next_of(source, false).await?;
         }
         source.reading = Reading::Rows;
         let exact = match (source.union, source.definitions.take()) {
@@ -571,7 +553,7 @@ impl Session {
             settings: self.backends.state.fingerprint(),
             generation: self.shared.dictionary.snapshot().generation(),
             db: self.backends.state.db.as_deref().unwrap_or(""),
-            quoting: self.client.quoting,
+            quoting: self.backends.quoting,
         };
         source.probe_key = ProbedColumns::key(&under, &text);
         source.definitions = source
@@ -583,50 +565,79 @@ impl Session {
         }
     }
 
-    async fn next_of(&mut self, source: &mut Source, answered: bool) -> Result<Bytes, Abort> {
-        let lease = source
-            .lease
-            .as_mut()
-            .expect("a partition being read has a connection");
-        match lease.conn.stream.read_packet().await {
-            Ok(Some(packet)) => Ok(packet.payload),
-            Ok(None) => Err(Abort::Failed(self.lost(
-                source,
-                WireError::Closed,
-                answered,
-            ))),
-            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
-        }
-    }
-
-    /// The error for a partition whose connection failed; its connection is
-    /// gone, with whatever state the session had there.
-    fn lost(&mut self, source: &mut Source, error: WireError, answered: bool) -> ProxyError {
-        let backend = source.lease.take().map_or(0, |l| l.conn.backend);
-        source.reading = Reading::Ended;
-        self.backends.forget_connection_state(source.slot);
-        let error = BackendError::Lost {
-            backend,
-            source: error,
-        };
-        match answered {
-            true => ProxyError::BackendMidAnswer { source: error },
-            false => ProxyError::Backend(error),
-        }
-    }
-
-    /// The messages a partition's statement left, read before its
-    /// connection goes back.
-    async fn gather_of(&mut self, source: &mut Source, answered: bool) -> Result<(), Abort> {
-        let Some(lease) = source.lease.as_mut() else {
+    /// The column count and definitions, once, before the first row.
+    async fn send_header(
+        &mut self,
+        merger: &Merger,
+        out: &mut Output<'_>,
+    ) -> Result<(), ProxyError> {
+        if out.header_sent {
             return Ok(());
-        };
-        match self.gather_messages(&mut lease.conn).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
         }
+        out.header_sent = true;
+        let columns = merger.client_columns();
+        let mut count = Vec::with_capacity(9);
+        write_lenenc(columns.len() as u64, &mut count);
+        out.seq = self.client.queue_packet(out.seq, &count);
+        for definition in columns {
+            out.seq = self.client.queue_packet(out.seq, definition);
+        }
+        if !self.client.deprecate_eof() {
+            let mut eof = Vec::with_capacity(5);
+            write_eof(0, 0, &mut eof);
+            out.seq = self.client.queue_packet(out.seq, &eof);
+        }
+        Ok(())
     }
 
+    /// One OK with the affected rows of every partition. `generated`: the
+    /// AUTO_INCREMENT ids hscale wrote into the statements, the first of
+    /// which the OK reports and LAST_INSERT_ID() returns once its row went
+    /// in.
+    async fn sum_affected(
+        &mut self,
+        slots: &[usize],
+        commands: &[Command<'_>],
+        needs: Needs,
+        generated: Option<Generated>,
+    ) -> Result<(), ProxyError> {
+        let last_insert_id = self.backends.state.last_insert_id;
+        let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
+        let mut total = self
+            .backends
+            .write_each(slots, &parts, needs, generated.is_some(), false)
+            .await?;
+        if let Some(generated) = generated {
+            // The server reports an id written in as given: that of the
+            // last row it inserted or updated.
+            let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
+            if inserted {
+                total.last_insert_id = generated.first;
+                self.backends.state.last_insert_id = generated.first;
+            } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
+                self.backends.state.last_insert_id = total.last_insert_id;
+            } else {
+                // The updated row's id is in the OK only.
+                self.backends.state.last_insert_id = last_insert_id;
+            }
+        }
+        self.send_total(total).await
+    }
+
+    /// One OK for statements that ran on several connections.
+    pub(super) async fn send_total(&mut self, total: OkInfo) -> Result<(), ProxyError> {
+        let mut ok = Vec::with_capacity(16);
+        OkInfo {
+            status: self.backends.status_flags(),
+            ..total
+        }
+        .write(OK_HEADER, &mut ok);
+        self.client.send_packet(1, &ok).await?;
+        Ok(())
+    }
+}
+
+impl super::Backends {
     fn finish_completed(&mut self, source: &mut Source, completion: &Completion) {
         source.reading = Reading::Ended;
         if let Some(lease) = source.lease.take() {
@@ -680,74 +691,6 @@ impl Session {
         }
     }
 
-    /// Connections in the middle of an answer cannot be reused: closed.
-    fn drop_sources(&mut self, sources: &mut [Source]) {
-        for source in sources {
-            if source.lease.take().is_some() {
-                self.backends.forget_connection_state(source.slot);
-            }
-            source.reading = Reading::Ended;
-        }
-    }
-
-    /// The column count and definitions, once, before the first row.
-    async fn send_header(
-        &mut self,
-        merger: &Merger,
-        out: &mut Output<'_>,
-    ) -> Result<(), ProxyError> {
-        if out.header_sent {
-            return Ok(());
-        }
-        out.header_sent = true;
-        let columns = merger.client_columns();
-        let mut count = Vec::with_capacity(9);
-        write_lenenc(columns.len() as u64, &mut count);
-        out.seq = self.client.queue_packet(out.seq, &count);
-        for definition in columns {
-            out.seq = self.client.queue_packet(out.seq, definition);
-        }
-        if !self.client.deprecate_eof() {
-            let mut eof = Vec::with_capacity(5);
-            write_eof(0, 0, &mut eof);
-            out.seq = self.client.queue_packet(out.seq, &eof);
-        }
-        Ok(())
-    }
-
-    /// One OK with the affected rows of every partition. `generated`: the
-    /// AUTO_INCREMENT ids hscale wrote into the statements, the first of
-    /// which the OK reports and LAST_INSERT_ID() returns once its row went
-    /// in.
-    async fn sum_affected(
-        &mut self,
-        slots: &[usize],
-        commands: &[Command<'_>],
-        needs: Needs,
-        generated: Option<Generated>,
-    ) -> Result<(), ProxyError> {
-        let last_insert_id = self.backends.state.last_insert_id;
-        let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
-        let mut total = self
-            .write_each(slots, &parts, needs, generated.is_some(), false)
-            .await?;
-        if let Some(generated) = generated {
-            // The server reports an id written in as given: that of the
-            // last row it inserted or updated.
-            let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
-            if inserted {
-                total.last_insert_id = generated.first;
-                self.backends.state.last_insert_id = generated.first;
-            } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
-                self.backends.state.last_insert_id = total.last_insert_id;
-            } else {
-                // The updated row's id is in the OK only.
-                self.backends.state.last_insert_id = last_insert_id;
-            }
-        }
-        self.send_total(total).await
-    }
-
     /// Writes on several partitions as one statement, their affected rows
     /// and warnings summed. Outside a transaction the partitions' statements
     /// run in one transaction per backend, committed once every one
@@ -763,14 +706,14 @@ impl Session {
         same: bool,
     ) -> Result<OkInfo, ProxyError> {
         // One statement is atomic by itself.
-        let implicit = !self.backends.tx.in_transaction() && slots.len() > 1;
+        let implicit = !self.tx.in_transaction() && slots.len() > 1;
         let shared = self.shared.clone();
-        let atomic = self.backends.tx.statement_is_atomic(slots);
+        let atomic = self.tx.statement_is_atomic(slots);
         // The first backend's part is a plain transaction whose commit
         // carries the decision, where the account may write it there.
         let plain = match atomic {
             true => {
-                let bucket = self.backends.slots[slots[0]].bucket.clone();
+                let bucket = self.slots[slots[0]].bucket.clone();
                 crate::xa::may_record(&shared, slots[0], &bucket)
                     .await
                     .then_some(slots[0])
@@ -831,7 +774,7 @@ impl Session {
             if broken {
                 // Which connection failed is not known here: none is reused.
                 drop(lease);
-                self.backends.forget_connection_state(slot);
+                self.forget_connection_state(slot);
                 continue;
             }
             let mut lease = lease;
@@ -839,16 +782,92 @@ impl Session {
                 lease.conn.last_insert_id = UNKNOWN_ID;
             }
             self.finish_command(slot, lease, &completion);
-            self.backends.tx.wrote(slot);
+            self.tx.wrote(slot);
         }
         if broken {
-            self.backends.gathered = None;
+            self.gathered = None;
         }
-        self.backends.previous = Previous::Scattered {
+        self.previous = Previous::Scattered {
             messages: outcome.as_ref().map_or(true, |total| total.warnings > 0),
             slot: slots[0],
         };
         outcome
+    }
+}
+
+impl super::Backends {
+    /// Whether partitions on one backend must go as one statement there
+    /// (`Route::united`): an ordered merge reads every partition at once,
+    /// and a transaction (or a connection the session holds) has one
+    /// connection on a backend. Elsewhere each partition takes its own.
+    pub(super) fn must_unite(&self, slots: &[usize]) -> bool {
+        let shared_backend = (1..slots.len()).any(|i| slots[..i].contains(&slots[i]));
+        shared_backend && !self.may_borrow(slots)
+    }
+
+    /// Whether pooled connections may serve the statement's partitions
+    /// besides the session's own: none is in a transaction or holds state.
+    /// A connection held only for the last statement's warnings may take
+    /// part: this statement replaces them.
+    fn may_borrow(&self, slots: &[usize]) -> bool {
+        !self.tx.in_transaction()
+            && slots
+                .iter()
+                .all(|&s| !self.slots[s].binding.pins(self.tx.holds(s)))
+    }
+
+    async fn next_of(&mut self, source: &mut Source, answered: bool) -> Result<Bytes, Abort> {
+        let lease = source
+            .lease
+            .as_mut()
+            .expect("a partition being read has a connection");
+        match lease.conn.stream.read_packet().await {
+            Ok(Some(packet)) => Ok(packet.payload),
+            Ok(None) => Err(Abort::Failed(self.lost(
+                source,
+                WireError::Closed,
+                answered,
+            ))),
+            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
+        }
+    }
+
+    /// The error for a partition whose connection failed; its connection is
+    /// gone, with whatever state the session had there.
+    fn lost(&mut self, source: &mut Source, error: WireError, answered: bool) -> ProxyError {
+        let backend = source.lease.take().map_or(0, |l| l.conn.backend);
+        source.reading = Reading::Ended;
+        self.forget_connection_state(source.slot);
+        let error = BackendError::Lost {
+            backend,
+            source: error,
+        };
+        match answered {
+            true => ProxyError::BackendMidAnswer { source: error },
+            false => ProxyError::Backend(error),
+        }
+    }
+
+    /// The messages a partition's statement left, read before its
+    /// connection goes back.
+    async fn gather_of(&mut self, source: &mut Source, answered: bool) -> Result<(), Abort> {
+        let Some(lease) = source.lease.as_mut() else {
+            return Ok(());
+        };
+        match self.gather_messages(&mut lease.conn).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Abort::Failed(self.lost(source, e, answered))),
+        }
+    }
+
+    /// Connections in the middle of an answer cannot be reused: closed.
+    fn drop_sources(&mut self, sources: &mut [Source]) {
+        for source in sources {
+            if source.lease.take().is_some() {
+                self.forget_connection_state(source.slot);
+            }
+            source.reading = Reading::Ended;
+        }
     }
 
     /// The branches of an autocommitted write: each backend wrote, in XA.
@@ -861,18 +880,6 @@ impl Session {
                 wrote: true,
             })
             .collect()
-    }
-
-    /// One OK for statements that ran on several connections.
-    pub(super) async fn send_total(&mut self, total: OkInfo) -> Result<(), ProxyError> {
-        let mut ok = Vec::with_capacity(16);
-        OkInfo {
-            status: self.status_flags(),
-            ..total
-        }
-        .write(OK_HEADER, &mut ok);
-        self.client.send_packet(1, &ok).await?;
-        Ok(())
     }
 
     async fn run_each(
@@ -898,7 +905,7 @@ impl Session {
             // The first part on a backend opens its branch.
             let mut branch_first = None;
             if let std::collections::btree_map::Entry::Vacant(vacant) = leases.entry(slot) {
-                let mut lease = self.backends.checkout(slot, needs).await?;
+                let mut lease = self.checkout(slot, needs).await?;
                 let begun = match (implicit, atomic) {
                     (true, Some(atomic)) => {
                         branch_first = Some(atomic.opening(slot, &self.shared));
@@ -952,7 +959,7 @@ impl Session {
         leases: &mut Parts,
     ) -> Result<OkInfo, ProxyError> {
         for &slot in slots {
-            let lease = self.backends.checkout(slot, needs).await?;
+            let lease = self.checkout(slot, needs).await?;
             leases.insert(slot, (lease, Completion::default()));
         }
         let shared = self.shared.clone();
@@ -1008,7 +1015,7 @@ impl Session {
     }
 }
 
-impl Session {
+impl super::Backends {
     /// One command of hscale's own on one slot (COMMIT, SET autocommit,
     /// LOCK TABLES, XA statements), whose answer the client does not see:
     /// no transaction opens for it.
@@ -1030,27 +1037,6 @@ impl Session {
         payload: &[u8],
     ) -> Result<Completion, ProxyError> {
         self.run_on(slot, payload, false, ENDING, true).await
-    }
-
-    /// The rows of a query of hscale's own (the session's settings, in its
-    /// transaction where one is open there).
-    pub(super) async fn query_rows(
-        &mut self,
-        slot: usize,
-        sql: &str,
-    ) -> Result<crate::backend::Rows, ProxyError> {
-        let mut lease = self.backends.checkout(slot, Needs::default()).await?;
-        match lease.conn.query(sql).await {
-            Ok(answer) => {
-                self.backends.checkin(slot, lease.conn);
-                answer.map_err(ProxyError::Refused)
-            }
-            Err(e) => {
-                drop(lease);
-                self.backends.forget_connection_state(slot);
-                Err(e.into())
-            }
-        }
     }
 
     /// One part of a statement of the client's, run quietly on one slot
@@ -1097,7 +1083,7 @@ impl Session {
             reads_only: false,
             ..needs
         };
-        let mut lease = self.backends.checkout(slot, needs).await?;
+        let mut lease = self.checkout(slot, needs).await?;
         let answer = run(&mut lease, Command::Raw(payload)).await;
         if unsettles {
             lease.conn.settings = UNKNOWN_SETTINGS;
@@ -1106,7 +1092,7 @@ impl Session {
             if let Err(source) = self.gather_messages(&mut lease.conn).await {
                 let backend = lease.conn.backend;
                 drop(lease);
-                self.backends.forget_connection_state(slot);
+                self.forget_connection_state(slot);
                 return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
             }
         }
@@ -1117,7 +1103,7 @@ impl Session {
             }
             Err(e) if breaks_connection(&e) => {
                 drop(lease);
-                self.backends.forget_connection_state(slot);
+                self.forget_connection_state(slot);
                 Err(e)
             }
             Err(e) => {
@@ -1127,6 +1113,29 @@ impl Session {
                 };
                 self.finish_command(slot, lease, &failed);
                 Err(e)
+            }
+        }
+    }
+}
+
+impl super::Backends {
+    /// The rows of a query of hscale's own (the session's settings, in its
+    /// transaction where one is open there).
+    pub(super) async fn query_rows(
+        &mut self,
+        slot: usize,
+        sql: &str,
+    ) -> Result<crate::backend::Rows, ProxyError> {
+        let mut lease = self.checkout(slot, Needs::default()).await?;
+        match lease.conn.query(sql).await {
+            Ok(answer) => {
+                self.checkin(slot, lease.conn);
+                answer.map_err(ProxyError::Refused)
+            }
+            Err(e) => {
+                drop(lease);
+                self.forget_connection_state(slot);
+                Err(e.into())
             }
         }
     }

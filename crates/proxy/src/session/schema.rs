@@ -24,13 +24,17 @@ impl Session {
         .await?;
         let change = lock.change().clone();
         let mut total = OkInfo::default();
-        self.gather_from_here();
+        self.backends.gather_from_here();
         for (i, step) in change.steps.iter().enumerate() {
             let ran = match (
                 lock.starting(&shared, i).await,
-                self.slot_of(step.target.backend),
+                self.backends.slot_of(step.target.backend),
             ) {
-                (Ok(()), Ok(slot)) => self.run_part(slot, &command::query(&step.sql)).await,
+                (Ok(()), Ok(slot)) => {
+                    self.backends
+                        .run_part(slot, &command::query(&step.sql))
+                        .await
+                }
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match ran {

@@ -23,7 +23,7 @@ impl Session {
     /// table's columns, named as the partitioned table's; no backend has a
     /// table by the partitioned table's name.
     pub(super) async fn field_list(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        let (slot, payload, needs) = match self.field_list_of_partitioned(&payload)? {
+        let (slot, payload, needs) = match self.backends.field_list_of_partitioned(&payload)? {
             Some((slot, routed)) => (slot, routed, Needs::default().routed()),
             None => (self.shared.main, payload, Needs::default()),
         };
@@ -31,26 +31,6 @@ impl Session {
         self.execute(slot, &payload, expect, needs, change)
             .await
             .map(drop)
-    }
-
-    fn field_list_of_partitioned(
-        &self,
-        payload: &[u8],
-    ) -> Result<Option<(usize, Bytes)>, ProxyError> {
-        let Some(end) = payload.iter().skip(1).position(|&b| b == 0) else {
-            return Ok(None);
-        };
-        let (name, wildcard) = (&payload[1..end + 1], &payload[end + 1..]);
-        let (Some(db), Ok(name)) = (&self.backends.state.db, std::str::from_utf8(name)) else {
-            return Ok(None);
-        };
-        let dictionary = self.shared.dictionary.snapshot();
-        let Some(table) = dictionary.table(db, name) else {
-            return Ok(None);
-        };
-        let target = table.default_target();
-        let routed = [&payload[..1], target.table.as_bytes(), wildcard].concat();
-        Ok(Some((self.slot_of(target.backend)?, routed.into())))
     }
 
     pub(super) async fn listing(
@@ -62,7 +42,7 @@ impl Session {
             Some(sql) => Bytes::from(command::query(sql)),
             None => payload,
         };
-        let (header, rows, end) = match self.answer_of(listing.backend, &payload).await? {
+        let (header, rows, end) = match self.backends.answer_of(listing.backend, &payload).await? {
             Answer::Packet(packet) => {
                 self.client.send_packet(1, &packet).await?;
                 return Ok(());
@@ -72,7 +52,7 @@ impl Session {
         let mut elsewhere = Vec::with_capacity(listing.elsewhere.len());
         for (i, other) in listing.elsewhere.iter().enumerate() {
             let payload = Bytes::from(command::query(&other.sql));
-            match self.answer_of(other.backend, &payload).await? {
+            match self.backends.answer_of(other.backend, &payload).await? {
                 Answer::Rows { rows, .. } => elsewhere.extend(rows.into_iter().map(|r| (i, r))),
                 // Its error is the answer's: a listing without the row
                 // would hide the table.
@@ -95,7 +75,9 @@ impl Session {
         self.client.send_packet(seq, &end).await?;
         Ok(())
     }
+}
 
+impl super::Backends {
     /// The whole answer of one statement on `backend`.
     pub(super) async fn answer_of(
         &mut self,
@@ -103,18 +85,40 @@ impl Session {
         payload: &Bytes,
     ) -> Result<Answer, ProxyError> {
         let slot = self.slot_of(backend)?;
-        let mut lease = self.backends.checkout(slot, Needs::default()).await?;
+        let mut lease = self.checkout(slot, Needs::default()).await?;
         let answer = match read_answer(&mut lease.conn, payload).await {
             Ok(answer) => answer,
             Err(RelayError::Backend { source, .. }) => {
                 let backend = lease.conn.backend;
-                self.backends.forget_connection_state(slot);
+                self.forget_connection_state(slot);
                 return Err(ProxyError::Backend(BackendError::Lost { backend, source }));
             }
             Err(RelayError::Client(e)) => return Err(ProxyError::Client(e)),
         };
         self.finish_command(slot, lease, &Completion::default());
         Ok(answer)
+    }
+}
+
+impl super::Backends {
+    fn field_list_of_partitioned(
+        &self,
+        payload: &[u8],
+    ) -> Result<Option<(usize, Bytes)>, ProxyError> {
+        let Some(end) = payload.iter().skip(1).position(|&b| b == 0) else {
+            return Ok(None);
+        };
+        let (name, wildcard) = (&payload[1..end + 1], &payload[end + 1..]);
+        let (Some(db), Ok(name)) = (&self.state.db, std::str::from_utf8(name)) else {
+            return Ok(None);
+        };
+        let dictionary = self.shared.dictionary.snapshot();
+        let Some(table) = dictionary.table(db, name) else {
+            return Ok(None);
+        };
+        let target = table.default_target();
+        let routed = [&payload[..1], target.table.as_bytes(), wildcard].concat();
+        Ok(Some((self.slot_of(target.backend)?, routed.into())))
     }
 }
 

@@ -284,85 +284,21 @@ impl Session {
             code, client_id, ..
         } = command
         {
-            self.track_statement(slot, client_id, code, &completion);
+            self.backends
+                .track_statement(slot, client_id, code, &completion);
         }
         let read_messages = needs.diagnostics
             && (self.backends.slots[slot].binding.diagnostics
                 || matches!(self.backends.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
         // They stay on the connection: reset before another client uses it.
         self.backends.slots[slot].binding.diagnostics |= read_messages;
-        self.finish_command(slot, lease, &completion);
+        self.backends.finish_command(slot, lease, &completion);
         if let Previous::On { messages, .. } = &mut self.backends.previous {
             // SHOW WARNINGS leaves the messages it read in place; the
             // connection goes back, and another read takes it out again.
             *messages |= read_messages;
         }
         Ok(completion)
-    }
-
-    /// After a command: bindings from what the server said, the previous
-    /// connection's mark, and the connection kept or returned.
-    pub(super) fn finish_command(
-        &mut self,
-        slot: usize,
-        mut lease: Lease,
-        completion: &Completion,
-    ) {
-        // MySQL keeps warnings until a statement that uses a table: a connection
-        // that had any must not show them to the next client.
-        let diagnostics_left =
-            self.backends.slots[slot].binding.diagnostics || leaves_messages(completion);
-        // Only a connection that took the session's latest settings tells
-        // the session's autocommit (one that ended a branch may not have).
-        let current = lease.conn.settings == self.backends.state.fingerprint();
-        self.after(slot, completion, current);
-        if diagnostics_left && !self.backends.holds(slot) {
-            lease.conn.settings = UNKNOWN_SETTINGS;
-        }
-        self.backends.previous = Previous::On {
-            slot,
-            mark: lease.conn.mark(),
-            messages: leaves_messages(completion),
-        };
-        self.backends.checkin(slot, lease.conn);
-    }
-
-    /// Updates bindings from what the server said about the session;
-    /// `current`: the connection had the session's latest settings.
-    fn after(&mut self, slot: usize, completion: &Completion, current: bool) {
-        self.take_status(slot, completion.status, current);
-        if completion.error {
-            self.backends.tx.failed(slot);
-        }
-        // Not for an error: the client has it from the error packet, and a
-        // client that stops after one would keep a connection from the pool.
-        self.backends.slots[slot].binding.diagnostics = completion.warnings > 0;
-        if completion.last_insert_id != 0 {
-            self.backends.state.last_insert_id = completion.last_insert_id;
-        }
-        // This statement's diagnostics replace those another backend's
-        // connection was kept for.
-        for other in (0..self.backends.slots.len()).filter(|&other| other != slot) {
-            if self.backends.slots[other].binding.diagnostics {
-                self.backends.slots[other].binding.diagnostics = false;
-                self.backends.release_unheld(other);
-            }
-        }
-    }
-
-    /// What a backend's status says of the session on it; `current`: the
-    /// connection had the session's latest settings.
-    pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>, current: bool) {
-        let status = status.map(|status| {
-            let status = StatusFlags::from_bits_truncate(status);
-            self.client.quoting.no_backslash_escapes = no_backslash_escapes(status);
-            ServerStatus {
-                in_transaction: status.contains(StatusFlags::SERVER_STATUS_IN_TRANS),
-                autocommit: status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT),
-                settings_current: current,
-            }
-        });
-        self.backends.tx.observe(slot, status);
     }
 
     /// Records what a successful statement changed, on the session and on the
@@ -392,7 +328,7 @@ impl Session {
                     .iter()
                     .any(|k| k == "names" || k == "character_set_client")
                 {
-                    self.client.charset = client_charset_after(&sql, self.client.quoting)
+                    self.client.charset = client_charset_after(&sql, self.backends.quoting)
                         .unwrap_or(self.client.charset);
                 }
                 self.backends.state.record_setting(keys, sql);
@@ -403,34 +339,6 @@ impl Session {
 
     fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
         self.note_unread(slot, keys, database, None);
-    }
-
-    /// Reads `slot`'s session variables, to compare with what a statement
-    /// that may set any of them leaves (`read_back_changes_later`). `None`
-    /// where the server would not list them.
-    pub(super) async fn session_variables_before(
-        &mut self,
-        slot: usize,
-        needs: Needs,
-    ) -> Result<Option<Variables>, ProxyError> {
-        let earlier = self
-            .backends
-            .unread
-            .iter()
-            .any(|u| u.slot == slot && u.since.is_some());
-        if earlier {
-            // An earlier CALL's listing, not yet compared, still stands.
-            return Ok(None);
-        }
-        if let Some(listed) = &self.backends.settings_listed {
-            if listed.slot == slot && listed.fingerprint == self.backends.state.fingerprint() {
-                return Ok(Some(listed.variables.clone()));
-            }
-        }
-        let mut lease = self.backends.checkout(slot, needs).await?;
-        let variables = session_variables(&mut lease.conn).await;
-        self.backends.checkin(slot, lease.conn);
-        Ok(variables)
     }
 
     /// Before the client's next command, the session variables of `slot`
@@ -538,6 +446,99 @@ impl Session {
 }
 
 impl super::Backends {
+    /// Reads `slot`'s session variables, to compare with what a statement
+    /// that may set any of them leaves (`read_back_changes_later`). `None`
+    /// where the server would not list them.
+    pub(super) async fn session_variables_before(
+        &mut self,
+        slot: usize,
+        needs: Needs,
+    ) -> Result<Option<Variables>, ProxyError> {
+        let earlier = self
+            .unread
+            .iter()
+            .any(|u| u.slot == slot && u.since.is_some());
+        if earlier {
+            // An earlier CALL's listing, not yet compared, still stands.
+            return Ok(None);
+        }
+        if let Some(listed) = &self.settings_listed {
+            if listed.slot == slot && listed.fingerprint == self.state.fingerprint() {
+                return Ok(Some(listed.variables.clone()));
+            }
+        }
+        let mut lease = self.checkout(slot, needs).await?;
+        let variables = session_variables(&mut lease.conn).await;
+        self.checkin(slot, lease.conn);
+        Ok(variables)
+    }
+}
+
+impl super::Backends {
+    /// After a command: bindings from what the server said, the previous
+    /// connection's mark, and the connection kept or returned.
+    pub(super) fn finish_command(
+        &mut self,
+        slot: usize,
+        mut lease: Lease,
+        completion: &Completion,
+    ) {
+        // MySQL keeps warnings until a statement that uses a table: a connection
+        // that had any must not show them to the next client.
+        let diagnostics_left = self.slots[slot].binding.diagnostics || leaves_messages(completion);
+        // Only a connection that took the session's latest settings tells
+        // the session's autocommit (one that ended a branch may not have).
+        let current = lease.conn.settings == self.state.fingerprint();
+        self.after(slot, completion, current);
+        if diagnostics_left && !self.holds(slot) {
+            lease.conn.settings = UNKNOWN_SETTINGS;
+        }
+        self.previous = Previous::On {
+            slot,
+            mark: lease.conn.mark(),
+            messages: leaves_messages(completion),
+        };
+        self.checkin(slot, lease.conn);
+    }
+
+    /// Updates bindings from what the server said about the session;
+    /// `current`: the connection had the session's latest settings.
+    fn after(&mut self, slot: usize, completion: &Completion, current: bool) {
+        self.take_status(slot, completion.status, current);
+        if completion.error {
+            self.tx.failed(slot);
+        }
+        // Not for an error: the client has it from the error packet, and a
+        // client that stops after one would keep a connection from the pool.
+        self.slots[slot].binding.diagnostics = completion.warnings > 0;
+        if completion.last_insert_id != 0 {
+            self.state.last_insert_id = completion.last_insert_id;
+        }
+        // This statement's diagnostics replace those another backend's
+        // connection was kept for.
+        for other in (0..self.slots.len()).filter(|&other| other != slot) {
+            if self.slots[other].binding.diagnostics {
+                self.slots[other].binding.diagnostics = false;
+                self.release_unheld(other);
+            }
+        }
+    }
+
+    /// What a backend's status says of the session on it; `current`: the
+    /// connection had the session's latest settings.
+    pub(super) fn take_status(&mut self, slot: usize, status: Option<u16>, current: bool) {
+        let status = status.map(|status| {
+            let status = StatusFlags::from_bits_truncate(status);
+            self.quoting.no_backslash_escapes = no_backslash_escapes(status);
+            ServerStatus {
+                in_transaction: status.contains(StatusFlags::SERVER_STATUS_IN_TRANS),
+                autocommit: status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT),
+                settings_current: current,
+            }
+        });
+        self.tx.observe(slot, status);
+    }
+
     /// The connection on `slot` stays with the client.
     pub(super) fn holds(&self, slot: usize) -> bool {
         self.slots[slot].binding.holds(self.tx.holds(slot))

@@ -138,7 +138,7 @@ impl Session {
             // Where it will run: preparing on the main backend would open
             // the transaction there.
             Action::ReferenceRead(backends) => {
-                let slot = self.slot_with_copies(&backends).unwrap_or(self.shared.main);
+                let slot = self.backends.slot_with_copies(&backends).unwrap_or(self.shared.main);
                 reference_read = Some(backends);
                 (StatementKey::new(db.as_deref(), &sql), slot, None)
             }
@@ -154,7 +154,7 @@ impl Session {
                     })
                 })?;
                 let statement = StatementKey::new(db.as_deref(), text.as_bytes());
-                let slot = self.slot_of(run.target.backend)?;
+                let slot = self.backends.slot_of(run.target.backend)?;
                 let routed = Routed {
                     template: *template,
                     db: db.clone(),
@@ -289,12 +289,12 @@ impl Session {
                 Ok(())
             }
             STMT_SEND_LONG_DATA => {
-                let slot = self.open_slot(id).unwrap_or(self.shared.main);
+                let slot = self.backends.open_slot(id).unwrap_or(self.shared.main);
                 self.run_statement(slot, id, code, &payload[5..], None)
                     .await
                     .map(drop)
             }
-            STMT_FETCH => match self.open_slot(id) {
+            STMT_FETCH => match self.backends.open_slot(id) {
                 Some(slot) => self
                     .run_statement(slot, id, code, &payload[5..], Some(Expect::Rows))
                     .await
@@ -309,7 +309,7 @@ impl Session {
                 if let Some(routed) = self.routed_mut(id) {
                     routed.long_data = false;
                 }
-                match self.open_slot(id) {
+                match self.backends.open_slot(id) {
                     Some(slot) => self
                         .run_statement(slot, id, code, &[], Some(Expect::Single))
                         .await
@@ -319,7 +319,7 @@ impl Session {
                 }
             }
             _ => {
-                if let Some(slot) = self.open_slot(id) {
+                if let Some(slot) = self.backends.open_slot(id) {
                     self.close_open_statement(slot, id).await?;
                 }
                 self.memo.statements.by_id.remove(&id);
@@ -357,16 +357,16 @@ impl Session {
         }
         if self.routed_mut(id).is_some() {
             // A new execution closes the cursor of the last one, wherever it is.
-            if let Some(slot) = self.open_slot(id) {
+            if let Some(slot) = self.backends.open_slot(id) {
                 self.close_open_statement(slot, id).await?;
             }
             return self.execute_routed(id, &rest).await;
         }
         let on_copies = match &self.memo.statements.by_id[&id].reference_read {
-            Some(backends) => self.slot_with_copies(backends),
+            Some(backends) => self.backends.slot_with_copies(backends),
             None => None,
         };
-        let slot = self.open_slot(id).or(on_copies).unwrap_or(main);
+        let slot = self.backends.open_slot(id).or(on_copies).unwrap_or(main);
         let statement = self.memo.statements.by_id[&id].statement.clone();
         if let Some(federation) = self.memo.statements.by_id[&id].federation.clone() {
             let count = usize::from(self.memo.statements.by_id[&id].params);
@@ -398,7 +398,7 @@ impl Session {
         let literals = (0..count)
             .map(|i| literal(params.get(i).ok()?, self.client.charset))
             .collect::<Option<Vec<String>>>()?;
-        let text = with_literals(statement.sql(), self.client.quoting, &literals)?;
+        let text = with_literals(statement.sql(), self.backends.quoting, &literals)?;
         let dictionary = self.backends.handle.on.planning(&self.shared.dictionary);
         let ctx = Context {
             db: statement.db(),
@@ -440,7 +440,7 @@ impl Session {
                 .get_or_insert(reason);
         }
         if writes {
-            self.check_writers(&[slot])?;
+            self.backends.check_writers(&[slot])?;
         }
         self.commit_before(slot, tx_effect, statement.sql()).await?;
         if matches!(tx_effect, TxEffect::Hides(_) | TxEffect::ClientXa) {
@@ -480,7 +480,7 @@ impl Session {
                 .ok()
                 .and_then(|p| param_value(p, charset).ok())
         };
-        let no_auto_value_on_zero = self.client.no_auto_value_on_zero;
+        let no_auto_value_on_zero = self.backends.no_auto_value_on_zero;
         let template = &self.routed_mut(id).expect("checked").template;
         let given = template.highest_id(value);
         // AUTO_INCREMENT ids hscale binds where the INSERT leaves them to
@@ -578,7 +578,11 @@ impl Session {
                     self.backends.handle.on.runs_on(tables);
                     break execution;
                 }
-                Routing::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
+                Routing::Wait(table) => {
+                    self.backends
+                        .wait_for_lock(&table, &mut waited_since)
+                        .await?
+                }
                 // Partitions whose answers hscale cannot merge: this
                 // execution runs on copies of the tables.
                 Routing::Refuse(refusal) if !routed.template.writes() => {
@@ -616,7 +620,7 @@ impl Session {
                             routed.template = *template;
                             routed.texts.clear();
                         }
-                        Action::Wait(table) => self.wait_for_lock(&table, &mut waited_since).await?,
+                        Action::Wait(table) => self.backends.wait_for_lock(&table, &mut waited_since).await?,
                         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
                         _ => return Err(refusal(
                             "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)",
@@ -654,7 +658,7 @@ impl Session {
             runs.push((run.target.backend, statement, rest));
         }
         if let ([(backend, statement, rest)], None) = (runs.as_slice(), generated) {
-            let slot = self.slot_of(*backend)?;
+            let slot = self.backends.slot_of(*backend)?;
             self.execute_on(slot, id, statement.clone(), rest).await?;
             self.routed_mut(id).expect("checked").last = Some(statement.clone());
             return Ok(());
@@ -662,7 +666,7 @@ impl Session {
         let prepared = &self.memo.statements.by_id[&id];
         let needs = prepared.needs;
         if let Some(reason) = prepared.binds {
-            let slot = self.slot_of(runs[0].0)?;
+            let slot = self.backends.slot_of(runs[0].0)?;
             self.backends.slots[slot]
                 .binding
                 .sticky
@@ -670,13 +674,13 @@ impl Session {
         }
         let mut slots = Vec::with_capacity(runs.len());
         for (backend, ..) in &runs {
-            slots.push(self.slot_of(*backend)?);
+            slots.push(self.backends.slot_of(*backend)?);
         }
         if execution.writes {
-            self.check_writers(&slots)?;
+            self.backends.check_writers(&slots)?;
         }
         let mut probes = Vec::new();
-        if generated.is_none() && self.must_unite(&slots) {
+        if generated.is_none() && self.backends.must_unite(&slots) {
             let routed = self.routed_mut(id).expect("checked");
             if let Some(united) = routed
                 .template
@@ -688,7 +692,7 @@ impl Session {
                 for united in united.map_err(|reason| refusal(&reason))? {
                     let statement = StatementKey::new(db.as_deref(), united.sql.as_bytes());
                     let which = united.params.unwrap_or_default();
-                    slots.push(self.slot_of(united.backend)?);
+                    slots.push(self.backends.slot_of(united.backend)?);
                     probes.push(united.probe.map(Bytes::from));
                     runs.push((
                         united.backend,
@@ -773,11 +777,12 @@ impl Session {
         }
         Ok(())
     }
+}
 
+impl super::Backends {
     /// The slot whose connection holds the statement's cursor or long data.
     fn open_slot(&self, id: u32) -> Option<usize> {
-        self.backends
-            .slots
+        self.slots
             .iter()
             .position(|s| s.binding.open_statements.contains(&id))
     }
@@ -803,7 +808,7 @@ impl Session {
             STMT_SEND_LONG_DATA => true,
             _ => false,
         };
-        let statements = &mut self.backends.slots[slot].binding.open_statements;
+        let statements = &mut self.slots[slot].binding.open_statements;
         match open {
             true => statements.insert(id),
             false => statements.remove(&id),

@@ -83,7 +83,7 @@ impl Session {
     ) -> Result<(), ProxyError> {
         let main = self.shared.main;
         // The main backend's server releases its own.
-        self.unlock_tables(Some(main)).await?;
+        self.backends.unlock_tables(Some(main)).await?;
         match self.backends.tx.begin_plan(deferred) {
             BeginPlan::Here { commit_first } => {
                 if commit_first {
@@ -108,7 +108,7 @@ impl Session {
     /// not at BEGIN, so the client sees what it would have seen.
     pub(super) async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
         self.backends.tx.begun_here(payload);
-        let mut status = self.status_flags();
+        let mut status = self.backends.status_flags();
         if self.backends.tx.autocommit() {
             status |= hscale_wire::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
         }
@@ -116,11 +116,6 @@ impl Session {
             .send_packet(1, &super::handshake::ok_packet(status))
             .await?;
         Ok(())
-    }
-
-    /// Whether a write on `slots` may run in the transaction.
-    pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
-        Ok(self.backends.tx.check_writers(slots)?)
     }
 
     /// COMMIT / ROLLBACK of a transaction with XA branches: every backend
@@ -170,16 +165,21 @@ impl Session {
         // the session's setting.
         let autocommit = self.backends.tx.autocommit();
         let outcome = match commit {
-            true => self.commit_branches(&mut parts, &running, &branches).await,
+            true => {
+                self.backends
+                    .commit_branches(&mut parts, &running, &branches)
+                    .await
+            }
             false => {
-                self.roll_back_branches(&mut parts, &running, &branches)
+                self.backends
+                    .roll_back_branches(&mut parts, &running, &branches)
                     .await;
                 Ok(())
             }
         };
         for (slot, (lease, last)) in parts {
             self.backends.tx.branch_ended(slot);
-            self.finish_command(slot, lease, &last);
+            self.backends.finish_command(slot, lease, &last);
         }
         // Ended everywhere, also where a connection went.
         self.backends.tx.branches_ended(autocommit);
@@ -206,7 +206,8 @@ impl Session {
                 match then_autocommit {
                     // The other backends take the setting now, as before.
                     true => {
-                        self.set_autocommit_elsewhere(slot, sql, to, user_variable)
+                        self.backends
+                            .set_autocommit_elsewhere(slot, sql, to, user_variable)
                             .await
                     }
                     false => Ok(()),
@@ -214,63 +215,11 @@ impl Session {
             }
             Before::CommitOthers => self.commit_open(Some(slot)).await,
             Before::SetAutocommitElsewhere => {
-                self.set_autocommit_elsewhere(slot, sql, to, user_variable)
+                self.backends
+                    .set_autocommit_elsewhere(slot, sql, to, user_variable)
                     .await
             }
         }
-    }
-
-    /// A SET that turns autocommit on commits the transaction (MariaDB does
-    /// where it was off): the same SET runs first on each other backend in
-    /// it, where it commits that backend's part, and fails there as it
-    /// would on `slot`, before anything committed.
-    async fn set_autocommit_elsewhere(
-        &mut self,
-        slot: usize,
-        sql: &[u8],
-        to: Autocommit,
-        user_variable: bool,
-    ) -> Result<(), ProxyError> {
-        let elsewhere = self
-            .backends
-            .tx
-            .autocommit_on_elsewhere(slot, to, user_variable)?;
-        if elsewhere.is_empty() {
-            return Ok(());
-        }
-        let mut set = Vec::with_capacity(sql.len() + 1);
-        set.push(command::QUERY);
-        set.extend_from_slice(sql);
-        for other in elsewhere {
-            self.run_setting_quietly(other, &set).await?;
-        }
-        Ok(())
-    }
-
-    /// Statements whose commits and rollbacks hscale does not see (`what`)
-    /// could leave another backend's part of the transaction behind:
-    /// refused while another backend has one.
-    pub(super) fn check_unseen_commits(
-        &self,
-        slot: usize,
-        what: &'static str,
-    ) -> Result<(), ProxyError> {
-        Ok(self.backends.tx.check_unseen_commits(slot, what)?)
-    }
-
-    /// After statements hscale does not see into: a SET autocommit among
-    /// them (the status says) is the session's, which backends the session
-    /// reaches later must take too. True when it changed.
-    pub(super) fn follow_autocommit(&mut self, before: bool) -> bool {
-        let autocommit = self.backends.tx.autocommit();
-        if autocommit == before {
-            return false;
-        }
-        let set = format!("SET autocommit = {}", u8::from(autocommit));
-        self.backends
-            .state
-            .record_setting(vec!["autocommit".into()], set);
-        true
     }
 
     /// After statements hscale does not see into that turned autocommit on
@@ -291,7 +240,7 @@ impl Session {
             CommitPlan::Each(slots) => {
                 let commit = command::query("COMMIT");
                 for slot in slots {
-                    self.run_quietly(slot, &commit).await?;
+                    self.backends.run_quietly(slot, &commit).await?;
                 }
                 self.backends.tx.committed_each();
                 Ok(())
@@ -310,7 +259,7 @@ impl Session {
         needs: Needs,
     ) -> Result<hscale_wire::scan::Completion, ProxyError> {
         for &(slot, command) in quiet {
-            self.run_quietly_with(slot, command, needs).await?;
+            self.backends.run_quietly_with(slot, command, needs).await?;
         }
         self.execute(
             last,
@@ -337,7 +286,7 @@ impl Session {
                 continue;
             };
             match conn.run(&[PING], Expect::Single).await {
-                Ok(Ok(pong)) => self.take_status(slot, pong.status, true),
+                Ok(Ok(pong)) => self.backends.take_status(slot, pong.status, true),
                 _ => self.backends.forget_connection_state(slot),
             }
             ended |= self.backends.tx.ended_on(slot);
@@ -356,7 +305,7 @@ impl Session {
                 continue;
             };
             match conn.run(&rollback, Expect::ResultSets).await {
-                Ok(Ok(done)) => self.take_status(slot, done.status, true),
+                Ok(Ok(done)) => self.backends.take_status(slot, done.status, true),
                 // Closing the connection rolls its part back.
                 _ => self.backends.forget_connection_state(slot),
             }
@@ -367,6 +316,63 @@ impl Session {
             "transaction rolled back on a backend: rolled back on every backend"
         );
         self.backends.tx.settled();
+    }
+}
+
+impl super::Backends {
+    /// A SET that turns autocommit on commits the transaction (MariaDB does
+    /// where it was off): the same SET runs first on each other backend in
+    /// it, where it commits that backend's part, and fails there as it
+    /// would on `slot`, before anything committed.
+    async fn set_autocommit_elsewhere(
+        &mut self,
+        slot: usize,
+        sql: &[u8],
+        to: Autocommit,
+        user_variable: bool,
+    ) -> Result<(), ProxyError> {
+        let elsewhere = self.tx.autocommit_on_elsewhere(slot, to, user_variable)?;
+        if elsewhere.is_empty() {
+            return Ok(());
+        }
+        let mut set = Vec::with_capacity(sql.len() + 1);
+        set.push(command::QUERY);
+        set.extend_from_slice(sql);
+        for other in elsewhere {
+            self.run_setting_quietly(other, &set).await?;
+        }
+        Ok(())
+    }
+}
+
+impl super::Backends {
+    /// Whether a write on `slots` may run in the transaction.
+    pub(super) fn check_writers(&self, slots: &[usize]) -> Result<(), ProxyError> {
+        Ok(self.tx.check_writers(slots)?)
+    }
+
+    /// Statements whose commits and rollbacks hscale does not see (`what`)
+    /// could leave another backend's part of the transaction behind:
+    /// refused while another backend has one.
+    pub(super) fn check_unseen_commits(
+        &self,
+        slot: usize,
+        what: &'static str,
+    ) -> Result<(), ProxyError> {
+        Ok(self.tx.check_unseen_commits(slot, what)?)
+    }
+
+    /// After statements hscale does not see into: a SET autocommit among
+    /// them (the status says) is the session's, which backends the session
+    /// reaches later must take too. True when it changed.
+    pub(super) fn follow_autocommit(&mut self, before: bool) -> bool {
+        let autocommit = self.tx.autocommit();
+        if autocommit == before {
+            return false;
+        }
+        let set = format!("SET autocommit = {}", u8::from(autocommit));
+        self.state.record_setting(vec!["autocommit".into()], set);
+        true
     }
 }
 
