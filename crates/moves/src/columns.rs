@@ -13,7 +13,7 @@ use crate::MoveError;
 
 /// How a column's values are written back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ColumnKind {
+pub enum ValueEncoding {
     /// An integer; `unsigned_bytes` where it is unsigned (the binlog
     /// carries it signed unless the server logs signedness).
     Integer { unsigned_bytes: Option<u8> },
@@ -41,7 +41,7 @@ pub enum ColumnKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     pub name: String,
-    pub kind: ColumnKind,
+    pub kind: ValueEncoding,
 }
 
 impl Column {
@@ -54,7 +54,7 @@ impl Column {
         charset: Option<&str>,
     ) -> Result<Column, MoveError> {
         let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
-        let integer = |bytes: u8| ColumnKind::Integer {
+        let integer = |bytes: u8| ValueEncoding::Integer {
             unsigned_bytes: unsigned.then_some(bytes),
         };
         let text = |charset: Option<&str>| charset.unwrap_or("binary").to_string();
@@ -64,29 +64,29 @@ impl Column {
             "mediumint" => integer(3),
             "int" => integer(4),
             "bigint" => integer(8),
-            "float" | "double" => ColumnKind::Float,
-            "decimal" => ColumnKind::Decimal,
-            "date" | "datetime" | "time" => ColumnKind::Temporal,
-            "timestamp" => ColumnKind::Timestamp,
-            "year" => ColumnKind::Year,
-            "enum" => ColumnKind::Enum {
+            "float" | "double" => ValueEncoding::Float,
+            "decimal" => ValueEncoding::Decimal,
+            "date" | "datetime" | "time" => ValueEncoding::Temporal,
+            "timestamp" => ValueEncoding::Timestamp,
+            "year" => ValueEncoding::Year,
+            "enum" => ValueEncoding::Enum {
                 charset: text(charset),
             },
-            "set" => ColumnKind::Set {
+            "set" => ValueEncoding::Set {
                 charset: text(charset),
             },
             "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "json" => {
                 match charset {
-                    Some(cs) if cs != "binary" => ColumnKind::Text {
+                    Some(cs) if cs != "binary" => ValueEncoding::Text {
                         charset: cs.to_string(),
                     },
-                    _ => ColumnKind::Bytes,
+                    _ => ValueEncoding::Bytes,
                 }
             }
             "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "bit"
             | "geometry" | "point" | "linestring" | "polygon" | "multipoint"
             | "multilinestring" | "multipolygon" | "geometrycollection" | "inet6" | "inet4"
-            | "uuid" => ColumnKind::Bytes,
+            | "uuid" => ValueEncoding::Bytes,
             other => {
                 return Err(MoveError::Unsupported(format!(
                     "column `{name}` is of type {other}, which a move cannot copy"
@@ -106,9 +106,9 @@ impl Column {
             return;
         };
         match &self.kind {
-            ColumnKind::Text { charset }
-            | ColumnKind::Enum { charset }
-            | ColumnKind::Set { charset } => hex_literal(charset, bytes, out),
+            ValueEncoding::Text { charset }
+            | ValueEncoding::Enum { charset }
+            | ValueEncoding::Set { charset } => hex_literal(charset, bytes, out),
             // Numbers, dates and times as their text, which the column
             // reads back as it printed it.
             _ => hex_literal("binary", bytes, out),
@@ -129,14 +129,14 @@ impl Column {
         use std::fmt::Write;
         match (value, &self.kind) {
             (Value::NULL, _) => out.push_str("NULL"),
-            (Value::Int(i), ColumnKind::Integer { unsigned_bytes }) => {
+            (Value::Int(i), ValueEncoding::Integer { unsigned_bytes }) => {
                 let wrapped = match unsigned_bytes {
                     Some(bytes) if *i < 0 => i128::from(*i) + (1i128 << (8 * u32::from(*bytes))),
                     _ => i128::from(*i),
                 };
                 let _ = write!(out, "{wrapped}");
             }
-            (Value::Int(seconds), ColumnKind::Timestamp) => {
+            (Value::Int(seconds), ValueEncoding::Timestamp) => {
                 timestamp(&seconds.to_string(), out)?;
             }
             (Value::Int(i), _) => {
@@ -161,22 +161,22 @@ impl Column {
                 let sign = if *negative { "-" } else { "" };
                 let _ = write!(out, "'{sign}{hours}:{m:02}:{s:02}.{us:06}'");
             }
-            (Value::Bytes(b), ColumnKind::Timestamp) => {
+            (Value::Bytes(b), ValueEncoding::Timestamp) => {
                 timestamp(std::str::from_utf8(b).unwrap_or_default(), out)?;
             }
-            (Value::Bytes(b), ColumnKind::Year) => match b.as_slice() {
+            (Value::Bytes(b), ValueEncoding::Year) => match b.as_slice() {
                 b"1900" => out.push('0'),
                 digits => ascii_number(&self.name, digits, out)?,
             },
-            (Value::Bytes(b), ColumnKind::Decimal) => ascii_number(&self.name, b, out)?,
-            (Value::Bytes(b), ColumnKind::Set { .. }) => {
+            (Value::Bytes(b), ValueEncoding::Decimal) => ascii_number(&self.name, b, out)?,
+            (Value::Bytes(b), ValueEncoding::Set { .. }) => {
                 let bits = b
                     .iter()
                     .rev()
                     .fold(0u64, |bits, byte| (bits << 8) | u64::from(*byte));
                 let _ = write!(out, "{bits}");
             }
-            (Value::Bytes(b), ColumnKind::Text { charset }) => hex_literal(charset, b, out),
+            (Value::Bytes(b), ValueEncoding::Text { charset }) => hex_literal(charset, b, out),
             (Value::Bytes(b), _) => hex_literal("binary", b, out),
         }
         Ok(())

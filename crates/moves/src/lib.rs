@@ -15,7 +15,7 @@ pub mod xa;
 
 pub use apply::{EveryRow, PendingChanges, RowFilter};
 pub use binlog::{binlog_refusal, Decoded, Decoder, RowChange, Watched};
-pub use columns::{Column, ColumnKind};
+pub use columns::{Column, ValueEncoding};
 pub use follow::{Follower, PartView, Step};
 pub use position::BinlogPosition;
 pub use split::{Routing, ValuesFilter};

@@ -12,7 +12,7 @@ use mysql_common::binlog::value::BinlogValue;
 use mysql_common::value::Value;
 
 use crate::apply::RowFilter;
-use crate::columns::{Column, ColumnKind};
+use crate::columns::{Column, ValueEncoding};
 use crate::table::TextValue;
 use crate::MoveError;
 
@@ -59,14 +59,14 @@ impl ValuesFilter {
             .ok_or_else(|| MoveError::Unsupported(format!("no partition column `{name}`")))?;
         let column = columns[position].clone();
         let readable = match &column.kind {
-            ColumnKind::Integer { .. } | ColumnKind::Decimal | ColumnKind::Year => true,
-            ColumnKind::Temporal => true,
-            ColumnKind::Text { charset } => readable_charset(charset),
-            ColumnKind::Bytes => routing.kind != RoutedKind::Integer,
-            ColumnKind::Float
-            | ColumnKind::Timestamp
-            | ColumnKind::Enum { .. }
-            | ColumnKind::Set { .. } => false,
+            ValueEncoding::Integer { .. } | ValueEncoding::Decimal | ValueEncoding::Year => true,
+            ValueEncoding::Temporal => true,
+            ValueEncoding::Text { charset } => readable_charset(charset),
+            ValueEncoding::Bytes => routing.kind != RoutedKind::Integer,
+            ValueEncoding::Float
+            | ValueEncoding::Timestamp
+            | ValueEncoding::Enum { .. }
+            | ValueEncoding::Set { .. } => false,
         };
         if !readable {
             return Err(MoveError::Unsupported(format!(
@@ -117,7 +117,7 @@ impl ValuesFilter {
     /// The column's bytes as the text a client would have sent.
     fn unicode<'b>(&self, bytes: &'b [u8]) -> Cow<'b, str> {
         match &self.column.kind {
-            ColumnKind::Text { charset } if charset == "latin1" => {
+            ValueEncoding::Text { charset } if charset == "latin1" => {
                 Cow::Owned(bytes.iter().map(|&b| latin1(b)).collect())
             }
             _ => String::from_utf8_lossy(bytes),
@@ -144,7 +144,7 @@ fn text_form(column: &Column, value: &BinlogValue) -> Option<Vec<u8>> {
     };
     Some(match (value, &column.kind) {
         (Value::NULL, _) => return None,
-        (Value::Int(i), ColumnKind::Integer { unsigned_bytes }) => {
+        (Value::Int(i), ValueEncoding::Integer { unsigned_bytes }) => {
             let wrapped = match unsigned_bytes {
                 Some(bytes) if *i < 0 => i128::from(*i) + (1i128 << (8 * u32::from(*bytes))),
                 _ => i128::from(*i),
@@ -156,7 +156,7 @@ fn text_form(column: &Column, value: &BinlogValue) -> Option<Vec<u8>> {
         (Value::Date(y, m, d, h, mi, s, us), _) => {
             format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}.{us:06}").into_bytes()
         }
-        (Value::Bytes(b), ColumnKind::Year) if b == b"1900" => b"0".to_vec(),
+        (Value::Bytes(b), ValueEncoding::Year) if b == b"1900" => b"0".to_vec(),
         (Value::Bytes(b), _) => b.clone(),
         (other, _) => format!("{other:?}").into_bytes(),
     })

@@ -3,7 +3,7 @@
 
 use hscale_planner::quote_identifier;
 
-use crate::columns::{Column, ColumnKind};
+use crate::columns::{Column, ValueEncoding};
 use crate::MoveError;
 
 /// A value of a text-protocol row (`None`: NULL), as the copy reads them.
@@ -77,7 +77,7 @@ impl MovedTable {
         if let Some(float) = key
             .iter()
             .map(|&i| &columns[i])
-            .find(|c| c.kind == ColumnKind::Float)
+            .find(|c| c.kind == ValueEncoding::Float)
         {
             return Err(MoveError::Unsupported(format!(
                 "{source}'s key has the FLOAT or DOUBLE column `{}`",
@@ -106,7 +106,7 @@ impl MovedTable {
     fn selected(column: &Column) -> String {
         let name = quote_identifier(&column.name);
         match column.kind {
-            ColumnKind::Float => format!("CAST({name} AS DOUBLE)"),
+            ValueEncoding::Float => format!("CAST({name} AS DOUBLE)"),
             _ => name,
         }
     }
@@ -216,7 +216,7 @@ impl MovedTable {
             .columns
             .iter()
             .map(|c| match c.kind {
-                ColumnKind::Float => Self::selected(c),
+                ValueEncoding::Float => Self::selected(c),
                 _ => format!("CAST({} AS BINARY)", quote_identifier(&c.name)),
             })
             .collect();

@@ -38,7 +38,7 @@ pub const MOST_KEYS: usize = 2_000;
 /// The copies a statement needs, in the order they are made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Federation {
-    pub copies: Vec<Copy>,
+    pub copies: Vec<TableCopy>,
     /// Why the partitions could not answer it alone.
     pub reason: String,
     /// A join of two tables hscale may answer without copies, tried first.
@@ -89,7 +89,7 @@ impl Lookup {
 
 /// One partitioned table's rows, copied for the statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copy {
+pub struct TableCopy {
     pub table: TableName,
     /// The default table, whose definition the copy takes.
     pub definition: Target,
@@ -190,7 +190,7 @@ pub fn drop_temporaries<'t>(tables: impl IntoIterator<Item = &'t TableName>) -> 
     (!names.is_empty()).then(|| format!("DROP TEMPORARY TABLE IF EXISTS {}", names.join(", ")))
 }
 
-impl Copy {
+impl TableCopy {
     /// The temporary table, from the default table's `SHOW CREATE TABLE`:
     /// its columns the statement may read, plain (a generated column's
     /// values are copied), and its keys on them; no constraints, which the
@@ -533,7 +533,7 @@ pub(crate) fn federate(
                 .count()
                 == 1
     };
-    let mut copies: Vec<Copy> = Vec::new();
+    let mut copies: Vec<TableCopy> = Vec::new();
     let mut left: Vec<&PartitionedTable> = tables.clone();
     while !left.is_empty() {
         // A table an equality ties to one already copied: by its keys.
@@ -580,7 +580,7 @@ pub(crate) fn federate(
             .iter()
             .find(|r| r.table == table.table)
             .filter(|_| single);
-        copies.push(Copy {
+        copies.push(TableCopy {
             table: table.table.clone(),
             definition: table.default_target(),
             reference: match reference {
@@ -1184,8 +1184,8 @@ pub(crate) fn deterministic(name: &ObjectName) -> bool {
 mod tests {
     use super::*;
 
-    fn copy(used: Used) -> Copy {
-        Copy {
+    fn copy(used: Used) -> TableCopy {
+        TableCopy {
             table: TableName {
                 db: "d".into(),
                 name: "t".into(),

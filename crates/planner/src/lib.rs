@@ -38,7 +38,7 @@ pub use dictionary::{
 };
 pub use dynamic::{Dynamic, Using, XA_FORMAT_ID};
 pub use federate::{
-    drop_temporaries, Column, Copy, Federation, Lookup, Reduce, Reference, Temporary, Used,
+    drop_temporaries, Column, Federation, Lookup, Reduce, Reference, TableCopy, Temporary, Used,
     MOST_KEYS, MOST_LOOKUP_ROWS,
 };
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};

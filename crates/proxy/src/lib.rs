@@ -13,7 +13,7 @@ pub mod failpoint;
 pub mod http;
 pub mod logging;
 pub mod mariadb;
-pub mod moves;
+pub mod online;
 pub mod playground;
 pub mod server;
 pub mod session;

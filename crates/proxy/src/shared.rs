@@ -488,7 +488,7 @@ pub struct Shared {
     pub scans: crate::config::ScansConfig,
     pub moves: crate::config::MovesConfig,
     /// The moves this instance runs: their heartbeats and their turns.
-    pub running_moves: crate::moves::running::Running,
+    pub running_moves: crate::online::running::RunningMoves,
     /// The runtime of the acceptor and the dictionary's loops (`run` sets
     /// it): background jobs run there, not on the worker of the client that
     /// started them, whose other clients they would slow alone.

@@ -25,7 +25,7 @@ pub async fn run(
     let t = partitioned(&dictionary, &table)?;
     let partition_value = checked_value(t, &value)?;
     check_into(shared, &dictionary, t, &partition, backend)?;
-    let started = crate::moves::start_split(
+    let started = crate::online::start_split(
         shared,
         &mut lock,
         t,
@@ -85,7 +85,7 @@ pub async fn split(
         .into());
     }
     check_into(shared, &dictionary, t, &into, backend)?;
-    let started = crate::moves::start_split(
+    let started = crate::online::start_split(
         shared,
         &mut lock,
         t,
@@ -108,7 +108,7 @@ fn check_into(
     backend: u32,
 ) -> Result<(), ProxyError> {
     if into.is_empty()
-        || into == crate::moves::DEFAULT_PARTITION
+        || into == crate::online::DEFAULT_PARTITION
         || into.len() + t.table.name.len() + 1 > 64
     {
         return Err(AdminError::Invalid(format!(

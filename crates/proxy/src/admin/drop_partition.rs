@@ -11,10 +11,10 @@ use hscale_moves::MoveError;
 use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use super::{current, partitioned, publish, AdminAnswer, AdminError, AdminLock};
-use crate::dictionary::moves::{copy_rows, places, Entries};
+use crate::dictionary::offline::{copy_rows, places, Entries};
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
-use crate::moves::Finished;
+use crate::online::Finished;
 use crate::shared::Shared;
 
 pub async fn run(
@@ -25,11 +25,11 @@ pub async fn run(
     let mut lock = AdminLock::take(shared).await?;
     let dictionary = current(shared, &mut lock).await?;
     let t = partitioned(&dictionary, &table)?;
-    crate::moves::refuse_while_moving(shared, &mut lock.conn, &table).await?;
+    crate::online::refuse_while_moving(shared, &mut lock.conn, &table).await?;
     if t.partition(&partition).next().is_none() {
         return Err(AdminError::Invalid(format!("{table} has no partition '{partition}'")).into());
     }
-    let finished = match crate::moves::start_merge(shared, &mut lock, t, partition.clone()).await {
+    let finished = match crate::online::start_merge(shared, &mut lock, t, partition.clone()).await {
         Ok(started) => {
             // Other admin commands go on while the merge runs.
             drop(lock);

@@ -132,7 +132,7 @@ pub async fn execute(
             table,
             partition,
             backend,
-        } => crate::moves::start(shared, resolve(&table, caller)?, partition, backend).await,
+        } => crate::online::start(shared, resolve(&table, caller)?, partition, backend).await,
         AdminCommand::SplitPartition {
             table,
             partition,
@@ -146,8 +146,8 @@ pub async fn execute(
         AdminCommand::SetupReference { table } => {
             reference::setup(shared, resolve(&table, caller)?).await
         }
-        AdminCommand::ShowMoves => crate::moves::show(shared).await,
-        AdminCommand::CancelMove { job } => crate::moves::cancel(shared, job).await,
+        AdminCommand::ShowMoves => crate::online::show(shared).await,
+        AdminCommand::CancelMove { job } => crate::online::cancel(shared, job).await,
         AdminCommand::ShowPartitions { table } => {
             show::partitions(shared, &resolve(&table, caller)?)
         }

@@ -14,7 +14,7 @@ use hscale_planner::TableName;
 use super::{check_manageable, current, publish, AdminAnswer, AdminError, AdminLock};
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
-use crate::moves::copy::raw_connection;
+use crate::online::copy::raw_connection;
 use crate::shared::Shared;
 
 /// How many bytes of rows one INSERT into a copy carries.
@@ -42,7 +42,7 @@ pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, Pro
         }
         .into());
     };
-    let columns = crate::moves::table::describe(&mut source, &table.db, &table.name, &table.name)
+    let columns = crate::online::table::describe(&mut source, &table.db, &table.name, &table.name)
         .await?
         .columns;
     let mut copies = Vec::new();

@@ -45,7 +45,7 @@ impl SchemaLock {
                 .into())
             }
         };
-        crate::moves::refuse_while_moving(shared, &mut admin.conn, &change.table).await?;
+        crate::online::refuse_while_moving(shared, &mut admin.conn, &change.table).await?;
         if let SchemaEffect::Renamed(new) = &change.effect {
             // The new name is free where the statement gives it: on the
             // main backend, and wherever a physical table has the table's

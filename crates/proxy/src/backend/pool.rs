@@ -42,7 +42,7 @@ use crate::tls::ToBackend;
 /// At most this many connections of hscale's own per backend: the
 /// dictionary's refresh and sweep, admin commands', sequences', two-phase
 /// commit recovery's, and those of the moves working at once
-/// (`moves::running::AT_ONCE`, each up to eight on its source: the job, the
+/// (`online::running::AT_ONCE`, each up to eight on its source: the job, the
 /// snapshot reads, a part's writes, the binlog dump, a split's rest, the
 /// fence, a dictionary reload and a count).
 const OWN_CONNECTIONS: usize = 32;

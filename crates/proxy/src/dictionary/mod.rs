@@ -5,7 +5,7 @@
 //! `lease_ms` stops serving partitioned tables.
 
 pub mod collations;
-pub mod moves;
+pub mod offline;
 pub mod sequences;
 pub mod store;
 
@@ -260,7 +260,7 @@ pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     let mut conn = own_connection(shared, shared.main).await?;
     store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
     crate::xa::load_key(shared, &mut conn).await?;
-    moves::recover(shared, &mut conn).await?;
+    offline::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;
     reload_with(shared, &mut conn, Load::Always).await
 }
@@ -339,7 +339,7 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
         if let Some(c) = conn.as_mut() {
             match reload_with(&shared, c, Load::WhenChanged).await {
                 Ok(()) => {
-                    if crate::moves::fencing_soon(&shared, c).await {
+                    if crate::online::fencing_soon(&shared, c).await {
                         next = next.min(FENCE_POLL);
                     }
                     if acknowledging(&shared) {
@@ -368,7 +368,7 @@ pub async fn sweep_loop(shared: Arc<Shared>) {
             conn = impatient_connection(&shared).await;
         }
         if let Some(c) = conn.as_mut() {
-            if !crate::moves::sweep(&shared, c).await {
+            if !crate::online::sweep(&shared, c).await {
                 conn = None;
             }
         }

@@ -71,7 +71,7 @@ pub(super) struct Copying {
 /// Where the rows of a read for hscale's own use go (`Session::merge_rows`).
 pub(super) enum Sink {
     /// Into a copy's INSERTs.
-    Copy(Box<Copying>),
+    Copying(Box<Copying>),
     /// Kept whole, with their columns, up to `most` rows: a lookup join's.
     Keep {
         columns: Vec<Bytes>,
@@ -98,7 +98,7 @@ impl Sink {
         row: Bytes,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
         match self {
-            Sink::Copy(copying) => copying.row(columns, &row),
+            Sink::Copying(copying) => copying.row(columns, &row),
             Sink::Keep {
                 rows, most, over, ..
             } => {
@@ -164,7 +164,7 @@ impl Sink {
 
     fn copying(&mut self) -> &mut Copying {
         match self {
-            Sink::Copy(copying) => copying,
+            Sink::Copying(copying) => copying,
             Sink::Keep { .. } => unreachable!("a copy's sink copies"),
         }
     }
@@ -432,7 +432,7 @@ impl Session {
                 let same_key = key_of(r.from) == temporaries[r.from].position(&r.from_column);
                 keys[r.from].as_deref().filter(|_| same_key)
             });
-            let mut sink = Sink::Copy(Box::new(Copying {
+            let mut sink = Sink::Copying(Box::new(Copying {
                 head: temporary.insert_head(),
                 insert_select: temporary.insert_select(),
                 inline: false,
@@ -519,7 +519,7 @@ impl Session {
         if let Some(copying) = match sink {
             // With autocommit off the statement would begin the client's
             // transaction, at READ COMMITTED.
-            Sink::Copy(copying)
+            Sink::Copying(copying)
                 if copying.key.is_none()
                     && self.backends.tx.autocommit()
                     && !self.backends.tx.in_transaction() =>
@@ -550,7 +550,7 @@ impl Session {
             ..Needs::default()
         };
         let (slots, payloads, probes) = self.route_payloads(route, false)?;
-        if let Sink::Copy(copying) = sink {
+        if let Sink::Copying(copying) = sink {
             copying.inline = !slots.contains(&main);
         }
         let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();

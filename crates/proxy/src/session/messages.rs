@@ -38,7 +38,7 @@ pub(super) struct Gathered {
 }
 
 /// ER_CANNOT_ADD_FOREIGN: what hscale warns of itself is a foreign key it
-/// could not keep (`moves::Finished::notes`).
+/// could not keep (`online::Finished::notes`).
 const FOREIGN_KEY_LEFT_OUT: u16 = 1215;
 
 impl Gathered {

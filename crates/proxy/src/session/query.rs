@@ -412,7 +412,7 @@ impl super::Backends {
     async fn holder_of(&self, table: &hscale_planner::TableName) -> String {
         let shared = &self.shared;
         let job = match crate::dictionary::own_connection(shared, shared.main).await {
-            Ok(mut conn) => crate::moves::running(shared, &mut conn, table)
+            Ok(mut conn) => crate::online::running(shared, &mut conn, table)
                 .await
                 .ok()
                 .flatten(),

@@ -20,12 +20,12 @@ use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use crate::admin::{partitioned, AdminAnswer, AdminError, AdminLock};
 use crate::backend::BackendConn;
-use crate::dictionary::moves::{self as offline_moves, Place as OfflinePlace};
+use crate::dictionary::offline::{self, Place as OfflinePlace};
 use crate::dictionary::rows_connection;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::shared::Shared;
-use copy::{Copy, Part};
+use copy::{ChunkCopy, Part};
 
 /// Rows per chunk: the copy holds one chunk in memory at a time.
 const CHUNK_ROWS: usize = 1000;
@@ -200,7 +200,7 @@ impl Place {
     }
 }
 
-/// A table as the offline row moves (`dictionary::moves`) name it.
+/// A table as the offline row moves (`dictionary::offline`) name it.
 fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, ProxyError> {
     Ok(OfflinePlace {
         slot: slot(shared, backend)?,
@@ -226,7 +226,7 @@ async fn delete_value_rows(
         _ => return Ok(()),
     };
     let at = offline(shared, backend, place)?;
-    offline_moves::delete_rows(shared, t, &values, &at).await
+    offline::delete_rows(shared, t, &values, &at).await
 }
 
 /// `RENAME TABLE from TO to`.
@@ -1360,14 +1360,11 @@ async fn move_in_fence(
         Work::Split { value, .. } => {
             let values = std::slice::from_ref(value);
             (
-                offline_moves::copy_rows(shared, t, values, &from, &to).await?,
+                offline::copy_rows(shared, t, values, &from, &to).await?,
                 values,
             )
         }
-        Work::Move => (
-            offline_moves::copy_all_rows(shared, &from, &to).await?,
-            &[][..],
-        ),
+        Work::Move => (offline::copy_all_rows(shared, &from, &to).await?, &[][..]),
         Work::Merge => return Ok(0),
     };
     // From here a takeover finishes the split rather than undo it.
@@ -1379,7 +1376,7 @@ async fn move_in_fence(
     )
     .await?;
     if !values.is_empty() {
-        offline_moves::delete_rows(shared, t, values, &from).await?;
+        offline::delete_rows(shared, t, values, &from).await?;
     }
     Ok(moved)
 }
@@ -1629,7 +1626,7 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
         columns: moved.columns.len(),
     };
     let parts = parts(shared, job, &moved)?;
-    let mut copy = Copy::open(shared, job.id, job.epoch, parts, watched, source_slot).await?;
+    let mut copy = ChunkCopy::open(shared, job.id, job.epoch, parts, watched, source_slot).await?;
     // Its own renames of the source (a fence's, a takeover's undoing one)
     // are no change to the table.
     copy.fence_rename = Some(job.retired(shared).name);
@@ -1722,7 +1719,7 @@ async fn throttle(
     shared: &Shared,
     main: &mut BackendConn,
     job: &Job,
-    copy: &mut Copy,
+    copy: &mut ChunkCopy,
     copied: u64,
     started: Instant,
 ) -> Result<(), ProxyError> {
@@ -1789,7 +1786,7 @@ async fn fence_and_switch(
     shared: &Shared,
     main: &mut BackendConn,
     job: &Job,
-    mut copy: Option<&mut Copy>,
+    mut copy: Option<&mut ChunkCopy>,
 ) -> Result<u64, ProxyError> {
     let retired = job.retired(shared);
     let mut source = rows_connection(shared, slot(shared, job.source)?).await?;
@@ -1949,10 +1946,10 @@ async fn moved_in_fence(
     let from = offline(shared, job.source, job.source_place())?;
     let rows = match &job.work {
         Work::Merge => return Err(refused.into()),
-        Work::Move => offline_moves::count_rows(shared, t, None, &from).await?,
+        Work::Move => offline::count_rows(shared, t, None, &from).await?,
         Work::Split { value, .. } => {
             let values = std::slice::from_ref(value);
-            offline_moves::count_rows(shared, t, Some(values), &from).await?
+            offline::count_rows(shared, t, Some(values), &from).await?
         }
     };
     let max = shared.moves.offline_max_rows;

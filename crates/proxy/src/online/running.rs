@@ -32,14 +32,14 @@ enum Stop {
 /// from itself (it stalled past the lease) runs beside its superseded run.
 type JobKey = (u64, u64);
 
-pub struct Running {
+pub struct RunningMoves {
     jobs: Mutex<HashMap<JobKey, watch::Sender<Option<Stop>>>>,
     turns: Semaphore,
 }
 
-impl Default for Running {
-    fn default() -> Running {
-        Running {
+impl Default for RunningMoves {
+    fn default() -> RunningMoves {
+        RunningMoves {
             jobs: Mutex::default(),
             turns: Semaphore::new(AT_ONCE),
         }
@@ -48,12 +48,12 @@ impl Default for Running {
 
 /// A move's place among the running ones; it leaves when dropped.
 pub struct Registered<'a> {
-    running: &'a Running,
+    running: &'a RunningMoves,
     key: JobKey,
     stop: watch::Receiver<Option<Stop>>,
 }
 
-impl Running {
+impl RunningMoves {
     pub fn register(&self, job: u64, epoch: u64) -> Registered<'_> {
         let (sender, stop) = watch::channel(None);
         self.jobs
@@ -115,7 +115,11 @@ impl Drop for Registered<'_> {
 
 /// Beats the heart of every move this instance runs, and stops those that
 /// are cancelled or no longer its own (their epoch moved on).
-pub async fn beat(running: &Running, conn: &mut BackendConn, jobs: &str) -> Result<(), ProxyError> {
+pub async fn beat(
+    running: &RunningMoves,
+    conn: &mut BackendConn,
+    jobs: &str,
+) -> Result<(), ProxyError> {
     let owned = running.owned();
     if owned.is_empty() {
         return Ok(());

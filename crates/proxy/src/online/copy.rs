@@ -73,7 +73,7 @@ impl Writer {
     }
 }
 
-pub struct Copy {
+pub struct ChunkCopy {
     pub job: u64,
     epoch: u64,
     watched: Watched,
@@ -129,7 +129,7 @@ fn decode_key(text: &str) -> Option<Vec<TextValue>> {
         .collect()
 }
 
-impl Copy {
+impl ChunkCopy {
     /// Opens the source and every part, and reads the checkpoint the first
     /// part's destination holds (a new one if this is the move's first
     /// start).
@@ -140,7 +140,7 @@ impl Copy {
         parts: Vec<Part>,
         watched: Watched,
         source_slot: usize,
-    ) -> Result<Copy, ProxyError> {
+    ) -> Result<ChunkCopy, ProxyError> {
         let source = raw_connection(shared, source_slot).await?;
         let mut writers = Vec::with_capacity(parts.len());
         for part in parts {
@@ -194,7 +194,7 @@ impl Copy {
             },
         };
         let follower = Follower::new(Undecided::new(writers.len()), None);
-        Ok(Copy {
+        Ok(ChunkCopy {
             job,
             epoch,
             watched,
