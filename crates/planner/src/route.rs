@@ -189,25 +189,29 @@ pub(crate) fn route(
             Err(reason) => return refuse(Some(&table.table), reason),
         }
     }
-    let shaped = match statement {
-        Statement::Query(query) => analysis.select(query, summary),
+    let shaped: Result<_, NoShape> = match statement {
+        Statement::Query(query) => analysis.select(query, summary).map_err(NoShape::from),
         Statement::Insert(insert) => match (&insert.table, &insert.source) {
             (TableObject::TableName(name), Some(source))
                 if same_name(name, &analysis.reference) && !analysis.joined.is_empty() =>
             {
-                analysis.insert_co_located(insert, source, summary)
+                analysis
+                    .insert_co_located(insert, source, summary)
+                    .map_err(NoShape::from)
             }
             (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
                 analysis.values_insert(insert)
             }
-            (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => {
-                analysis.insert_from_partitions(source, summary)
-            }
-            _ => Err("a partitioned table in a subquery of an INSERT into another table".into()),
+            (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => analysis
+                .insert_from_partitions(source, summary)
+                .map_err(NoShape::from),
+            _ => Err(NoShape::Refused(
+                "a partitioned table in a subquery of an INSERT into another table".into(),
+            )),
         },
-        Statement::Update(update) => analysis.update(update),
-        Statement::Delete(delete) => analysis.delete(delete),
-        _ => Err(String::new()),
+        Statement::Update(update) => analysis.update(update).map_err(NoShape::from),
+        Statement::Delete(delete) => analysis.delete(delete).map_err(NoShape::from),
+        _ => Err(NoShape::Elsewhere),
     };
     let form = match shaped {
         Ok((shape, keys)) => Ok(Form::Keys {
@@ -215,11 +219,11 @@ pub(crate) fn route(
             keys,
             same_partition: analysis.same_partition.take(),
         }),
-        Err(reason) if !reason.is_empty() && matches!(statement, Statement::Query(_)) => {
+        Err(NoShape::Refused(reason)) if matches!(statement, Statement::Query(_)) => {
             return answer_elsewhere(reason)
         }
-        Err(reason) if !reason.is_empty() => Err(reason),
-        Err(_) => match statement {
+        Err(NoShape::Refused(reason)) => Err(reason),
+        Err(NoShape::Elsewhere) => match statement {
             Statement::Insert(insert) => analysis.insert(insert),
             Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
                 analysis.describe().map(Form::Fixed)
@@ -669,6 +673,23 @@ pub(crate) struct Analysis<'a> {
     /// planned: parameters a partition column of a joined table equals
     /// (see `owners`).
     pub same_partition: std::cell::RefCell<Vec<(Bound, Bound)>>,
+}
+
+/// Why a statement has no shape of its own (`Form::Keys`).
+#[derive(Debug)]
+enum NoShape {
+    /// Another path plans it: an INSERT `insert` places row by row,
+    /// DESCRIBE, statements of other kinds.
+    Elsewhere,
+    /// hscale cannot run it over partitions, for this reason: a SELECT is
+    /// then answered from copies, anything else refused.
+    Refused(String),
+}
+
+impl From<String> for NoShape {
+    fn from(reason: String) -> NoShape {
+        NoShape::Refused(reason)
+    }
 }
 
 /// How the partitioned table is written where it is replaced.
@@ -1306,12 +1327,12 @@ impl Analysis<'_> {
     /// An INSERT whose rows give the partition column as literals: a shape
     /// with one key per row, which the plan cache keeps. Anything else (INSERT
     /// ... SELECT, ids hscale hands out, `?` in several rows, what `insert`
-    /// refuses) is `Err("")`: planned by `insert`.
+    /// refuses) is `NoShape::Elsewhere`: planned by `insert`.
     fn values_insert(
         &self,
         insert: &sqlparser::ast::Insert,
-    ) -> Result<(ByteShape, Vec<Bound>), String> {
-        let unshaped = || String::new();
+    ) -> Result<(ByteShape, Vec<Bound>), NoShape> {
+        let unshaped = || NoShape::Elsewhere;
         let mysql_on = matches!(insert.on, None | Some(OnInsert::DuplicateKeyUpdate(_)));
         // With an AUTO_INCREMENT column, `insert` notes the highest id given.
         if !mysql_on || self.table.auto_column.is_some() {
@@ -1345,7 +1366,7 @@ impl Analysis<'_> {
         let (bounds, keys): (Vec<Bound>, Vec<Key<Range<usize>>>) = found
             .into_iter()
             .map(|value| value.and_then(|v| self.literal_key(v)).ok_or_else(unshaped))
-            .collect::<Result<Vec<_>, String>>()?
+            .collect::<Result<Vec<_>, NoShape>>()?
             .into_iter()
             .unzip();
         // A statement being prepared with `?` in its rows splits them with
