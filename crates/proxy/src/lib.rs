@@ -13,6 +13,7 @@ pub mod failpoint;
 pub mod http;
 pub mod logging;
 pub mod mariadb;
+pub mod offline;
 pub mod online;
 pub mod playground;
 pub mod server;
@@ -21,6 +22,7 @@ pub mod sha2_auth;
 pub mod shared;
 pub mod spool;
 pub mod tls;
+pub mod upkeep;
 pub mod xa;
 
 pub use server::{run, Server};

@@ -119,7 +119,7 @@ fn demo_partitions(backends: usize) -> Vec<String> {
 
 async fn partition_demo(shared: &Arc<Shared>, backends: usize) -> Result<(), PlaygroundError> {
     let failed = |e: crate::error::ProxyError| PlaygroundError::Demo(e.to_string());
-    crate::dictionary::open(shared).await.map_err(failed)?;
+    crate::upkeep::open(shared).await.map_err(failed)?;
     let caller = crate::admin::Caller {
         db: Some("demo"),
         quoting: Default::default(),

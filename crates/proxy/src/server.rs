@@ -103,11 +103,11 @@ pub async fn run(
 ) -> std::io::Result<()> {
     shared.set_background();
     let workers = Workers::start(&shared)?;
-    if let Err(e) = crate::dictionary::open(&shared).await {
+    if let Err(e) = crate::upkeep::open(&shared).await {
         tracing::warn!("cannot open the partition dictionary: {e}; partitioned tables are not served until it can be read");
     }
-    let refresh = tokio::spawn(crate::dictionary::refresh_loop(shared.clone()));
-    let sweep = tokio::spawn(crate::dictionary::sweep_loop(shared.clone()));
+    let refresh = tokio::spawn(crate::upkeep::refresh_loop(shared.clone()));
+    let sweep = tokio::spawn(crate::upkeep::sweep_loop(shared.clone()));
     let recovery = tokio::spawn(crate::xa::recovery_loop(
         shared.clone(),
         shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),

@@ -269,7 +269,7 @@ impl Proxy {
             shared.learn_main_backend().await;
             // Recovery of interrupted moves done before the test goes on
             // (run() opens the dictionary again, which is cheap).
-            let _ = hscale::dictionary::open(&shared).await;
+            let _ = hscale::upkeep::open(&shared).await;
             (listener, Arc::new(shared))
         });
         let port = listener.local_addr().expect("addr").port();

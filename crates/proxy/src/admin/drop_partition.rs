@@ -11,9 +11,9 @@ use hscale_moves::MoveError;
 use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use super::{current, partitioned, publish, AdminAnswer, AdminError, AdminLock};
-use crate::dictionary::offline::{copy_rows, places, Entries};
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
+use crate::offline::{copy_rows, places, Entries};
 use crate::online::Finished;
 use crate::shared::Shared;
 

@@ -5,7 +5,6 @@
 //! `lease_ms` stops serving partitioned tables.
 
 pub mod collations;
-pub mod offline;
 pub mod sequences;
 pub mod store;
 
@@ -179,7 +178,7 @@ impl DictionaryHandle {
     }
 
     /// Called on every refresh tick, successful or not.
-    fn check_lease(&self) {
+    pub(crate) fn check_lease(&self) {
         let last = self.last_read_ms.load(Ordering::Relaxed);
         let fresh =
             last != 0 && self.now_ms().saturating_sub(last) <= self.lease.as_millis() as u64;
@@ -254,17 +253,6 @@ pub async fn rows_connection(shared: &Shared, slot: usize) -> Result<Box<Backend
     Ok(conn)
 }
 
-/// Creates the schema if needed, finishes or undoes moves a dead instance
-/// left behind, and loads the first snapshot.
-pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
-    let mut conn = own_connection(shared, shared.main).await?;
-    store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
-    crate::xa::load_key(shared, &mut conn).await?;
-    offline::recover(shared, &mut conn).await?;
-    crate::admin::schema::recover(shared, &mut conn).await?;
-    reload_with(shared, &mut conn, Load::Always).await
-}
-
 /// Reads the version and, when it changed (or `Load::Always`), the whole
 /// dictionary; then the heartbeat.
 pub async fn reload_with(
@@ -305,7 +293,7 @@ fn acknowledged(shared: &Shared) -> u64 {
 
 /// Whether this instance's sessions are still on tables its snapshot fences:
 /// the refresh then polls at once again, to tell the fence soon.
-fn acknowledging(shared: &Shared) -> bool {
+pub(crate) fn acknowledging(shared: &Shared) -> bool {
     shared.dictionary.acknowledged.load(Ordering::Relaxed) < shared.dictionary.snapshot().version
 }
 
@@ -325,61 +313,10 @@ pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
     reload_with(shared, &mut conn, Load::Always).await
 }
 
-/// Polls the version every `refresh_ms` for as long as the proxy serves,
-/// and every `FENCE_POLL` while a move is about to fence or is fencing: the
-/// fence waits for every instance to load it, and its clients for every
-/// instance to load the switch, so a poll's period is a pause they see.
-pub async fn refresh_loop(shared: Arc<Shared>) {
-    let mut conn: Option<Box<BackendConn>> = None;
-    loop {
-        let mut next = shared.dictionary.refresh;
-        if conn.is_none() {
-            conn = impatient_connection(&shared).await;
-        }
-        if let Some(c) = conn.as_mut() {
-            match reload_with(&shared, c, Load::WhenChanged).await {
-                Ok(()) => {
-                    if crate::online::fencing_soon(&shared, c).await {
-                        next = next.min(FENCE_POLL);
-                    }
-                    if acknowledging(&shared) {
-                        next = next.min(ACKNOWLEDGE_POLL);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("cannot read the dictionary: {e}");
-                    conn = None;
-                }
-            }
-        }
-        shared.dictionary.check_lease();
-        tokio::time::sleep(next).await;
-    }
-}
-
-/// Takes over moves whose owner stopped and drops retired tables, every
-/// `refresh_ms`, apart from the refresh: a claim that waits for a row lock
-/// (an instance frozen inside a dictionary transaction holds it until it
-/// runs again) must not keep this instance from confirming its lease.
-pub async fn sweep_loop(shared: Arc<Shared>) {
-    let mut conn: Option<Box<BackendConn>> = None;
-    loop {
-        if conn.is_none() {
-            conn = impatient_connection(&shared).await;
-        }
-        if let Some(c) = conn.as_mut() {
-            if !crate::online::sweep(&shared, c).await {
-                conn = None;
-            }
-        }
-        tokio::time::sleep(shared.dictionary.refresh).await;
-    }
-}
-
 /// A connection to the dictionary whose statements wait for no lock longer
 /// than a second: the loops that keep this instance's lease go on rather
 /// than wait for whoever holds one.
-async fn impatient_connection(shared: &Shared) -> Option<Box<BackendConn>> {
+pub(crate) async fn impatient_connection(shared: &Shared) -> Option<Box<BackendConn>> {
     let mut conn = own_connection(shared, shared.main).await.ok()?;
     store::exec(
         &mut conn,
@@ -395,7 +332,7 @@ pub(crate) const FENCE_POLL: Duration = Duration::from_millis(25);
 
 /// How often an instance looks again whether its sessions left the tables a
 /// fence holds.
-const ACKNOWLEDGE_POLL: Duration = Duration::from_millis(5);
+pub(crate) const ACKNOWLEDGE_POLL: Duration = Duration::from_millis(5);
 
 /// Removes this instance's heartbeat at shutdown, so that admin commands do
 /// not wait for it. Best effort: a heartbeat left behind expires with its lease.

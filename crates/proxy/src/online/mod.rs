@@ -20,10 +20,10 @@ use hscale_planner::{PartitionState, PartitionedTable, TableName};
 
 use crate::admin::{partitioned, AdminAnswer, AdminError, AdminLock};
 use crate::backend::BackendConn;
-use crate::dictionary::offline::{self, Place as OfflinePlace};
 use crate::dictionary::rows_connection;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
+use crate::offline::{self, Place as OfflinePlace};
 use crate::shared::Shared;
 use copy::{ChunkCopy, Part};
 
@@ -200,7 +200,7 @@ impl Place {
     }
 }
 
-/// A table as the offline row moves (`dictionary::offline`) name it.
+/// A table as the offline row moves (`offline`) name it.
 fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, ProxyError> {
     Ok(OfflinePlace {
         slot: slot(shared, backend)?,

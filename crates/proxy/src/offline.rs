@@ -16,9 +16,9 @@
 
 use hscale_planner::{Dictionary, PartitionState, PartitionedTable, TableName, Value};
 
-use super::rows_connection;
-use super::store::{bytes_literal, exec, ident, table_exists, text_literal};
 use crate::backend::BackendConn;
+use crate::dictionary::rows_connection;
+use crate::dictionary::store::{bytes_literal, exec, ident, table_exists, text_literal};
 use crate::error::ProxyError;
 use crate::shared::Shared;
 
@@ -92,7 +92,7 @@ async fn writer_connection(shared: &Shared, slot: usize) -> Result<Box<BackendCo
         "SELECT GET_LOCK({}, {WRITER_WAIT_SECONDS})",
         writers_lock(shared)
     );
-    match super::store::text(&exec(&mut conn, &sql).await?, 0, 0).as_str() {
+    match crate::dictionary::store::text(&exec(&mut conn, &sql).await?, 0, 0).as_str() {
         "1" => Ok(conn),
         _ => Err(crate::admin::AdminError::Busy.into()),
     }
@@ -157,14 +157,18 @@ pub async fn count_rows(
     let count = |filter: String| format!("SELECT COUNT(*) FROM {}{filter}", place.qualified());
     let Some(partition_values) = partition_values else {
         let rows = exec(&mut conn, &count(String::new())).await?;
-        return Ok(super::store::text(&rows, 0, 0).parse().unwrap_or(0));
+        return Ok(crate::dictionary::store::text(&rows, 0, 0)
+            .parse()
+            .unwrap_or(0));
     };
     let values = matching_values(&mut conn, table, place, partition_values).await?;
     let mut counted = 0;
     for batch in values.chunks(VALUES_PER_BATCH) {
         let filter = format!(" WHERE {}", in_list(&table.column, batch));
         let rows = exec(&mut conn, &count(filter)).await?;
-        counted += super::store::text(&rows, 0, 0).parse::<u64>().unwrap_or(0);
+        counted += crate::dictionary::store::text(&rows, 0, 0)
+            .parse::<u64>()
+            .unwrap_or(0);
     }
     Ok(counted)
 }
@@ -266,7 +270,7 @@ async fn set_state(
         ),
         None => format!("DELETE FROM {s}.partitions WHERE {filter}"),
     };
-    super::store::change(conn, &shared.dictionary.schema, &[change]).await
+    crate::dictionary::store::change(conn, &shared.dictionary.schema, &[change]).await
 }
 
 /// The default table and a partition of `table` as places.
@@ -316,7 +320,7 @@ async fn unrenamed<'d>(
 /// Finishes or undoes every move the dictionary shows in progress, under the
 /// admin lock, so that a live instance's move is left alone.
 pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
-    let dictionary = super::store::load(conn, &shared.dictionary).await?;
+    let dictionary = crate::dictionary::store::load(conn, &shared.dictionary).await?;
     if !dictionary.tables().iter().any(|t| t.locked())
         && unrenamed(shared, &dictionary).await?.is_empty()
     {
@@ -324,7 +328,7 @@ pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), Prox
     }
     let _lock = crate::admin::AdminLock::take(shared).await?;
     wait_for_dead_writers(shared).await?;
-    let dictionary = super::store::load(conn, &shared.dictionary).await?;
+    let dictionary = crate::dictionary::store::load(conn, &shared.dictionary).await?;
     // SETUP_TABLE records the table, then renames it to its default table.
     for table in unrenamed(shared, &dictionary).await? {
         let (default, _) = places(shared, table, "", table.default_backend)?;
