@@ -17,14 +17,9 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
-
 use crate::config::MoveClients;
-use crate::session::{Served, Session};
-use crate::shared::Shared;
 
 thread_local! {
     static CORE: Cell<usize> = const { Cell::new(NO_WORKER) };
@@ -39,6 +34,11 @@ pub fn current() -> usize {
     CORE.with(Cell::get)
 }
 
+/// Makes the calling thread worker `core` (`current`), as it starts.
+pub(crate) fn enter(core: usize) {
+    CORE.with(|c| c.set(core));
+}
+
 /// The workers to run: `threads`, or one per CPU this process may use (a
 /// CPU quota or an affinity mask counts, as `available_parallelism` reads
 /// them).
@@ -46,138 +46,6 @@ pub fn count(threads: usize) -> usize {
     match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
-    }
-}
-
-/// A client for a worker, with its place under `[proxy] max_connections`.
-enum Arrival {
-    /// Just accepted.
-    Accepted {
-        socket: std::net::TcpStream,
-        slot: OwnedSemaphorePermit,
-    },
-    /// Logged in on another worker, its socket detached (`ClientSocket::Moving`).
-    Moved {
-        session: Box<Session>,
-        slot: OwnedSemaphorePermit,
-    },
-}
-
-/// The running workers; `stop` ends them and every task they run.
-pub struct Workers {
-    shared: Arc<Shared>,
-    inboxes: Vec<mpsc::UnboundedSender<Arrival>>,
-    stopped: Vec<oneshot::Receiver<()>>,
-}
-
-impl Workers {
-    /// Starts `shared.cores` workers, each serving the clients it is handed.
-    pub fn start(shared: &Arc<Shared>) -> std::io::Result<Workers> {
-        let cores = shared.cores;
-        let (inboxes, arrivals): (Vec<_>, Vec<_>) =
-            (0..cores).map(|_| mpsc::unbounded_channel()).unzip();
-        // A worker hands a moving client to another's inbox; held weakly,
-        // so that `stop` closes every inbox by dropping `inboxes`.
-        let exits: Arc<[mpsc::WeakUnboundedSender<Arrival>]> =
-            inboxes.iter().map(|inbox| inbox.downgrade()).collect();
-        let mut workers = Workers {
-            shared: shared.clone(),
-            inboxes,
-            stopped: Vec::with_capacity(cores),
-        };
-        for (core, mut arrivals) in arrivals.into_iter().enumerate() {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let (done, stopped) = oneshot::channel();
-            let (shared, exits) = (shared.clone(), exits.clone());
-            std::thread::Builder::new()
-                .name(format!("hscale-core-{core}"))
-                .spawn(move || {
-                    CORE.with(|c| c.set(core));
-                    shared.balance.started(core);
-                    runtime.block_on(async {
-                        while let Some(arrival) = arrivals.recv().await {
-                            tokio::spawn(serve(shared.clone(), core, arrival, exits.clone()));
-                        }
-                    });
-                    // Ends every session and task of this core, as a stopped
-                    // process would.
-                    drop(runtime);
-                    let _ = done.send(());
-                })?;
-            workers.stopped.push(stopped);
-        }
-        Ok(workers)
-    }
-
-    /// Hands a client to the worker serving the fewest.
-    pub fn hand(&self, socket: tokio::net::TcpStream, slot: OwnedSemaphorePermit) {
-        let balance = &self.shared.balance;
-        let core = balance.least_serving();
-        let socket = match socket.into_std() {
-            Ok(socket) => socket,
-            Err(e) => {
-                tracing::warn!("cannot hand a client to a worker: {e}");
-                return;
-            }
-        };
-        balance.arrived(core);
-        if self.inboxes[core]
-            .send(Arrival::Accepted { socket, slot })
-            .is_err()
-        {
-            balance.left(core);
-        }
-    }
-
-    /// Stops every worker and waits until each has dropped its runtime.
-    pub async fn stop(self) {
-        drop(self.inboxes);
-        for stopped in self.stopped {
-            let _ = stopped.await;
-        }
-    }
-}
-
-/// A client's time on worker `core`: to its end, or until it moves on.
-async fn serve(
-    shared: Arc<Shared>,
-    core: usize,
-    arrival: Arrival,
-    exits: Arc<[mpsc::WeakUnboundedSender<Arrival>]>,
-) {
-    let (served, slot) = match arrival {
-        Arrival::Accepted { socket, slot } => {
-            let socket = match tokio::net::TcpStream::from_std(socket) {
-                Ok(socket) => socket,
-                Err(e) => {
-                    tracing::warn!("cannot serve a client on core {core}: {e}");
-                    shared.balance.left(core);
-                    return;
-                }
-            };
-            (
-                crate::server::serve_client(shared.clone(), socket).await,
-                slot,
-            )
-        }
-        Arrival::Moved { session, slot } => (Session::resume(session).await, slot),
-    };
-    let balance = &shared.balance;
-    balance.left(core);
-    match served {
-        Served::Ended => crate::server::client_ended(&shared, slot),
-        Served::Moving(session, to) => {
-            balance.arrived(to);
-            balance.moved.fetch_add(1, Ordering::Relaxed);
-            let inbox = exits[to].upgrade();
-            let sent = inbox.map(|inbox| inbox.send(Arrival::Moved { session, slot }));
-            if !matches!(sent, Some(Ok(()))) {
-                // Stopping: the session ends with the process.
-                balance.left(to);
-            }
-        }
     }
 }
 
@@ -229,17 +97,17 @@ impl Balance {
     }
 
     /// The worker serving the fewest clients.
-    fn least_serving(&self) -> usize {
+    pub(crate) fn least_serving(&self) -> usize {
         (0..self.serving.len())
             .min_by_key(|&core| self.serving[core].0.load(Ordering::Relaxed))
             .unwrap_or(0)
     }
 
-    fn arrived(&self, core: usize) {
+    pub(crate) fn arrived(&self, core: usize) {
         self.serving[core].0.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn left(&self, core: usize) {
+    pub(crate) fn left(&self, core: usize) {
         self.serving[core].0.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -250,7 +118,7 @@ impl Balance {
     }
 
     /// Called on worker `core`'s own thread as it starts.
-    fn started(&self, core: usize) {
+    pub(crate) fn started(&self, core: usize) {
         let mut clock: libc::clockid_t = 0;
         // SAFETY: pthread_self() is the calling thread, alive; `clock` is
         // a valid place for the answer.

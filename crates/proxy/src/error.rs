@@ -7,7 +7,7 @@ use hscale_wire::WireError;
 
 use hscale_planner::{Refusal, TableName};
 
-use crate::admin::AdminError;
+use crate::admin::error::AdminError;
 use crate::backend::BackendError;
 
 #[derive(Debug, thiserror::Error)]

@@ -23,6 +23,7 @@ pub mod shared;
 pub mod spool;
 pub mod tls;
 pub mod upkeep;
+pub mod workers;
 pub mod xa;
 
 pub use server::{run, Server};

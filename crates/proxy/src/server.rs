@@ -10,10 +10,9 @@ use hscale_wire::stream::PacketStream;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::cores::Workers;
 use crate::error::ProxyError;
-use crate::session::{Served, Session};
-use crate::shared::{Counters, Shared};
+use crate::shared::Shared;
+use crate::workers::Workers;
 
 pub struct Server {
     shared: Arc<Shared>,
@@ -51,24 +50,6 @@ impl Server {
             self.workers.hand(socket, slot);
         }
     }
-}
-
-/// A client's life on the worker it was handed to: to its end, or until it
-/// moves to another (`cores::Balance`).
-pub(crate) async fn serve_client(shared: Arc<Shared>, socket: TcpStream) -> Served {
-    Counters::add(&shared.counters.connections, 1);
-    Counters::add(&shared.counters.clients, 1);
-    Session::serve(shared.clone(), socket).await
-}
-
-/// A client's session ended, on whichever worker: its place under
-/// `max_connections` is free.
-pub(crate) fn client_ended(shared: &Shared, slot: tokio::sync::OwnedSemaphorePermit) {
-    drop(slot);
-    shared
-        .counters
-        .clients
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Binds the client listener. Its accept queue is as long as the connection cap

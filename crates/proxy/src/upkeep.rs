@@ -16,7 +16,8 @@ use crate::shared::Shared;
 /// left behind, and loads the first snapshot.
 pub async fn open(shared: &Shared) -> Result<(), ProxyError> {
     let mut conn = dictionary::own_connection(shared, shared.main).await?;
-    dictionary::store::ensure_schema(&mut conn, &shared.dictionary.schema).await?;
+    let fresh_key = crate::xa::DecisionKey::fresh_hex();
+    dictionary::store::ensure_schema(&mut conn, &shared.dictionary.schema, &fresh_key).await?;
     crate::xa::load_key(shared, &mut conn).await?;
     crate::offline::recover(shared, &mut conn).await?;
     crate::admin::schema::recover(shared, &mut conn).await?;

@@ -6,19 +6,21 @@
 
 mod add_partition;
 mod drop_partition;
+pub(crate) mod error;
 mod reference;
 pub mod schema;
 mod setup_table;
 mod show;
 
-use hscale_planner::admin::{parse_admin, AdminCommand, AdminSyntax};
-use hscale_planner::{Dictionary, HashError, PartitionedTable, TableName};
+use hscale_planner::admin::{parse_admin, AdminCommand};
+use hscale_planner::{Dictionary, PartitionedTable, TableName};
 use hscale_wire::resultset::ColumnType;
 
 use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::shared::Shared;
+pub use error::AdminError;
 
 /// What the session sends back for an admin command.
 pub enum AdminAnswer {
@@ -48,34 +50,6 @@ pub struct Caller<'a> {
     pub db: Option<&'a str>,
     pub quoting: hscale_planner::Quoting,
     pub no_auto_value_on_zero: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    #[error("{0}")]
-    Syntax(#[from] AdminSyntax),
-    #[error("No database selected: name the table as 'db.table' or USE a database")]
-    NoDatabase,
-    #[error("{table} is not a partitioned table")]
-    NotPartitioned { table: TableName },
-    #[error("{table} is partitioned already")]
-    AlreadyPartitioned { table: TableName },
-    #[error("table {table} does not exist on backend {backend}")]
-    NoSuchTable { table: TableName, backend: u32 },
-    #[error("table {table} has no column `{column}`")]
-    NoSuchColumn { table: TableName, column: String },
-    #[error("table `{db}`.`{name}` exists already on backend {backend}")]
-    TableExists {
-        db: String,
-        name: String,
-        backend: u32,
-    },
-    #[error("{0}")]
-    Hash(#[from] HashError),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("another admin command holds the dictionary lock")]
-    Busy,
 }
 
 /// The dictionary lock: taken on a connection of the main backend, released

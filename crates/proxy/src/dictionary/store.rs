@@ -65,7 +65,13 @@ pub fn decisions_proof_ddl(schema: &str) -> String {
     )
 }
 
-pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), ProxyError> {
+/// Makes the dictionary's schema where it is missing; `fresh_key` (hex) is
+/// the key of the decisions' proofs where none was made yet.
+pub async fn ensure_schema(
+    conn: &mut BackendConn,
+    schema: &str,
+    fresh_key: &str,
+) -> Result<(), ProxyError> {
     let s = ident(schema);
     let options = OPTIONS;
     for sql in [
@@ -98,7 +104,7 @@ pub async fn ensure_schema(conn: &mut BackendConn, schema: &str) -> Result<(), P
         // The key of the decisions' proofs (`xa::DecisionKey`): made once,
         // by the first instance; readable by hscale's own account only.
         format!("CREATE TABLE IF NOT EXISTS {s}.xa_key (id TINYINT UNSIGNED PRIMARY KEY, secret VARBINARY(64) NOT NULL) {options}"),
-        format!("INSERT IGNORE INTO {s}.xa_key VALUES (1, X'{}')", crate::xa::DecisionKey::fresh_hex()),
+        format!("INSERT IGNORE INTO {s}.xa_key VALUES (1, X'{fresh_key}')"),
         // Reference tables (SETUP_REFERENCE): the backends with a copy, and
         // 'copying' until every copy is made, then 'ready'.
         format!("CREATE TABLE IF NOT EXISTS {s}.reference_tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, backends VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, PRIMARY KEY (db, name)) {options}"),
