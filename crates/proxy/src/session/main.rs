@@ -5,7 +5,7 @@
 //! variables read back.
 
 use bytes::Bytes;
-use hscale_planner::{Kind, Plan, TxEffect};
+use hscale_planner::{Action, Kind, Plan, TxEffect};
 use hscale_wire::scan::Expect;
 
 use super::slots::{Needs, Previous};
@@ -21,8 +21,11 @@ impl Session {
         plan: Plan,
         payload: Bytes,
         needs: Needs,
-        on_copies: Option<usize>,
     ) -> Result<(), ProxyError> {
+        let on_copies = match &plan.action {
+            Action::ReferenceRead(backends) => self.backends.slot_with_copies(backends),
+            _ => None,
+        };
         let sql = &payload[1..];
         let main = self.shared.main;
         let kind = plan.summary.kind;

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hscale_planner::{
     plan, Action, Context, Dictionary, Generate, Kind, Merge, Plan, Route, SessionChange, Step,
-    TxEffect,
 };
 use hscale_wire::scan::Expect;
 
@@ -65,54 +64,22 @@ impl Session {
     pub(super) async fn run_plan(&mut self, plan: Plan, payload: Bytes) -> Result<(), ProxyError> {
         let sql = &payload[1..];
         let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
-        let on_copies = match &plan.action {
-            Action::ReferenceRead(backends) => self.backends.slot_with_copies(backends),
-            _ => None,
-        };
+        let own_values = plan.summary.own_values;
         match plan.action {
             Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
-            Action::Main | Action::ReferenceRead(_) => {
-                self.run_main(plan, payload, needs, on_copies).await
-            }
+            Action::Main | Action::ReferenceRead(_) => self.run_main(plan, payload, needs).await,
             Action::Admin => self.admin(&String::from_utf8_lossy(sql)).await,
             Action::Kill(kill) => self.kill(kill).await,
-            Action::Route(route) => {
-                if !self.backends.handle.on.planned_fresh() {
-                    return Err(ProxyError::DictionaryStale);
-                }
-                if let Some(reason) = plan.binds {
-                    let slot = self.backends.slot_of(route.steps[0].target.backend)?;
-                    self.backends.slots[slot]
-                        .binding
-                        .sticky
-                        .get_or_insert(reason);
-                }
-                self.run_route(route, needs, plan.summary.own_values, None)
-                    .await
-            }
+            Action::Route(route) => self.route(route, plan.binds, needs, own_values).await,
             Action::LockTables(locks) => self.lock_tables(locks).await,
             Action::Load(load) => self.load(*load, needs).await,
-            Action::Listing(listing) => {
-                // Table maintenance, which runs on several backends.
-                if self.backends.tx.in_transaction() && plan.tx_effect == TxEffect::CommitsFirst {
-                    self.commit_open(None).await?;
-                }
-                self.listing(payload, *listing).await
-            }
+            Action::Listing(listing) => self.listing(payload, *listing, plan.tx_effect).await,
             Action::Schema(_) => self.schema_change(sql).await,
-            Action::Exists { table, quiet } => match quiet {
-                true => self.send_ok().await,
-                false => Err(ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
-                    1050,
-                    "42S01",
-                    format!("Table '{}' already exists", table.name),
-                ))),
-            },
+            Action::Exists { table, quiet } => self.exists(&table, quiet).await,
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Template(_) => unreachable!("only plan_prepared makes templates"),
             Action::Generate(generate) => {
-                self.insert_with_ids(generate, sql, needs, plan.summary.own_values)
-                    .await
+                self.insert_with_ids(generate, sql, needs, own_values).await
             }
             Action::Federate(federation) => {
                 let then = super::federate::Then::Query { payload, needs };
@@ -127,6 +94,44 @@ impl Session {
             }
             Action::XaRecover => self.xa_recover(payload).await,
             Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
+        }
+    }
+
+    /// A statement routed to partitions, on a dictionary snapshot that is
+    /// fresh; `binds`: why its first backend's connection stays.
+    async fn route(
+        &mut self,
+        route: Route,
+        binds: Option<&'static str>,
+        needs: Needs,
+        own_values: bool,
+    ) -> Result<(), ProxyError> {
+        if !self.backends.handle.on.planned_fresh() {
+            return Err(ProxyError::DictionaryStale);
+        }
+        if let Some(reason) = binds {
+            let slot = self.backends.slot_of(route.steps[0].target.backend)?;
+            self.backends.slots[slot]
+                .binding
+                .sticky
+                .get_or_insert(reason);
+        }
+        self.run_route(route, needs, own_values, None).await
+    }
+
+    /// CREATE TABLE IF NOT EXISTS of a partitioned table: a note, or 1050.
+    async fn exists(
+        &mut self,
+        table: &hscale_planner::TableName,
+        quiet: bool,
+    ) -> Result<(), ProxyError> {
+        match quiet {
+            true => self.send_ok().await,
+            false => Err(ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
+                1050,
+                "42S01",
+                format!("Table '{}' already exists", table.name),
+            ))),
         }
     }
 

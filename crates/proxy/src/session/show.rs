@@ -4,8 +4,8 @@
 //! COM_FIELD_LIST of a partitioned table: its default table's columns.
 
 use bytes::Bytes;
-use hscale_planner::SessionChange;
 use hscale_planner::{Combine, Elsewhere, Listing, Maintained, NameColumn, QueryOrder, Refusal};
+use hscale_planner::{SessionChange, TxEffect};
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::{Completion, Expect};
@@ -37,7 +37,12 @@ impl Session {
         &mut self,
         payload: Bytes,
         listing: Listing,
+        effect: TxEffect,
     ) -> Result<(), ProxyError> {
+        // Table maintenance, which runs on several backends.
+        if self.backends.tx.in_transaction() && effect == TxEffect::CommitsFirst {
+            self.commit_open(None).await?;
+        }
         let payload = match &listing.sql {
             Some(sql) => Bytes::from(command::query(sql)),
             None => payload,
