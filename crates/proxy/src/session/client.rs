@@ -56,6 +56,14 @@ impl Client {
         self.stream.write_buffer()
     }
 
+    /// An OK of hscale's own, with the session's `status` flags.
+    pub async fn send_ok(&mut self, status: u16) -> Result<(), WireError> {
+        self.stream
+            .send_packet(1, &super::handshake::ok_packet(status))
+            .await
+            .map(drop)
+    }
+
     pub fn deprecate_eof(&self) -> bool {
         self.capabilities
             .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)

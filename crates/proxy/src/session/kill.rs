@@ -7,7 +7,8 @@
 use hscale_planner::{Kill, KillScope};
 use hscale_wire::scan::Expect;
 
-use super::Session;
+use super::client::Client;
+use super::Backends;
 use crate::backend::ConnKey;
 use crate::error::ProxyError;
 use crate::shared::Shared;
@@ -15,52 +16,55 @@ use crate::shared::Shared;
 /// How long KILL waits for the killed session to close its client's socket.
 const KILLED_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-impl Session {
-    pub(super) async fn kill(&mut self, kill: Kill) -> Result<(), ProxyError> {
-        let own = u64::from(self.client.connection_id);
-        let (scope, id) = match kill {
-            Kill::Thread { scope, id } => (scope, id),
-            Kill::Own { scope } => (scope, own),
-            Kill::Unsupported => {
-                return Err(ProxyError::NotSupported {
-                    what: "KILL USER / KILL QUERY ID",
-                })
+/// KILL from `client`, whose own connections are `backends`'.
+pub(super) async fn run(
+    shared: &Shared,
+    client: &mut Client,
+    backends: &Backends,
+    kill: Kill,
+) -> Result<(), ProxyError> {
+    let own = u64::from(client.connection_id);
+    let (scope, id) = match kill {
+        Kill::Thread { scope, id } => (scope, id),
+        Kill::Own { scope } => (scope, own),
+        Kill::Unsupported => {
+            return Err(ProxyError::NotSupported {
+                what: "KILL USER / KILL QUERY ID",
+            })
+        }
+    };
+    if id == own {
+        // The statement running on the client's connection is this KILL.
+        return Err(match scope {
+            KillScope::Query => ProxyError::QueryInterrupted,
+            KillScope::Connection => {
+                backends.handle.kill();
+                ProxyError::ConnectionKilled
             }
-        };
-        if id == own {
-            // The statement running on the client's connection is this KILL.
-            return Err(match scope {
-                KillScope::Query => ProxyError::QueryInterrupted,
-                KillScope::Connection => {
-                    self.backends.handle.kill();
-                    ProxyError::ConnectionKilled
-                }
-            });
-        }
-        let target = self
-            .shared
-            .sessions
-            .get(id)
-            .ok_or(ProxyError::NoSuchThread { id })?;
-        if !self.client.admin && target.user() != self.client.user {
-            return Err(ProxyError::KillDenied { id });
-        }
-        if scope == KillScope::Connection {
-            // First: the session then closes without answering the statement
-            // its lost backend connection fails, as MariaDB does.
-            target.kill();
-        }
-        for (backend, thread_id) in target.threads() {
-            kill_backend_thread(&self.shared, backend, thread_id, scope).await;
-        }
-        if scope == KillScope::Connection {
-            // MariaDB closes the killed connection's socket before KILL
-            // answers: a pool that checks its idle connections next sees
-            // it closed.
-            target.wait_ended(KILLED_CLOSE_WAIT).await;
-        }
-        self.send_ok().await
+        });
     }
+    let target = shared
+        .sessions
+        .get(id)
+        .ok_or(ProxyError::NoSuchThread { id })?;
+    if !client.admin && target.user() != client.user {
+        return Err(ProxyError::KillDenied { id });
+    }
+    if scope == KillScope::Connection {
+        // First: the session then closes without answering the statement
+        // its lost backend connection fails, as MariaDB does.
+        target.kill();
+    }
+    for (backend, thread_id) in target.threads() {
+        kill_backend_thread(shared, backend, thread_id, scope).await;
+    }
+    if scope == KillScope::Connection {
+        // MariaDB closes the killed connection's socket before KILL
+        // answers: a pool that checks its idle connections next sees
+        // it closed.
+        target.wait_ended(KILLED_CLOSE_WAIT).await;
+    }
+    Ok(client.send_ok(backends.status_flags()).await?)
 }
 
 /// Best effort: the thread may have finished meanwhile, which is fine.

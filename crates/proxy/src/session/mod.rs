@@ -477,7 +477,7 @@ impl Session {
                     scope: KillScope::Connection,
                     id: u64::from(id),
                 };
-                return self.kill(kill).await;
+                return kill::run(&self.shared, &mut self.client, &self.backends, kill).await;
             }
             code => return Err(ProxyError::UnknownCommand { code }),
         };
@@ -650,10 +650,7 @@ impl Session {
 
     async fn send_ok(&mut self) -> Result<(), ProxyError> {
         let status = self.backends.status_flags();
-        self.client
-            .send_packet(1, &handshake::ok_packet(status))
-            .await?;
-        Ok(())
+        Ok(self.client.send_ok(status).await?)
     }
 
     /// Connections that hold state of this client are closed, not pooled.

@@ -68,8 +68,13 @@ impl Session {
         match plan.action {
             Action::Transaction(control) => self.transaction_control(control, payload, needs).await,
             Action::Main | Action::ReferenceRead(_) => self.run_main(plan, payload, needs).await,
-            Action::Admin => self.admin(&String::from_utf8_lossy(sql)).await,
-            Action::Kill(kill) => self.kill(kill).await,
+            Action::Admin => {
+                let sql = String::from_utf8_lossy(sql);
+                super::admin::run(&self.shared, &mut self.client, &mut self.backends, &sql).await
+            }
+            Action::Kill(kill) => {
+                super::kill::run(&self.shared, &mut self.client, &self.backends, kill).await
+            }
             Action::Route(route) => self.route(route, plan.binds, needs, own_values).await,
             Action::LockTables(locks) => self.lock_tables(locks).await,
             Action::Load(load) => self.load(*load, needs).await,
