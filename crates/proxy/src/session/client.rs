@@ -28,6 +28,8 @@ pub(super) struct Client {
     pub reply_seq: u8,
     /// Its socket could not leave this worker once: it stays.
     pub stays: bool,
+    /// What this client gets for the column definitions it saw lately.
+    pub column_names: crate::dictionary::ColumnNames,
 }
 
 impl Client {

@@ -44,7 +44,7 @@ impl Session {
                 text: Some(text),
             } => {
                 self.memo.sql_statements.0.insert(name, text);
-                self.send_ok().await
+                self.backends.send_ok(&mut self.client, ).await
             }
             Dynamic::Prepare { name, text: None } => {
                 self.memo.sql_statements.0.remove(&name);
@@ -70,7 +70,7 @@ impl Session {
                 self.run_text(&text).await
             }
             Dynamic::Deallocate { name } => match self.memo.sql_statements.0.remove(&name) {
-                Some(_) => self.send_ok().await,
+                Some(_) => self.backends.send_ok(&mut self.client, ).await,
                 None => Box::pin(self.run_plan(server, payload)).await,
             },
             Dynamic::Unread { .. } if self.client.admin => Box::pin(self.run_plan(server, payload)).await,

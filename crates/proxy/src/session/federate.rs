@@ -350,7 +350,9 @@ impl Session {
         if answer.is_ok() {
             answer = match then {
                 Then::Query { payload, needs } => self
+                    .backends
                     .execute(
+                        &mut self.client,
                         main,
                         &payload,
                         Some(Expect::ResultSets),
@@ -360,7 +362,9 @@ impl Session {
                     .await
                     .map(|_| None),
                 Then::Prepare { command } => self
+                    .backends
                     .execute_command(
+                        &mut self.client,
                         main,
                         command,
                         Some(Expect::Prepare),

@@ -34,7 +34,7 @@ impl Session {
             self.backends.tx.set_tables_locked(slot, true);
         }
         self.backends.previous = Previous::Nothing;
-        self.send_ok().await
+        self.backends.send_ok(&mut self.client).await
     }
 }
 

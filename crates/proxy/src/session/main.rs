@@ -42,7 +42,11 @@ impl Session {
             Previous::Scattered { messages: true, .. }
         );
         if let Some(read) = plan.messages_read.filter(|_| scattered_messages) {
-            if self.answer_gathered(read, sql).await? {
+            if self
+                .backends
+                .answer_gathered(&mut self.client, read, sql)
+                .await?
+            {
                 return Ok(());
             }
         }
@@ -96,10 +100,18 @@ impl Session {
             true => self.backends.session_variables_before(slot, needs).await?,
             false => None,
         };
-        self.execute(slot, &payload, Some(Expect::ResultSets), needs, plan.change)
+        self.backends
+            .execute(
+                &mut self.client,
+                slot,
+                &payload,
+                Some(Expect::ResultSets),
+                needs,
+                plan.change,
+            )
             .await?;
         if let Some(before) = before {
-            self.read_back_changes_later(slot, before);
+            self.backends.read_back_changes_later(slot, before);
         }
         if unseen.is_some() && self.backends.follow_autocommit(autocommit) {
             self.commit_after(slot).await?;

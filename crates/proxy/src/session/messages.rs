@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hscale_wire::packets::write_result_end;
 use hscale_wire::resultset::{text_result, text_values, ColumnType};
 
-use super::Session;
+use super::client::Client;
 use hscale_planner::MessagesRead;
 use hscale_wire::command;
 use hscale_wire::WireError;
@@ -71,24 +71,20 @@ impl Gathered {
     }
 }
 
-impl Session {
+impl super::Backends {
     /// Answers SHOW WARNINGS or SHOW ERRORS (or the count, `sql` naming its
     /// column) from the gathered lists; false when there are none to answer
     /// from.
     pub(super) async fn answer_gathered(
         &mut self,
+        client: &mut Client,
         read: MessagesRead,
         sql: &[u8],
     ) -> Result<bool, ProxyError> {
-        let Some(gathered) = self
-            .backends
-            .gathered
-            .as_ref()
-            .filter(|g| !g.header.is_empty())
-        else {
+        let Some(gathered) = self.gathered.as_ref().filter(|g| !g.header.is_empty()) else {
             return Ok(false);
         };
-        let deprecate_eof = self.client.deprecate_eof();
+        let deprecate_eof = client.deprecate_eof();
         if let Some(column) = read.count_column(sql) {
             let count = match read.errors_only {
                 true => gathered.errors,
@@ -97,11 +93,10 @@ impl Session {
             let columns = [(column.as_ref(), ColumnType::Count)];
             let rows = [vec![Some(count.to_string())]];
             let mut seq = 1;
-            for packet in text_result(&columns, &rows, deprecate_eof, self.backends.status_flags())
-            {
-                seq = self.client.queue_packet(seq, &packet);
+            for packet in text_result(&columns, &rows, deprecate_eof, self.status_flags()) {
+                seq = client.queue_packet(seq, &packet);
             }
-            self.client.flush().await?;
+            client.flush().await?;
             return Ok(true);
         }
         let is_error = |row: &Bytes| {
@@ -120,11 +115,11 @@ impl Session {
         let header = gathered.header.clone();
         let mut seq = 1;
         for packet in header.iter().chain(rows.iter()) {
-            seq = self.client.queue_packet(seq, packet);
+            seq = client.queue_packet(seq, packet);
         }
         let mut end = Vec::with_capacity(16);
-        write_result_end(deprecate_eof, self.backends.status_flags(), &mut end);
-        self.client.send_packet(seq, &end).await?;
+        write_result_end(deprecate_eof, self.status_flags(), &mut end);
+        client.send_packet(seq, &end).await?;
         Ok(true)
     }
 }

@@ -114,8 +114,6 @@ struct Memo {
     /// Statements the client prepared with PREPARE ... FROM text that
     /// hscale routes or guards.
     sql_statements: dynamic::SqlStatements,
-    /// What this client gets for the column definitions it saw lately.
-    column_names: crate::dictionary::ColumnNames,
     /// What probes found for unions of partitions, per statement shape.
     probed_columns: probed::ProbedColumns,
     /// Definitions of tables copied for statements answered from copies.
@@ -203,6 +201,7 @@ impl Session {
                 charset: ClientCharset::of_collation(login.collation),
                 reply_seq: 1,
                 stays: false,
+                column_names: Default::default(),
             },
             memo: Memo::default(),
             backends: Backends {
@@ -339,7 +338,7 @@ impl Session {
             let warnings = self.backends.slots.iter().any(|s| s.binding.diagnostics);
             if self.backends.session_variables_changed && !warnings {
                 self.backends.session_variables_changed = false;
-                self.read_session_variables().await;
+                self.backends.read_session_variables().await;
             }
             let in_transaction = self.backends.tx.reached_any();
             self.backends.handle.on.ended(
@@ -394,10 +393,10 @@ impl Session {
             let behind =
                 self.backends.session_variables_changed || !self.backends.unread.is_empty();
             if behind && !self.backends.reads_back_later(&packet.payload) {
-                self.read_back().await;
+                self.backends.read_back(&mut self.client).await;
                 if self.backends.session_variables_changed {
                     self.backends.session_variables_changed = false;
-                    self.read_session_variables().await;
+                    self.backends.read_session_variables().await;
                 }
             }
             self.shared.counters.questions.add(1);
@@ -448,7 +447,7 @@ impl Session {
                 )
             }
             command::FIELD_LIST => return self.field_list(payload).await,
-            command::PING => return self.send_ok().await,
+            command::PING => return self.backends.send_ok(&mut self.client).await,
             command::STATISTICS => {
                 let stats = self.shared.statistics();
                 self.client.send_packet(1, stats.as_bytes()).await?;
@@ -466,7 +465,7 @@ impl Session {
             }
             command::RESET_CONNECTION => {
                 self.reset();
-                return self.send_ok().await;
+                return self.backends.send_ok(&mut self.client).await;
             }
             command::CHANGE_USER => return self.change_user(payload).await,
             command::PROCESS_KILL => {
@@ -481,7 +480,8 @@ impl Session {
             }
             code => return Err(ProxyError::UnknownCommand { code }),
         };
-        self.execute(main, &payload, expect, needs, change)
+        self.backends
+            .execute(&mut self.client, main, &payload, expect, needs, change)
             .await
             .map(drop)
     }
@@ -499,27 +499,6 @@ impl Session {
         match replace_own_values(&payload[1..], &own, self.backends.quoting) {
             Some(sql) => [&payload[..1], &sql].concat().into(),
             None => payload,
-        }
-    }
-
-    /// The session's database, and the pool bucket that goes with having one.
-    fn set_database(&mut self, db: Option<String>) {
-        if self.backends.state.db.is_some() != db.is_some() {
-            self.set_buckets(db.is_some());
-        }
-        self.backends.state.db = db;
-    }
-
-    fn set_buckets(&mut self, has_db: bool) {
-        let account = self.shared.accounts.of_user(&self.client.user);
-        let key = ConnKey::for_client(
-            self.client.capabilities,
-            self.client.collation,
-            has_db,
-            account,
-        );
-        for (slot, pool) in self.backends.slots.iter_mut().zip(&self.shared.pools) {
-            slot.bucket = pool.bucket(key);
         }
     }
 
@@ -558,30 +537,6 @@ impl Session {
             } else {
                 wait
             });
-    }
-
-    /// After a SET of wait_timeout or sql_mode: their values as the server
-    /// reads them (an expression, a clamp to the allowed range, ANSI's
-    /// modes spelt out).
-    async fn read_session_variables(&mut self) {
-        let main = self.shared.main;
-        let Ok(mut lease) = self.backends.checkout(main, Needs::default()).await else {
-            return;
-        };
-        let sql = "SELECT @@session.wait_timeout, @@session.sql_mode";
-        if let Ok(Ok(rows)) = lease.conn.query(sql).await {
-            let text = |i: usize| {
-                let value = rows.first()?.get(i)?.as_ref()?;
-                std::str::from_utf8(value).ok()
-            };
-            if let Some(seconds) = text(0).and_then(|v| v.parse().ok()) {
-                self.backends.handle.set_wait_timeout(seconds);
-            }
-            if let Some(sql_mode) = text(1) {
-                self.backends.follow_sql_mode(sql_mode);
-            }
-        }
-        self.backends.checkin(main, lease.conn);
     }
 
     /// hscale's schema is the admins' alone: in it, its tables would be
@@ -630,10 +585,10 @@ impl Session {
             self.client.charset = ClientCharset::of_collation(self.client.collation);
         }
         self.backends.state.db = None;
-        self.set_buckets(false);
+        self.backends.set_buckets(&mut self.client, false);
         if let Some(db) = request.database {
             self.may_use_database(&db)?;
-            self.set_database(Some(db));
+            self.backends.set_database(&mut self.client, Some(db));
             let main = self.shared.main;
             let lease = self.backends.checkout(main, Needs::default()).await?;
             self.backends.checkin(main, lease.conn);
@@ -648,15 +603,59 @@ impl Session {
         Ok(())
     }
 
-    async fn send_ok(&mut self) -> Result<(), ProxyError> {
-        let status = self.backends.status_flags();
-        Ok(self.client.send_ok(status).await?)
-    }
-
     /// Connections that hold state of this client are closed, not pooled.
     fn finish(&mut self) {
         self.shared.sessions.remove(self.client.connection_id);
         self.backends.release_all();
+    }
+}
+
+impl Backends {
+    /// After a SET of wait_timeout or sql_mode: their values as the server
+    /// reads them (an expression, a clamp to the allowed range, ANSI's
+    /// modes spelt out).
+    async fn read_session_variables(&mut self) {
+        let main = self.shared.main;
+        let Ok(mut lease) = self.checkout(main, Needs::default()).await else {
+            return;
+        };
+        let sql = "SELECT @@session.wait_timeout, @@session.sql_mode";
+        if let Ok(Ok(rows)) = lease.conn.query(sql).await {
+            let text = |i: usize| {
+                let value = rows.first()?.get(i)?.as_ref()?;
+                std::str::from_utf8(value).ok()
+            };
+            if let Some(seconds) = text(0).and_then(|v| v.parse().ok()) {
+                self.handle.set_wait_timeout(seconds);
+            }
+            if let Some(sql_mode) = text(1) {
+                self.follow_sql_mode(sql_mode);
+            }
+        }
+        self.checkin(main, lease.conn);
+    }
+
+    async fn send_ok(&mut self, client: &mut Client) -> Result<(), ProxyError> {
+        let status = self.status_flags();
+        Ok(client.send_ok(status).await?)
+    }
+}
+
+impl Backends {
+    /// The session's database, and the pool bucket that goes with having one.
+    fn set_database(&mut self, client: &mut Client, db: Option<String>) {
+        if self.state.db.is_some() != db.is_some() {
+            self.set_buckets(client, db.is_some());
+        }
+        self.state.db = db;
+    }
+
+    fn set_buckets(&mut self, client: &mut Client, has_db: bool) {
+        let account = self.shared.accounts.of_user(&client.user);
+        let key = ConnKey::for_client(client.capabilities, client.collation, has_db, account);
+        for (slot, pool) in self.slots.iter_mut().zip(&self.shared.pools) {
+            slot.bucket = pool.bucket(key);
+        }
     }
 }
 

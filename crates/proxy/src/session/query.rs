@@ -10,6 +10,7 @@ use hscale_planner::{
 };
 use hscale_wire::scan::Expect;
 
+use super::client::Client;
 use super::scatter::Generated;
 use super::slots::{Needs, Previous};
 use super::Session;
@@ -80,7 +81,9 @@ impl Session {
             Action::Load(load) => self.load(*load, needs).await,
             Action::Listing(listing) => self.listing(payload, *listing, plan.tx_effect).await,
             Action::Schema(_) => self.schema_change(sql).await,
-            Action::Exists { table, quiet } => self.exists(&table, quiet).await,
+            Action::Exists { table, quiet } => {
+                self.backends.exists(&mut self.client, &table, quiet).await
+            }
             Action::Wait(_) => unreachable!("waited for above"),
             Action::Template(_) => unreachable!("only plan_prepared makes templates"),
             Action::Generate(generate) => {
@@ -122,22 +125,6 @@ impl Session {
                 .get_or_insert(reason);
         }
         self.run_route(route, needs, own_values, None).await
-    }
-
-    /// CREATE TABLE IF NOT EXISTS of a partitioned table: a note, or 1050.
-    async fn exists(
-        &mut self,
-        table: &hscale_planner::TableName,
-        quiet: bool,
-    ) -> Result<(), ProxyError> {
-        match quiet {
-            true => self.send_ok().await,
-            false => Err(ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
-                1050,
-                "42S01",
-                format!("Table '{}' already exists", table.name),
-            ))),
-        }
     }
 
     /// Plans with `plan` until no partition move or schema change holds the
@@ -260,14 +247,16 @@ impl Session {
             let payload = payload(self, step);
             match generated {
                 None => {
-                    self.execute(
-                        slot,
-                        &payload,
-                        Some(Expect::ResultSets),
-                        needs.routed(),
-                        SessionChange::Nothing,
-                    )
-                    .await?;
+                    self.backends
+                        .execute(
+                            &mut self.client,
+                            slot,
+                            &payload,
+                            Some(Expect::ResultSets),
+                            needs.routed(),
+                            SessionChange::Nothing,
+                        )
+                        .await?;
                 }
                 // Its OK must report the first id hscale wrote in.
                 Some(_) => {
@@ -345,6 +334,25 @@ impl Session {
                 (slots, payloads, Vec::new())
             }
         })
+    }
+}
+
+impl super::Backends {
+    /// CREATE TABLE IF NOT EXISTS of a partitioned table: a note, or 1050.
+    async fn exists(
+        &mut self,
+        client: &mut Client,
+        table: &hscale_planner::TableName,
+        quiet: bool,
+    ) -> Result<(), ProxyError> {
+        match quiet {
+            true => self.send_ok(client).await,
+            false => Err(ProxyError::Refused(hscale_wire::packets::ErrorPacket::new(
+                1050,
+                "42S01",
+                format!("Table '{}' already exists", table.name),
+            ))),
+        }
     }
 }
 

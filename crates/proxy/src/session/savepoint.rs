@@ -9,22 +9,23 @@ use hscale_planner::SavepointOp;
 use hscale_transaction::SavepointStep;
 use hscale_wire::packets::ErrorPacket;
 
+use super::client::Client;
 use super::slots::Needs;
-use super::Session;
 use crate::error::ProxyError;
 use hscale_wire::command;
 
 const ER_SP_DOES_NOT_EXIST: u16 = 1305;
 
-impl Session {
+impl super::Backends {
     pub(super) async fn savepoint(
         &mut self,
+        client: &mut Client,
         op: SavepointOp,
         name: String,
         payload: Bytes,
         needs: Needs,
     ) -> Result<(), ProxyError> {
-        let Ok(mut steps) = self.backends.tx.savepoint_steps(op, &name) else {
+        let Ok(mut steps) = self.tx.savepoint_steps(op, &name) else {
             // Not set, or gone: as MariaDB answers.
             return Err(ProxyError::Refused(ErrorPacket::new(
                 ER_SP_DOES_NOT_EXIST,
@@ -39,14 +40,16 @@ impl Session {
         let mut quiet: Vec<(usize, &[u8])> = Vec::with_capacity(steps.len());
         for step in steps {
             match step {
-                SavepointStep::RollBackBranch(slot) => self.backends.roll_back_branch(slot).await?,
+                SavepointStep::RollBackBranch(slot) => self.roll_back_branch(slot).await?,
                 SavepointStep::WholeRollback(slot) => quiet.push((slot, &rollback[..])),
                 SavepointStep::Statement(slot) => quiet.push((slot, &payload[..])),
             }
         }
-        let completion = self.each_then_answer(&quiet, last, &payload, needs).await?;
+        let completion = self
+            .each_then_answer(client, &quiet, last, &payload, needs)
+            .await?;
         if !completion.error {
-            self.backends.tx.savepoint_done(op, name);
+            self.tx.savepoint_done(op, name);
         }
         Ok(())
     }

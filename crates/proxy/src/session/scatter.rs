@@ -20,6 +20,7 @@ use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{CapabilityFlags, WireError};
 
 use super::atomic::Parts;
+use super::client::Client;
 use super::federate::Sink;
 use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
@@ -76,14 +77,18 @@ impl Session {
         probes: Vec<Option<Bytes>>,
     ) -> Result<(), ProxyError> {
         match merge {
-            Merge::AffectedRows => self.sum_affected(slots, commands, needs, generated).await,
+            Merge::AffectedRows => {
+                self.backends
+                    .sum_affected(&mut self.client, slots, commands, needs, generated)
+                    .await
+            }
             Merge::Copies => {
                 let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
                 let one = self
                     .backends
                     .write_each(slots, &parts, needs, false, true)
                     .await?;
-                self.send_total(one).await
+                self.backends.send_total(&mut self.client, one).await
             }
             Merge::Single => {
                 self.merge_rows(Spec::default(), slots, commands, needs, probes, None)
@@ -163,7 +168,7 @@ impl Session {
             copying,
         };
         self.backends.gather_from_here();
-        self.memo.column_names.start(&self.shared.dictionary);
+        self.client.column_names.start(&self.shared.dictionary);
         let watcher = self.watch_client();
         let driven = self.drive(
             &mut merger,
@@ -245,7 +250,9 @@ impl Session {
         }
         match outcome {
             Ok(()) => {
-                self.send_header(&merger, &mut out).await?;
+                self.backends
+                    .send_header(&mut self.client, &merger, &mut out)
+                    .await?;
                 let deprecate_eof = self.client.deprecate_eof();
                 let mut end = Vec::with_capacity(16);
                 write_result_end(deprecate_eof, out.status.unwrap_or(0), &mut end);
@@ -343,7 +350,10 @@ impl Session {
                         }
                         continue;
                     }
-                    self.send_header(merger, out).await.map_err(Abort::Failed)?;
+                    self.backends
+                        .send_header(&mut self.client, merger, out)
+                        .await
+                        .map_err(Abort::Failed)?;
                     out.seq = self.client.queue_packet(out.seq, &row);
                     if self.client.write_buffer().len() >= FLUSH_AT {
                         self.client
@@ -525,7 +535,7 @@ impl Session {
         };
         let names = &self.shared.dictionary;
         for definition in &mut definitions {
-            if let Some(renamed) = self.memo.column_names.logical(names, definition) {
+            if let Some(renamed) = self.client.column_names.logical(names, definition) {
                 *definition = Bytes::copy_from_slice(renamed);
             }
         }
@@ -564,10 +574,13 @@ impl Session {
             source.probe = Some(text);
         }
     }
+}
 
+impl super::Backends {
     /// The column count and definitions, once, before the first row.
     async fn send_header(
         &mut self,
+        client: &mut Client,
         merger: &Merger,
         out: &mut Output<'_>,
     ) -> Result<(), ProxyError> {
@@ -578,14 +591,14 @@ impl Session {
         let columns = merger.client_columns();
         let mut count = Vec::with_capacity(9);
         write_lenenc(columns.len() as u64, &mut count);
-        out.seq = self.client.queue_packet(out.seq, &count);
+        out.seq = client.queue_packet(out.seq, &count);
         for definition in columns {
-            out.seq = self.client.queue_packet(out.seq, definition);
+            out.seq = client.queue_packet(out.seq, definition);
         }
-        if !self.client.deprecate_eof() {
+        if !client.deprecate_eof() {
             let mut eof = Vec::with_capacity(5);
             write_eof(0, 0, &mut eof);
-            out.seq = self.client.queue_packet(out.seq, &eof);
+            out.seq = client.queue_packet(out.seq, &eof);
         }
         Ok(())
     }
@@ -596,15 +609,15 @@ impl Session {
     /// in.
     async fn sum_affected(
         &mut self,
+        client: &mut Client,
         slots: &[usize],
         commands: &[Command<'_>],
         needs: Needs,
         generated: Option<Generated>,
     ) -> Result<(), ProxyError> {
-        let last_insert_id = self.backends.state.last_insert_id;
+        let last_insert_id = self.state.last_insert_id;
         let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
         let mut total = self
-            .backends
             .write_each(slots, &parts, needs, generated.is_some(), false)
             .await?;
         if let Some(generated) = generated {
@@ -613,26 +626,30 @@ impl Session {
             let inserted = generated.upsert.is_none() || total.last_insert_id == generated.first;
             if inserted {
                 total.last_insert_id = generated.first;
-                self.backends.state.last_insert_id = generated.first;
+                self.state.last_insert_id = generated.first;
             } else if generated.upsert.is_some_and(|u| u.sets_last_insert_id) {
-                self.backends.state.last_insert_id = total.last_insert_id;
+                self.state.last_insert_id = total.last_insert_id;
             } else {
                 // The updated row's id is in the OK only.
-                self.backends.state.last_insert_id = last_insert_id;
+                self.state.last_insert_id = last_insert_id;
             }
         }
-        self.send_total(total).await
+        self.send_total(client, total).await
     }
 
     /// One OK for statements that ran on several connections.
-    pub(super) async fn send_total(&mut self, total: OkInfo) -> Result<(), ProxyError> {
+    pub(super) async fn send_total(
+        &mut self,
+        client: &mut Client,
+        total: OkInfo,
+    ) -> Result<(), ProxyError> {
         let mut ok = Vec::with_capacity(16);
         OkInfo {
-            status: self.backends.status_flags(),
+            status: self.status_flags(),
             ..total
         }
         .write(OK_HEADER, &mut ok);
-        self.client.send_packet(1, &ok).await?;
+        client.send_packet(1, &ok).await?;
         Ok(())
     }
 }

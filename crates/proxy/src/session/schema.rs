@@ -55,7 +55,7 @@ impl Session {
             messages: total.warnings > 0,
             slot: self.shared.main,
         };
-        self.send_total(total).await
+        self.backends.send_total(&mut self.client, total).await
     }
 }
 

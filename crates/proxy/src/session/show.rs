@@ -28,7 +28,8 @@ impl Session {
             None => (self.shared.main, payload, Needs::default()),
         };
         let (expect, change) = (Some(Expect::FieldList), SessionChange::Nothing);
-        self.execute(slot, &payload, expect, needs, change)
+        self.backends
+            .execute(&mut self.client, slot, &payload, expect, needs, change)
             .await
             .map(drop)
     }

@@ -9,8 +9,9 @@ use hscale_transaction::{Opening, Reach, ServerStatus};
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
+use super::client::Client;
 use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
-use super::{may_change_session_variables, no_backslash_escapes, Session};
+use super::{may_change_session_variables, no_backslash_escapes};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
 use crate::exec::{send, Command, RelayError};
@@ -221,34 +222,105 @@ impl Needs {
     }
 }
 
-impl Session {
+impl super::Backends {
+    /// Reads back what `read_back_later` noted and records it as the
+    /// session's, so that every other connection takes it.
+    pub(super) async fn read_back(&mut self, client: &mut Client) {
+        for Unread {
+            slot,
+            mut keys,
+            database,
+            since,
+        } in std::mem::take(&mut self.unread)
+        {
+            // Gone with its connection, which the server ended (or the client reset).
+            let Some(mut conn) = self.slots[slot].held.take() else {
+                continue;
+            };
+            let mut values: Vec<(String, Value)> = Vec::new();
+            let mut listed = None;
+            if let Some(before) = since {
+                match session_variables(&mut conn).await {
+                    Some(mut now) => {
+                        listed = Some(now.clone());
+                        for key in changed_settings(&before, &now) {
+                            keys.retain(|k| *k != key);
+                            let value = now.remove(&key).flatten();
+                            values.push((key, value));
+                        }
+                    }
+                    None => tracing::warn!(
+                        connection_id = client.connection_id,
+                        "could not read session variables; what a CALL set stays on backend {}",
+                        conn.backend
+                    ),
+                }
+            }
+            if !keys.is_empty() || database {
+                match read_values(&mut conn, &keys, database).await {
+                    Some((db, read)) => {
+                        if let Some(db) = db {
+                            conn.key.has_db = db.is_some();
+                            conn.db = db.clone();
+                            self.set_database(client, db);
+                        }
+                        values.extend(read);
+                    }
+                    None => tracing::warn!(
+                        connection_id = client.connection_id,
+                        "could not read back session state; it stays on backend {}",
+                        conn.backend
+                    ),
+                }
+            }
+            if !values.is_empty() {
+                values.sort_by(|a, b| a.0.cmp(&b.0));
+                let keys = values.iter().map(|(key, _)| key.clone()).collect();
+                let setting = setting_of(&values);
+                self.record(client, SessionChange::Setting(keys, setting), &mut conn);
+            }
+            if let Some(variables) = listed {
+                self.settings_listed = Some(SettingsListed {
+                    slot,
+                    fingerprint: self.state.fingerprint(),
+                    variables,
+                });
+            }
+            self.slots[slot].held = Some(conn);
+        }
+    }
+}
+
+impl super::Backends {
     /// Runs the client's command on a backend connection and forwards its answer.
     pub(super) async fn execute(
         &mut self,
+        client: &mut Client,
         slot: usize,
         payload: &[u8],
         expect: Option<Expect>,
         needs: Needs,
         change: SessionChange,
     ) -> Result<Completion, ProxyError> {
-        self.execute_command(slot, Command::Raw(payload), expect, needs, change)
+        self.execute_command(client, slot, Command::Raw(payload), expect, needs, change)
             .await
     }
 
     /// Runs one command on a backend connection and forwards its answer.
     pub(super) async fn execute_command(
         &mut self,
+        client: &mut Client,
         slot: usize,
         command: Command<'_>,
         expect: Option<Expect>,
         needs: Needs,
         change: SessionChange,
     ) -> Result<Completion, ProxyError> {
-        let mut lease = self.backends.checkout(slot, needs).await?;
+        let mut lease = self.checkout(slot, needs).await?;
         let names = &self.shared.dictionary;
-        let columns = needs.logical_columns.then_some(&mut self.memo.column_names);
+        let columns = needs.logical_columns.then_some(&mut client.column_names);
         let sent = send(
-            &mut self.client.stream,
+            &mut client.stream,
             &mut lease.conn,
             command,
             expect,
@@ -262,7 +334,7 @@ impl Session {
             // idle connection is found before anything is written (`Pool`).
             Err(RelayError::Backend { source, answered }) => {
                 let backend = lease.conn.backend;
-                self.backends.forget_connection_state(slot);
+                self.forget_connection_state(slot);
                 let error = crate::backend::BackendError::Lost { backend, source };
                 return Err(if answered {
                     ProxyError::BackendMidAnswer { source: error }
@@ -277,23 +349,22 @@ impl Session {
             SessionChange::ReadBack { keys, database } => {
                 self.read_back_later(slot, keys, database)
             }
-            change if !completion.error => self.record(change, &mut lease.conn),
+            change if !completion.error => self.record(client, change, &mut lease.conn),
             _ => {}
         }
         if let Command::Statement {
             code, client_id, ..
         } = command
         {
-            self.backends
-                .track_statement(slot, client_id, code, &completion);
+            self.track_statement(slot, client_id, code, &completion);
         }
         let read_messages = needs.diagnostics
-            && (self.backends.slots[slot].binding.diagnostics
-                || matches!(self.backends.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
+            && (self.slots[slot].binding.diagnostics
+                || matches!(self.previous, Previous::On { slot: s, messages: true, .. } if s == slot));
         // They stay on the connection: reset before another client uses it.
-        self.backends.slots[slot].binding.diagnostics |= read_messages;
-        self.backends.finish_command(slot, lease, &completion);
-        if let Previous::On { messages, .. } = &mut self.backends.previous {
+        self.slots[slot].binding.diagnostics |= read_messages;
+        self.finish_command(slot, lease, &completion);
+        if let Previous::On { messages, .. } = &mut self.previous {
             // SHOW WARNINGS leaves the messages it read in place; the
             // connection goes back, and another read takes it out again.
             *messages |= read_messages;
@@ -303,40 +374,41 @@ impl Session {
 
     /// Records what a successful statement changed, on the session and on the
     /// connection that ran it.
-    fn record(&mut self, change: SessionChange, conn: &mut BackendConn) {
+    fn record(&mut self, client: &mut Client, change: SessionChange, conn: &mut BackendConn) {
         match change {
             SessionChange::Nothing => {}
             SessionChange::Database(db) => {
                 conn.key.has_db = true;
                 conn.db = Some(db.clone());
-                self.set_database(Some(db));
+                self.set_database(client, Some(db));
             }
             SessionChange::DroppedDatabase(db) => {
                 if conn.db.as_deref() == Some(db.as_str()) {
                     conn.key.has_db = false;
                     conn.db = None;
                 }
-                if self.backends.state.db.as_deref() == Some(db.as_str()) {
-                    self.set_database(None);
+                if self.state.db.as_deref() == Some(db.as_str()) {
+                    self.set_database(client, None);
                 }
             }
             SessionChange::ReadBack { .. } => unreachable!("read back later"),
             SessionChange::Setting(keys, sql) => {
-                self.backends.session_variables_changed |=
-                    may_change_session_variables(sql.as_bytes());
+                self.session_variables_changed |= may_change_session_variables(sql.as_bytes());
                 if keys
                     .iter()
                     .any(|k| k == "names" || k == "character_set_client")
                 {
-                    self.client.charset = client_charset_after(&sql, self.backends.quoting)
-                        .unwrap_or(self.client.charset);
+                    client.charset =
+                        client_charset_after(&sql, self.quoting).unwrap_or(client.charset);
                 }
-                self.backends.state.record_setting(keys, sql);
-                conn.settings = self.backends.state.fingerprint();
+                self.state.record_setting(keys, sql);
+                conn.settings = self.state.fingerprint();
             }
         }
     }
+}
 
+impl super::Backends {
     fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
         self.note_unread(slot, keys, database, None);
     }
@@ -355,11 +427,11 @@ impl Session {
         since: Option<Variables>,
     ) {
         // The state is read from this connection: the session keeps it.
-        let binding = &mut self.backends.slots[slot].binding;
+        let binding = &mut self.slots[slot].binding;
         binding
             .sticky
             .get_or_insert("session state hscale reads back");
-        match self.backends.unread.iter_mut().find(|u| u.slot == slot) {
+        match self.unread.iter_mut().find(|u| u.slot == slot) {
             Some(unread) => {
                 unread.keys.extend(keys);
                 unread.keys.sort();
@@ -368,79 +440,12 @@ impl Session {
                 // The earliest snapshot: what changed since it all counts.
                 unread.since = unread.since.take().or(since);
             }
-            None => self.backends.unread.push(Unread {
+            None => self.unread.push(Unread {
                 slot,
                 keys,
                 database,
                 since,
             }),
-        }
-    }
-
-    /// Reads back what `read_back_later` noted and records it as the
-    /// session's, so that every other connection takes it.
-    pub(super) async fn read_back(&mut self) {
-        for Unread {
-            slot,
-            mut keys,
-            database,
-            since,
-        } in std::mem::take(&mut self.backends.unread)
-        {
-            // Gone with its connection, which the server ended (or the client reset).
-            let Some(mut conn) = self.backends.slots[slot].held.take() else {
-                continue;
-            };
-            let mut values: Vec<(String, Value)> = Vec::new();
-            let mut listed = None;
-            if let Some(before) = since {
-                match session_variables(&mut conn).await {
-                    Some(mut now) => {
-                        listed = Some(now.clone());
-                        for key in changed_settings(&before, &now) {
-                            keys.retain(|k| *k != key);
-                            let value = now.remove(&key).flatten();
-                            values.push((key, value));
-                        }
-                    }
-                    None => tracing::warn!(
-                        connection_id = self.client.connection_id,
-                        "could not read session variables; what a CALL set stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !keys.is_empty() || database {
-                match read_values(&mut conn, &keys, database).await {
-                    Some((db, read)) => {
-                        if let Some(db) = db {
-                            conn.key.has_db = db.is_some();
-                            conn.db = db.clone();
-                            self.set_database(db);
-                        }
-                        values.extend(read);
-                    }
-                    None => tracing::warn!(
-                        connection_id = self.client.connection_id,
-                        "could not read back session state; it stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !values.is_empty() {
-                values.sort_by(|a, b| a.0.cmp(&b.0));
-                let keys = values.iter().map(|(key, _)| key.clone()).collect();
-                let setting = setting_of(&values);
-                self.record(SessionChange::Setting(keys, setting), &mut conn);
-            }
-            if let Some(variables) = listed {
-                self.backends.settings_listed = Some(SettingsListed {
-                    slot,
-                    fingerprint: self.backends.state.fingerprint(),
-                    variables,
-                });
-            }
-            self.backends.slots[slot].held = Some(conn);
         }
     }
 }

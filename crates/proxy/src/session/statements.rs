@@ -217,14 +217,16 @@ impl Session {
                     },
                     ..Needs::default()
                 };
-                self.execute_command(
-                    slot,
-                    command,
-                    Some(Expect::Prepare),
-                    needs,
-                    SessionChange::Nothing,
-                )
-                .await?
+                self.backends
+                    .execute_command(
+                        &mut self.client,
+                        slot,
+                        command,
+                        Some(Expect::Prepare),
+                        needs,
+                        SessionChange::Nothing,
+                    )
+                    .await?
             }
         };
         if !completion.error {
@@ -315,7 +317,7 @@ impl Session {
                         .await
                         .map(drop),
                     // Nothing of it lives on a backend connection.
-                    None => self.send_ok().await,
+                    None => self.backends.send_ok(&mut self.client).await,
                 }
             }
             _ => {
@@ -452,7 +454,15 @@ impl Session {
             code: command::STMT_EXECUTE,
             rest,
         };
-        self.execute_command(slot, command, Some(Expect::ResultSets), needs, change)
+        self.backends
+            .execute_command(
+                &mut self.client,
+                slot,
+                command,
+                Some(Expect::ResultSets),
+                needs,
+                change,
+            )
             .await?;
         if writes {
             self.backends.tx.wrote(slot);
@@ -735,14 +745,16 @@ impl Session {
             code,
             rest,
         };
-        self.execute_command(
-            slot,
-            command,
-            expect,
-            Needs::default(),
-            SessionChange::Nothing,
-        )
-        .await
+        self.backends
+            .execute_command(
+                &mut self.client,
+                slot,
+                command,
+                expect,
+                Needs::default(),
+                SessionChange::Nothing,
+            )
+            .await
     }
 
     /// COM_STMT_CLOSE of a statement with a cursor or long data: the backend

@@ -10,6 +10,7 @@ use hscale_planner::{Autocommit, TxControl, TxEffect};
 use hscale_transaction::{Before, BeginPlan, CommitPlan, EndPlan, Reach, Refused};
 use hscale_wire::scan::Expect;
 
+use super::client::Client;
 use super::slots::Needs;
 use super::Session;
 use crate::error::ProxyError;
@@ -50,22 +51,28 @@ impl Session {
                 EndPlan::Branches => self.end_xa_transaction(commit, chain, release).await,
                 EndPlan::Nothing => {
                     self.backends.tx.ended_unbegun();
-                    self.send_ok().await
+                    self.backends.send_ok(&mut self.client).await
                 }
                 EndPlan::Each { quiet, last } => {
                     let quiet: Vec<(usize, &[u8])> =
                         quiet.into_iter().map(|slot| (slot, &payload[..])).collect();
-                    self.each_then_answer(&quiet, last, &payload, ending)
+                    self.backends
+                        .each_then_answer(&mut self.client, &quiet, last, &payload, ending)
                         .await?;
                     self.backends.tx.ended_each(start_transaction);
                     Ok(())
                 }
             },
-            TxControl::Savepoint { op, name } => self.savepoint(op, name, payload, needs).await,
+            TxControl::Savepoint { op, name } => {
+                self.backends
+                    .savepoint(&mut self.client, op, name, payload, needs)
+                    .await
+            }
             TxControl::UnreadSavepoint => {
                 self.backends.tx.check_unread_savepoint()?;
                 let main = self.shared.main;
-                self.each_then_answer(&[], main, &payload, needs)
+                self.backends
+                    .each_then_answer(&mut self.client, &[], main, &payload, needs)
                     .await
                     .map(drop)
             }
@@ -89,33 +96,18 @@ impl Session {
                 if commit_first {
                     self.commit_open(None).await?;
                 }
-                self.begin_here(payload).await
+                self.backends.begin_here(&mut self.client, payload).await
             }
             BeginPlan::OnServer => {
                 self.commit_before(main, TxEffect::CommitsFirst, &payload[1..])
                     .await?;
-                self.each_then_answer(&[], main, &payload, needs).await?;
+                self.backends
+                    .each_then_answer(&mut self.client, &[], main, &payload, needs)
+                    .await?;
                 self.backends.tx.begun_on_server(payload);
                 Ok(())
             }
         }
-    }
-
-    /// A BEGIN outside a transaction, answered by hscale: each backend the
-    /// transaction reaches gets it with its first statement there, a read in
-    /// the same write (Vitess does the same), so that no backend pays a round
-    /// trip for it. InnoDB takes a transaction's snapshot at its first read,
-    /// not at BEGIN, so the client sees what it would have seen.
-    pub(super) async fn begin_here(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        self.backends.tx.begun_here(payload);
-        let mut status = self.backends.status_flags();
-        if self.backends.tx.autocommit() {
-            status |= hscale_wire::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
-        }
-        self.client
-            .send_packet(1, &super::handshake::ok_packet(status))
-            .await?;
-        Ok(())
     }
 
     /// COMMIT / ROLLBACK of a transaction with XA branches: every backend
@@ -132,7 +124,7 @@ impl Session {
         if chain {
             self.backends.tx.chain(start_transaction);
         }
-        self.send_ok().await?;
+        self.backends.send_ok(&mut self.client).await?;
         match release {
             true => Err(ProxyError::Client(hscale_wire::WireError::Closed)),
             false => Ok(()),
@@ -248,29 +240,6 @@ impl Session {
         }
     }
 
-    /// Runs each of `quiet`'s commands on its slot, in turn, keeping their
-    /// answers from the client, then `payload` on `last`, whose answer the
-    /// client gets.
-    pub(super) async fn each_then_answer(
-        &mut self,
-        quiet: &[(usize, &[u8])],
-        last: usize,
-        payload: &[u8],
-        needs: Needs,
-    ) -> Result<hscale_wire::scan::Completion, ProxyError> {
-        for &(slot, command) in quiet {
-            self.backends.run_quietly_with(slot, command, needs).await?;
-        }
-        self.execute(
-            last,
-            payload,
-            Some(Expect::ResultSets),
-            needs,
-            hscale_planner::SessionChange::Nothing,
-        )
-        .await
-    }
-
     /// After an error inside a transaction. A deadlock rolls the whole
     /// transaction back on its backend, and a lost connection takes it
     /// with it, with no word of it in the error: the client knows the
@@ -316,6 +285,54 @@ impl Session {
             "transaction rolled back on a backend: rolled back on every backend"
         );
         self.backends.tx.settled();
+    }
+}
+
+impl super::Backends {
+    /// A BEGIN outside a transaction, answered by hscale: each backend the
+    /// transaction reaches gets it with its first statement there, a read in
+    /// the same write (Vitess does the same), so that no backend pays a round
+    /// trip for it. InnoDB takes a transaction's snapshot at its first read,
+    /// not at BEGIN, so the client sees what it would have seen.
+    pub(super) async fn begin_here(
+        &mut self,
+        client: &mut Client,
+        payload: Bytes,
+    ) -> Result<(), ProxyError> {
+        self.tx.begun_here(payload);
+        let mut status = self.status_flags();
+        if self.tx.autocommit() {
+            status |= hscale_wire::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+        }
+        client
+            .send_packet(1, &super::handshake::ok_packet(status))
+            .await?;
+        Ok(())
+    }
+
+    /// Runs each of `quiet`'s commands on its slot, in turn, keeping their
+    /// answers from the client, then `payload` on `last`, whose answer the
+    /// client gets.
+    pub(super) async fn each_then_answer(
+        &mut self,
+        client: &mut Client,
+        quiet: &[(usize, &[u8])],
+        last: usize,
+        payload: &[u8],
+        needs: Needs,
+    ) -> Result<hscale_wire::scan::Completion, ProxyError> {
+        for &(slot, command) in quiet {
+            self.run_quietly_with(slot, command, needs).await?;
+        }
+        self.execute(
+            client,
+            last,
+            payload,
+            Some(Expect::ResultSets),
+            needs,
+            hscale_planner::SessionChange::Nothing,
+        )
+        .await
     }
 }
 
