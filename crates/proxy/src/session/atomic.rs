@@ -284,7 +284,7 @@ pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>)
 /// failed one), else in two, for a client that did not ask for several
 /// statements per query (most drivers' default), whose capabilities its
 /// connection carries.
-pub(super) async fn commit_with(lease: &mut Lease, first: &str) -> Result<Completion, ProxyError> {
+async fn commit_with(lease: &mut Lease, first: &str) -> Result<Completion, ProxyError> {
     if runs_several(lease) {
         return run_statement(lease, &format!("{first};\nCOMMIT")).await;
     }

@@ -3,28 +3,17 @@
 //! Multiplexing rules (when a client keeps a backend connection) are in
 //! `slots::Binding`; docs/multiplexing.md explains them to users.
 
-mod admin;
 mod atomic;
 mod client;
-mod dynamic;
-mod federate;
 mod handshake;
-mod kill;
-pub(crate) use kill::kill_backend_thread;
-mod load;
-mod locks;
-mod main;
+mod run;
+pub(crate) use run::kill::kill_backend_thread;
 mod messages;
 mod probed;
-mod query;
 mod savepoint;
 mod scatter;
-mod schema;
-mod show;
 mod slots;
 mod state;
-mod statements;
-mod transaction;
 
 use std::sync::Arc;
 
@@ -48,9 +37,9 @@ use crate::shared::{SessionHandle, Shared};
 use crate::tls::ClientStream;
 use client::{reply_error, Client};
 use hscale_transaction::Transaction;
+use run::prepared::ClientStatements;
 use slots::{Binding, Needs, Previous, Slot};
 use state::SessionState;
-use statements::ClientStatements;
 
 /// The largest packet a client may send before it logged in: a login answer
 /// with its connection attributes is well under this, and a stranger must
@@ -113,11 +102,11 @@ struct Memo {
     statements: ClientStatements,
     /// Statements the client prepared with PREPARE ... FROM text that
     /// hscale routes or guards.
-    sql_statements: dynamic::SqlStatements,
+    sql_statements: run::dynamic::SqlStatements,
     /// What probes found for unions of partitions, per statement shape.
     probed_columns: probed::ProbedColumns,
     /// Definitions of tables copied for statements answered from copies.
-    definitions: federate::Definitions,
+    definitions: run::federate::Definitions,
 }
 
 /// How a session's time on a worker ended.
@@ -320,7 +309,12 @@ impl Session {
         let mut served_here = false;
         loop {
             if self.backends.tx.unsettled() {
-                self.settle_transaction().await;
+                run::transaction::settle_transaction(
+                    &self.shared,
+                    &mut self.client,
+                    &mut self.backends,
+                )
+                .await;
             }
             if !self.backends.tx.reached_any() {
                 // Its transaction ended before the detector's kill came.
@@ -432,7 +426,16 @@ impl Session {
         let main = self.shared.main;
         let forward = |expect| (Some(expect), Needs::default(), SessionChange::Nothing);
         let (expect, needs, change) = match code {
-            command::QUERY => return self.query(payload).await,
+            command::QUERY => {
+                return run::query(
+                    &self.shared,
+                    &mut self.client,
+                    &mut self.memo,
+                    &mut self.backends,
+                    payload,
+                )
+                .await
+            }
             command::INIT_DB => {
                 // The name is replayed on every connection the session takes.
                 let db = match std::str::from_utf8(&payload[1..]) {
@@ -446,19 +449,46 @@ impl Session {
                     SessionChange::Database(db),
                 )
             }
-            command::FIELD_LIST => return self.field_list(payload).await,
+            command::FIELD_LIST => {
+                return run::listing::field_list(
+                    &self.shared,
+                    &mut self.client,
+                    &mut self.backends,
+                    payload,
+                )
+                .await
+            }
             command::PING => return self.backends.send_ok(&mut self.client).await,
             command::STATISTICS => {
                 let stats = self.shared.statistics();
                 self.client.send_packet(1, stats.as_bytes()).await?;
                 return Ok(());
             }
-            command::STMT_PREPARE => return self.prepare(payload).await,
+            command::STMT_PREPARE => {
+                return run::prepared::prepare(
+                    &self.shared,
+                    &mut self.client,
+                    &mut self.memo,
+                    &mut self.backends,
+                    payload,
+                )
+                .await
+            }
             command::STMT_EXECUTE
             | command::STMT_FETCH
             | command::STMT_RESET
             | command::STMT_SEND_LONG_DATA
-            | command::STMT_CLOSE => return self.statement_command(code, payload).await,
+            | command::STMT_CLOSE => {
+                return run::prepared::statement_command(
+                    &self.shared,
+                    &mut self.client,
+                    &mut self.memo,
+                    &mut self.backends,
+                    code,
+                    payload,
+                )
+                .await
+            }
             command::SET_OPTION => {
                 self.backends.slots[main].binding.sticky = Some("COM_SET_OPTION");
                 forward(Expect::Single)
@@ -476,7 +506,7 @@ impl Session {
                     scope: KillScope::Connection,
                     id: u64::from(id),
                 };
-                return kill::run(&self.shared, &mut self.client, &self.backends, kill).await;
+                return run::kill::run(&self.shared, &mut self.client, &self.backends, kill).await;
             }
             code => return Err(ProxyError::UnknownCommand { code }),
         };
@@ -484,22 +514,6 @@ impl Session {
             .execute(&mut self.client, main, &payload, expect, needs, change)
             .await
             .map(drop)
-    }
-
-    /// The command with CONNECTION_ID() and the variables naming the server
-    /// replaced by what the client's connection to hscale answers: its backend
-    /// connection has another id, on another server.
-    pub(super) fn with_own_values(&self, payload: Bytes) -> Bytes {
-        let own = OwnValues {
-            connection_id: self.client.connection_id,
-            port: self.client.reached.port(),
-            address: self.client.reached.ip(),
-            hostname: &self.shared.hostname,
-        };
-        match replace_own_values(&payload[1..], &own, self.backends.quoting) {
-            Some(sql) => [&payload[..1], &sql].concat().into(),
-            None => payload,
-        }
     }
 
     /// COM_RESET_CONNECTION: server-side state goes with the connection that held it.
@@ -721,4 +735,25 @@ fn may_change_session_variables(sql: &[u8]) -> bool {
 
 fn no_backslash_escapes(status: StatusFlags) -> bool {
     status.contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES)
+}
+
+/// The command with CONNECTION_ID() and the variables naming the server
+/// replaced by what the client's connection to hscale answers: its backend
+/// connection has another id, on another server.
+fn with_own_values(
+    shared: &Arc<Shared>,
+    client: &Client,
+    backends: &Backends,
+    payload: Bytes,
+) -> Bytes {
+    let own = OwnValues {
+        connection_id: client.connection_id,
+        port: client.reached.port(),
+        address: client.reached.ip(),
+        hostname: &shared.hostname,
+    };
+    match replace_own_values(&payload[1..], &own, backends.quoting) {
+        Some(sql) => [&payload[..1], &sql].concat().into(),
+        None => payload,
+    }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use hscale_merge::{Budget, Encoding, MergeError, Merger, Next, Spec};
 use hscale_planner::{KillScope, Merge, Refusal, Upsert};
+use hscale_transaction::Branch;
 use hscale_transaction::Reach;
+use hscale_wire::command;
 use hscale_wire::frame::{read_lenenc, write_lenenc};
 use hscale_wire::packets::{
     write_eof, write_result_end, ErrorPacket, OkInfo, ERR_HEADER, OK_HEADER,
@@ -21,19 +23,19 @@ use hscale_wire::{CapabilityFlags, WireError};
 
 use super::atomic::Parts;
 use super::client::Client;
-use super::federate::Sink;
-use super::kill::kill_backend_thread;
 use super::probed::{client_definition, ProbedColumns, Under};
+use super::run::federate::Sink;
+use super::run::kill::kill_backend_thread;
 use super::slots::{Needs, Previous};
 use super::state::{breaks_connection, UNKNOWN_SETTINGS};
-use super::Session;
+use super::Backends;
+use super::Memo;
 use crate::backend::{BackendError, Lease, UNKNOWN_ID};
 use crate::error::ProxyError;
 use crate::exec::{command_payload, end_completion, Command, FLUSH_AT};
+use crate::shared::Shared;
 use crate::spool::Spool;
 use crate::xa::Running;
-use hscale_transaction::Branch;
-use hscale_wire::command;
 
 /// The needs of a statement that ends the transaction where it runs, or
 /// runs outside one: no XA branch opens for it.
@@ -61,519 +63,6 @@ const WATCH_AFTER: Duration = Duration::from_millis(20);
 pub(super) struct Generated {
     pub first: u64,
     pub upsert: Option<Upsert>,
-}
-
-impl Session {
-    /// Commands on several partitions, their answers merged into one.
-    /// `probes`: where a command joins several partitions of its backend
-    /// (`Session::must_unite`), one partition's statement.
-    pub(super) async fn run_merged(
-        &mut self,
-        merge: Merge,
-        slots: &[usize],
-        commands: &[Command<'_>],
-        needs: Needs,
-        generated: Option<Generated>,
-        probes: Vec<Option<Bytes>>,
-    ) -> Result<(), ProxyError> {
-        match merge {
-            Merge::AffectedRows => {
-                self.backends
-                    .sum_affected(&mut self.client, slots, commands, needs, generated)
-                    .await
-            }
-            Merge::Copies => {
-                let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
-                let one = self
-                    .backends
-                    .write_each(slots, &parts, needs, false, true)
-                    .await?;
-                self.backends.send_total(&mut self.client, one).await
-            }
-            Merge::Single => {
-                self.merge_rows(Spec::default(), slots, commands, needs, probes, None)
-                    .await
-            }
-            Merge::Rows(spec) => {
-                self.merge_rows(*spec, slots, commands, needs, probes, None)
-                    .await
-            }
-        }
-    }
-
-    /// One result set out of several partitions' result sets, as `spec`
-    /// merges them (`hscale_merge::Merger`): every partition's statement is
-    /// sent at once, and every answer's columns are read before the client
-    /// sees anything, so that an error from any partition is the whole
-    /// answer. Partitions on one backend need a connection each when their
-    /// rows are merged in order (or come as one statement, `must_unite`);
-    /// otherwise they take turns on the session's. `copying`: the rows go
-    /// there, not to the client (`Session::federate`).
-    pub(super) async fn merge_rows(
-        &mut self,
-        spec: Spec,
-        slots: &[usize],
-        commands: &[Command<'_>],
-        needs: Needs,
-        mut probes: Vec<Option<Bytes>>,
-        copying: Option<&mut Sink>,
-    ) -> Result<(), ProxyError> {
-        let may_borrow = self.backends.may_borrow(slots);
-        // EXECUTE answers with binary rows, a query with text rows.
-        let encoding = match commands.first() {
-            Some(Command::Statement { .. }) => Encoding::Binary,
-            _ => Encoding::Text,
-        };
-        let scans = &self.shared.scans;
-        let budget = Budget {
-            memory_bytes: scans.memory_bytes,
-            spill_bytes: scans.spill_bytes,
-            spill_dir: scans.spill_dir.clone(),
-            ..Budget::default()
-        };
-        let (timeout_ms, fan_out) = (scans.timeout_ms, scans.fan_out);
-        // An ordered merge reads every partition's next row: all run at once.
-        let fan_out = match spec.keys.is_empty() {
-            true => fan_out,
-            false => usize::MAX,
-        };
-        let mut merger = Merger::new(spec, slots.len(), self.shared.collations.clone(), encoding)
-            .with_budget(budget);
-        let mut sources: Vec<Source> = slots
-            .iter()
-            .map(|&slot| Source {
-                slot,
-                lease: None,
-                reading: Reading::NotSent,
-                union: false,
-                probe: None,
-                probe_key: None,
-                definitions: None,
-            })
-            .collect();
-        for (source, text) in sources.iter_mut().zip(&probes) {
-            source.union = text.is_some();
-        }
-        // Where no backend answers with one partition's own definitions, a
-        // probe of one partition's statement gives them.
-        if !probes.is_empty() && probes.iter().all(Option::is_some) {
-            self.probe_first(&mut sources[0], probes.swap_remove(0));
-        }
-        let copies = copying.is_some();
-        let mut out = Output {
-            seq: 1,
-            header_sent: false,
-            warnings: 0,
-            status: None,
-            copying,
-        };
-        self.backends.gather_from_here();
-        self.client.column_names.start(&self.shared.dictionary);
-        let watcher = self.watch_client();
-        let driven = self.drive(
-            &mut merger,
-            &mut sources,
-            commands,
-            needs,
-            may_borrow.then_some(fan_out),
-            &mut out,
-        );
-        let watched = async {
-            tokio::select! {
-                biased;
-                outcome = driven => outcome,
-                never = watcher => match never {},
-            }
-        };
-        let outcome = match timeout_ms {
-            0 => watched.await,
-            ms => tokio::time::timeout(Duration::from_millis(ms), watched)
-                .await
-                .unwrap_or(Err(Abort::Failed(ProxyError::ScanTimeout { ms }))),
-        };
-        self.backends.handle.scan_ended();
-        let outcome = match outcome {
-            Ok(()) => Ok(()),
-            Err(Abort::Answer(packet)) => Err(packet),
-            Err(Abort::Failed(e)) => {
-                let stopped = matches!(e, ProxyError::ScanTimeout { .. });
-                if stopped || matches!(e, ProxyError::Client(_)) {
-                    // Nobody waits for the partitions' queries any more.
-                    for source in sources.iter().filter(|s| s.reading != Reading::Ended) {
-                        if let Some(lease) = &source.lease {
-                            let (backend, thread) = (lease.conn.backend, lease.conn.thread_id);
-                            kill_backend_thread(&self.shared, backend, thread, KillScope::Query)
-                                .await;
-                        }
-                    }
-                }
-                // Connections in the middle of an answer (or of a packet,
-                // where the timeout cut in) are closed.
-                self.backends.drop_sources(&mut sources);
-                self.backends.gathered = None;
-                if stopped && out.header_sent {
-                    // Mid-result, the ERR takes the end packet's place.
-                    if let (Some(packet), _) = e.to_client() {
-                        let mut bytes = Vec::new();
-                        packet.write(&mut bytes);
-                        self.client.send_packet(out.seq, &bytes).await?;
-                    }
-                    return Ok(());
-                }
-                return Err(e);
-            }
-        };
-        // Partitions still sending (the LIMIT was reached, or another failed)
-        // are read to their end, so that their connections are clean.
-        for i in 0..sources.len() {
-            if let Err(e) = self.backends.drain(&mut sources[i], out.seq > 1).await {
-                self.backends.drop_sources(&mut sources);
-                return Err(e);
-            }
-        }
-        if slots.len() > 1 {
-            self.backends.previous = Previous::Scattered {
-                messages: out.warnings > 0 || outcome.is_err(),
-                slot: slots[0],
-            };
-        }
-        if copies {
-            if let Some(sink) = out.copying.as_deref_mut() {
-                sink.columns(merger.client_columns());
-            }
-            return match outcome {
-                Ok(()) => Ok(()),
-                Err(packet) => Err(ProxyError::Refused(
-                    ErrorPacket::parse(&packet).map_err(ProxyError::Client)?,
-                )),
-            };
-        }
-        match outcome {
-            Ok(()) => {
-                self.backends
-                    .send_header(&mut self.client, &merger, &mut out)
-                    .await?;
-                let deprecate_eof = self.client.deprecate_eof();
-                let mut end = Vec::with_capacity(16);
-                write_result_end(deprecate_eof, out.status.unwrap_or(0), &mut end);
-                if !deprecate_eof {
-                    end[1..3].copy_from_slice(&out.warnings.to_le_bytes());
-                }
-                self.client.send_packet(out.seq, &end).await?;
-            }
-            // Mid-result, the ERR takes the end packet's place, as when the
-            // server itself fails a statement after sending rows.
-            Err(packet) => {
-                self.client.send_packet(out.seq, &packet).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// While a scan waits on its partitions, hscale writes nothing to the
-    /// client and would not see it leave: once the scan has run for
-    /// `WATCH_AFTER`, this watches the client's socket (a duplicate of it,
-    /// peeked, never read) and kills the partitions' queries if the client
-    /// closes it. A client that sends something meanwhile (a pipelined
-    /// command) ends the watch. Never completes: it runs beside the scan and
-    /// is dropped with it.
-    pub(super) fn watch_client(
-        &self,
-    ) -> impl std::future::Future<Output = std::convert::Infallible> {
-        let raw = self.client.stream.get_ref().as_raw_fd();
-        let (handle, shared) = (self.backends.handle.clone(), self.shared.clone());
-        async move {
-            tokio::time::sleep(WATCH_AFTER).await;
-            // SAFETY: `merge_rows` drops this future before it returns, and
-            // the session's client socket outlives `merge_rows`.
-            let client = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-            let watched = || {
-                let duplicate: std::net::TcpStream =
-                    socket2::SockRef::from(&client).try_clone().ok()?.into();
-                duplicate.set_nonblocking(true).ok()?;
-                tokio::net::TcpStream::from_std(duplicate).ok()
-            };
-            if let Some(socket) = watched() {
-                let mut byte = [0u8; 1];
-                if matches!(socket.peek(&mut byte).await, Ok(0) | Err(_)) {
-                    for (backend, thread_id) in handle.threads() {
-                        kill_backend_thread(&shared, backend, thread_id, KillScope::Query).await;
-                    }
-                }
-            }
-            std::future::pending().await
-        }
-    }
-
-    /// Feeds the merger from the partitions as it asks and sends the client
-    /// what it gives. `fan_out`: how many partitions of one backend are sent
-    /// at once, each on a connection of its own; `None`: one, on the
-    /// session's (the others take turns as the merger reaches them).
-    async fn drive(
-        &mut self,
-        merger: &mut Merger,
-        sources: &mut [Source],
-        commands: &[Command<'_>],
-        needs: Needs,
-        fan_out: Option<usize>,
-        out: &mut Output<'_>,
-    ) -> Result<(), Abort> {
-        let fan_out = fan_out.unwrap_or(1);
-        let upfront: Vec<usize> = (0..sources.len())
-            .filter(|&i| {
-                let before = sources[..i].iter().filter(|s| s.slot == sources[i].slot);
-                before.count() < fan_out
-            })
-            .collect();
-        for &i in &upfront {
-            self.start_source(&mut sources[i], commands[i], needs)
-                .await?;
-        }
-        for &i in &upfront {
-            self.read_columns(merger, i, &mut sources[i]).await?;
-        }
-        loop {
-            // Rows already read, and a merge's answer once every group has
-            // come, take no turn at the socket, where tokio counts a task's
-            // work: one unit a row lets this worker's other sessions run
-            // every 128 rows, not after megabytes.
-            tokio::task::consume_budget().await;
-            let i = match merger.step().map_err(merge_error)? {
-                Next::Row(row) => {
-                    if let Some(copying) = out.copying.as_deref_mut() {
-                        let ready = copying
-                            .row(merger.client_columns(), row)
-                            .map_err(Abort::Failed)?;
-                        if let Some(insert) = ready {
-                            let main = self.shared.main;
-                            self.backends.run_quietly(main, &insert).await?;
-                        }
-                        continue;
-                    }
-                    self.backends
-                        .send_header(&mut self.client, merger, out)
-                        .await
-                        .map_err(Abort::Failed)?;
-                    out.seq = self.client.queue_packet(out.seq, &row);
-                    if self.client.write_buffer().len() >= FLUSH_AT {
-                        self.client
-                            .flush()
-                            .await
-                            .map_err(|e| Abort::Failed(ProxyError::Client(e)))?;
-                    }
-                    continue;
-                }
-                Next::Done => return Ok(()),
-                Next::Need(i) => i,
-                Next::NeedAny => sources
-                    .iter()
-                    .position(|s| !matches!(s.reading, Reading::Ended))
-                    .expect("the merger asks only while a partition is open"),
-            };
-            if matches!(sources[i].reading, Reading::NotSent) {
-                self.start_source(&mut sources[i], commands[i], needs)
-                    .await?;
-                self.read_columns(merger, i, &mut sources[i]).await?;
-                continue;
-            }
-            let answered = out.seq > 1;
-            let packet = self.backends.next_of(&mut sources[i], answered).await?;
-            let deprecate_eof = sources[i].deprecate_eof();
-            if packet.first() == Some(&ERR_HEADER) {
-                self.backends.gather_of(&mut sources[i], answered).await?;
-                self.backends.finish_source(&mut sources[i], true);
-                return Err(Abort::Answer(packet));
-            }
-            if is_result_end(&packet, deprecate_eof) {
-                let completion = end_completion(&packet, deprecate_eof);
-                if completion.warnings > 0 {
-                    self.backends.gather_of(&mut sources[i], answered).await?;
-                }
-                out.warnings = out.warnings.saturating_add(completion.warnings);
-                out.status = completion.status;
-                self.backends.finish_completed(&mut sources[i], &completion);
-                merger.end(i);
-                continue;
-            }
-            merger.row(i, packet).map_err(merge_error)?;
-        }
-    }
-
-    /// Checks a connection out for a partition and sends its statement.
-    async fn start_source(
-        &mut self,
-        source: &mut Source,
-        command: Command<'_>,
-        needs: Needs,
-    ) -> Result<(), Abort> {
-        let mut lease = self
-            .backends
-            .checkout(source.slot, needs)
-            .await
-            .map_err(Abort::Failed)?;
-        if let Some(sql) = source.probe.take() {
-            let prepared = match lease.conn.prepare(&sql).await {
-                Ok(prepared) => prepared,
-                Err(e) => {
-                    self.backends.forget_connection_state(source.slot);
-                    return Err(Abort::Failed(ProxyError::Backend(e)));
-                }
-            };
-            if let Some(id) = prepared.id() {
-                let deprecate_eof = lease
-                    .conn
-                    .key
-                    .capabilities
-                    .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
-                let definitions: Arc<[Bytes]> = prepared
-                    .column_definitions(deprecate_eof)
-                    .into_iter()
-                    .map(Bytes::copy_from_slice)
-                    .collect();
-                if let Some(key) = &source.probe_key {
-                    self.memo
-                        .probed_columns
-                        .keep(key.clone(), definitions.clone());
-                }
-                source.definitions = Some(definitions);
-                if let Err(e) = lease.conn.close_statement(id).await {
-                    self.backends.forget_connection_state(source.slot);
-                    return Err(Abort::Failed(ProxyError::Backend(e)));
-                }
-            }
-        }
-        let payload = match command_payload(&mut lease.conn, command).await {
-            Ok(Ok(payload)) => payload,
-            Ok(Err(refusal)) => {
-                if let Err(e) = self.backends.gather_messages(&mut lease.conn).await {
-                    source.lease = Some(lease);
-                    return Err(Abort::Failed(self.backends.lost(source, e, false)));
-                }
-                self.backends
-                    .finish_command(source.slot, lease, &Completion::default());
-                let mut packet = Vec::with_capacity(refusal.message.len() + 9);
-                refusal.write(&mut packet);
-                return Err(Abort::Answer(packet.into()));
-            }
-            Err(e) => {
-                self.backends.forget_connection_state(source.slot);
-                return Err(Abort::Failed(ProxyError::Backend(e)));
-            }
-        };
-        self.backends
-            .handle
-            .scanning(lease.conn.backend, lease.conn.thread_id);
-        let sent = lease.conn.send_command(&payload).await;
-        source.lease = Some(lease);
-        source.reading = Reading::Columns;
-        if let Err(e) = sent {
-            return Err(Abort::Failed(self.backends.lost(source, e, false)));
-        }
-        Ok(())
-    }
-
-    /// A partition's column definitions, for the merger.
-    async fn read_columns(
-        &mut self,
-        merger: &mut Merger,
-        i: usize,
-        source: &mut Source,
-    ) -> Result<(), Abort> {
-        let first = self.backends.next_of(source, false).await?;
-        let malformed = |what| {
-            Abort::Failed(ProxyError::Backend(BackendError::Lost {
-                backend: 0,
-                source: WireError::Malformed { what },
-            }))
-        };
-        let count = match first.first() {
-            Some(&ERR_HEADER) => {
-                self.backends.gather_of(source, false).await?;
-                self.backends.finish_source(source, true);
-                let answer = match source.union && cannot_unite(&first) {
-                    true => union_refused(),
-                    false => first,
-                };
-                return Err(Abort::Answer(answer));
-            }
-            Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
-            _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
-        };
-        let count = count as usize;
-        let mut definitions = Vec::with_capacity(count);
-        for _ in 0..count {
-            definitions.push(self.backends.next_of(source, false).await?);
-        }
-        if !source.deprecate_eof() {
-            self.backends.next_of(source, false).await?;
-        }
-        source.reading = Reading::Rows;
-        let exact = match (source.union, source.definitions.take()) {
-            (false, _) => true,
-            (true, Some(probed)) if probed.len() == count => {
-                let hidden_from = count - merger.hidden_columns().min(count);
-                let mut stands = true;
-                for (i, (definition, probed)) in
-                    definitions.iter_mut().zip(probed.iter()).enumerate()
-                {
-                    match client_definition(probed, definition, i >= hidden_from) {
-                        Some(client) => *definition = client,
-                        None => stands = false,
-                    }
-                }
-                if !stands {
-                    self.forget_probe(source);
-                }
-                stands
-            }
-            (true, probed) => {
-                if probed.is_some() {
-                    self.forget_probe(source);
-                }
-                false
-            }
-        };
-        let names = &self.shared.dictionary;
-        for definition in &mut definitions {
-            if let Some(renamed) = self.client.column_names.logical(names, definition) {
-                *definition = Bytes::copy_from_slice(renamed);
-            }
-        }
-        match exact {
-            true => merger.columns(i, definitions),
-            false => merger.union_columns(i, definitions),
-        }
-        .map_err(merge_error)
-    }
-
-    /// A probe's definitions that no longer fit its union's (the table
-    /// changed) are probed anew next time.
-    fn forget_probe(&mut self, source: &Source) {
-        if let Some(key) = &source.probe_key {
-            self.memo.probed_columns.forget(key);
-        }
-    }
-
-    /// Gives a union that stands for every partition the definitions of
-    /// its first partition's statement `text`: kept from an earlier probe of
-    /// its shape, or probed before the union is sent.
-    fn probe_first(&mut self, source: &mut Source, text: Option<Bytes>) {
-        let Some(text) = text else { return };
-        let under = Under {
-            settings: self.backends.state.fingerprint(),
-            generation: self.shared.dictionary.snapshot().generation(),
-            db: self.backends.state.db.as_deref().unwrap_or(""),
-            quoting: self.backends.quoting,
-        };
-        source.probe_key = ProbedColumns::key(&under, &text);
-        source.definitions = source
-            .probe_key
-            .as_deref()
-            .and_then(|key| self.memo.probed_columns.get(key));
-        if source.definitions.is_none() {
-            source.probe = Some(text);
-        }
-    }
 }
 
 impl super::Backends {
@@ -1357,4 +846,547 @@ fn merge_error(e: MergeError) -> Abort {
         table: None,
         reason,
     }))
+}
+
+/// Commands on several partitions, their answers merged into one.
+/// `probes`: where a command joins several partitions of its backend
+/// (`Session::must_unite`), one partition's statement.
+pub(super) async fn run_merged(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    memo: &mut Memo,
+    backends: &mut Backends,
+    merge: Merge,
+    slots: &[usize],
+    commands: &[Command<'_>],
+    needs: Needs,
+    generated: Option<Generated>,
+    probes: Vec<Option<Bytes>>,
+) -> Result<(), ProxyError> {
+    match merge {
+        Merge::AffectedRows => {
+            backends
+                .sum_affected(client, slots, commands, needs, generated)
+                .await
+        }
+        Merge::Copies => {
+            let parts: Vec<Part> = commands.iter().map(|&c| Part::Command(c)).collect();
+            let one = backends
+                .write_each(slots, &parts, needs, false, true)
+                .await?;
+            backends.send_total(client, one).await
+        }
+        Merge::Single => {
+            merge_rows(
+                shared,
+                client,
+                memo,
+                backends,
+                Spec::default(),
+                slots,
+                commands,
+                needs,
+                probes,
+                None,
+            )
+            .await
+        }
+        Merge::Rows(spec) => {
+            merge_rows(
+                shared, client, memo, backends, *spec, slots, commands, needs, probes, None,
+            )
+            .await
+        }
+    }
+}
+
+/// One result set out of several partitions' result sets, as `spec`
+/// merges them (`hscale_merge::Merger`): every partition's statement is
+/// sent at once, and every answer's columns are read before the client
+/// sees anything, so that an error from any partition is the whole
+/// answer. Partitions on one backend need a connection each when their
+/// rows are merged in order (or come as one statement, `must_unite`);
+/// otherwise they take turns on the session's. `copying`: the rows go
+/// there, not to the client (`Session::federate`).
+pub(super) async fn merge_rows(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    memo: &mut Memo,
+    backends: &mut Backends,
+    spec: Spec,
+    slots: &[usize],
+    commands: &[Command<'_>],
+    needs: Needs,
+    mut probes: Vec<Option<Bytes>>,
+    copying: Option<&mut Sink>,
+) -> Result<(), ProxyError> {
+    let may_borrow = backends.may_borrow(slots);
+    // EXECUTE answers with binary rows, a query with text rows.
+    let encoding = match commands.first() {
+        Some(Command::Statement { .. }) => Encoding::Binary,
+        _ => Encoding::Text,
+    };
+    let scans = &shared.scans;
+    let budget = Budget {
+        memory_bytes: scans.memory_bytes,
+        spill_bytes: scans.spill_bytes,
+        spill_dir: scans.spill_dir.clone(),
+        ..Budget::default()
+    };
+    let (timeout_ms, fan_out) = (scans.timeout_ms, scans.fan_out);
+    // An ordered merge reads every partition's next row: all run at once.
+    let fan_out = match spec.keys.is_empty() {
+        true => fan_out,
+        false => usize::MAX,
+    };
+    let mut merger =
+        Merger::new(spec, slots.len(), shared.collations.clone(), encoding).with_budget(budget);
+    let mut sources: Vec<Source> = slots
+        .iter()
+        .map(|&slot| Source {
+            slot,
+            lease: None,
+            reading: Reading::NotSent,
+            union: false,
+            probe: None,
+            probe_key: None,
+            definitions: None,
+        })
+        .collect();
+    for (source, text) in sources.iter_mut().zip(&probes) {
+        source.union = text.is_some();
+    }
+    // Where no backend answers with one partition's own definitions, a
+    // probe of one partition's statement gives them.
+    if !probes.is_empty() && probes.iter().all(Option::is_some) {
+        probe_first(
+            shared,
+            memo,
+            backends,
+            &mut sources[0],
+            probes.swap_remove(0),
+        );
+    }
+    let copies = copying.is_some();
+    let mut out = Output {
+        seq: 1,
+        header_sent: false,
+        warnings: 0,
+        status: None,
+        copying,
+    };
+    backends.gather_from_here();
+    client.column_names.start(&shared.dictionary);
+    let watcher = watch_client(shared, client, backends);
+    let driven = drive(
+        shared,
+        client,
+        memo,
+        backends,
+        &mut merger,
+        &mut sources,
+        commands,
+        needs,
+        may_borrow.then_some(fan_out),
+        &mut out,
+    );
+    let watched = async {
+        tokio::select! {
+            biased;
+            outcome = driven => outcome,
+            never = watcher => match never {},
+        }
+    };
+    let outcome = match timeout_ms {
+        0 => watched.await,
+        ms => tokio::time::timeout(Duration::from_millis(ms), watched)
+            .await
+            .unwrap_or(Err(Abort::Failed(ProxyError::ScanTimeout { ms }))),
+    };
+    backends.handle.scan_ended();
+    let outcome = match outcome {
+        Ok(()) => Ok(()),
+        Err(Abort::Answer(packet)) => Err(packet),
+        Err(Abort::Failed(e)) => {
+            let stopped = matches!(e, ProxyError::ScanTimeout { .. });
+            if stopped || matches!(e, ProxyError::Client(_)) {
+                // Nobody waits for the partitions' queries any more.
+                for source in sources.iter().filter(|s| s.reading != Reading::Ended) {
+                    if let Some(lease) = &source.lease {
+                        let (backend, thread) = (lease.conn.backend, lease.conn.thread_id);
+                        kill_backend_thread(shared, backend, thread, KillScope::Query).await;
+                    }
+                }
+            }
+            // Connections in the middle of an answer (or of a packet,
+            // where the timeout cut in) are closed.
+            backends.drop_sources(&mut sources);
+            backends.gathered = None;
+            if stopped && out.header_sent {
+                // Mid-result, the ERR takes the end packet's place.
+                if let (Some(packet), _) = e.to_client() {
+                    let mut bytes = Vec::new();
+                    packet.write(&mut bytes);
+                    client.send_packet(out.seq, &bytes).await?;
+                }
+                return Ok(());
+            }
+            return Err(e);
+        }
+    };
+    // Partitions still sending (the LIMIT was reached, or another failed)
+    // are read to their end, so that their connections are clean.
+    for i in 0..sources.len() {
+        if let Err(e) = backends.drain(&mut sources[i], out.seq > 1).await {
+            backends.drop_sources(&mut sources);
+            return Err(e);
+        }
+    }
+    if slots.len() > 1 {
+        backends.previous = Previous::Scattered {
+            messages: out.warnings > 0 || outcome.is_err(),
+            slot: slots[0],
+        };
+    }
+    if copies {
+        if let Some(sink) = out.copying.as_deref_mut() {
+            sink.columns(merger.client_columns());
+        }
+        return match outcome {
+            Ok(()) => Ok(()),
+            Err(packet) => Err(ProxyError::Refused(
+                ErrorPacket::parse(&packet).map_err(ProxyError::Client)?,
+            )),
+        };
+    }
+    match outcome {
+        Ok(()) => {
+            backends.send_header(client, &merger, &mut out).await?;
+            let deprecate_eof = client.deprecate_eof();
+            let mut end = Vec::with_capacity(16);
+            write_result_end(deprecate_eof, out.status.unwrap_or(0), &mut end);
+            if !deprecate_eof {
+                end[1..3].copy_from_slice(&out.warnings.to_le_bytes());
+            }
+            client.send_packet(out.seq, &end).await?;
+        }
+        // Mid-result, the ERR takes the end packet's place, as when the
+        // server itself fails a statement after sending rows.
+        Err(packet) => {
+            client.send_packet(out.seq, &packet).await?;
+        }
+    }
+    Ok(())
+}
+
+/// While a scan waits on its partitions, hscale writes nothing to the
+/// client and would not see it leave: once the scan has run for
+/// `WATCH_AFTER`, this watches the client's socket (a duplicate of it,
+/// peeked, never read) and kills the partitions' queries if the client
+/// closes it. A client that sends something meanwhile (a pipelined
+/// command) ends the watch. Never completes: it runs beside the scan and
+/// is dropped with it.
+pub(super) fn watch_client(
+    shared: &Arc<Shared>,
+    client: &Client,
+    backends: &Backends,
+) -> impl std::future::Future<Output = std::convert::Infallible> {
+    let raw = client.stream.get_ref().as_raw_fd();
+    let (handle, shared) = (backends.handle.clone(), shared.clone());
+    async move {
+        tokio::time::sleep(WATCH_AFTER).await;
+        // SAFETY: `merge_rows` drops this future before it returns, and
+        // the session's client socket outlives `merge_rows`.
+        let client_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+        let watched = || {
+            let duplicate: std::net::TcpStream =
+                socket2::SockRef::from(&client_fd).try_clone().ok()?.into();
+            duplicate.set_nonblocking(true).ok()?;
+            tokio::net::TcpStream::from_std(duplicate).ok()
+        };
+        if let Some(socket) = watched() {
+            let mut byte = [0u8; 1];
+            if matches!(socket.peek(&mut byte).await, Ok(0) | Err(_)) {
+                for (backend, thread_id) in handle.threads() {
+                    kill_backend_thread(&shared, backend, thread_id, KillScope::Query).await;
+                }
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+/// Feeds the merger from the partitions as it asks and sends the client
+/// what it gives. `fan_out`: how many partitions of one backend are sent
+/// at once, each on a connection of its own; `None`: one, on the
+/// session's (the others take turns as the merger reaches them).
+async fn drive(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    memo: &mut Memo,
+    backends: &mut Backends,
+    merger: &mut Merger,
+    sources: &mut [Source],
+    commands: &[Command<'_>],
+    needs: Needs,
+    fan_out: Option<usize>,
+    out: &mut Output<'_>,
+) -> Result<(), Abort> {
+    let fan_out = fan_out.unwrap_or(1);
+    let upfront: Vec<usize> = (0..sources.len())
+        .filter(|&i| {
+            let before = sources[..i].iter().filter(|s| s.slot == sources[i].slot);
+            before.count() < fan_out
+        })
+        .collect();
+    for &i in &upfront {
+        start_source(memo, backends, &mut sources[i], commands[i], needs).await?;
+    }
+    for &i in &upfront {
+        read_columns(shared, client, memo, backends, merger, i, &mut sources[i]).await?;
+    }
+    loop {
+        // Rows already read, and a merge's answer once every group has
+        // come, take no turn at the socket, where tokio counts a task's
+        // work: one unit a row lets this worker's other sessions run
+        // every 128 rows, not after megabytes.
+        tokio::task::consume_budget().await;
+        let i = match merger.step().map_err(merge_error)? {
+            Next::Row(row) => {
+                if let Some(copying) = out.copying.as_deref_mut() {
+                    let ready = copying
+                        .row(merger.client_columns(), row)
+                        .map_err(Abort::Failed)?;
+                    if let Some(insert) = ready {
+                        let main = shared.main;
+                        backends.run_quietly(main, &insert).await?;
+                    }
+                    continue;
+                }
+                backends
+                    .send_header(client, merger, out)
+                    .await
+                    .map_err(Abort::Failed)?;
+                out.seq = client.queue_packet(out.seq, &row);
+                if client.write_buffer().len() >= FLUSH_AT {
+                    client
+                        .flush()
+                        .await
+                        .map_err(|e| Abort::Failed(ProxyError::Client(e)))?;
+                }
+                continue;
+            }
+            Next::Done => return Ok(()),
+            Next::Need(i) => i,
+            Next::NeedAny => sources
+                .iter()
+                .position(|s| !matches!(s.reading, Reading::Ended))
+                .expect("the merger asks only while a partition is open"),
+        };
+        if matches!(sources[i].reading, Reading::NotSent) {
+            start_source(memo, backends, &mut sources[i], commands[i], needs).await?;
+            read_columns(shared, client, memo, backends, merger, i, &mut sources[i]).await?;
+            continue;
+        }
+        let answered = out.seq > 1;
+        let packet = backends.next_of(&mut sources[i], answered).await?;
+        let deprecate_eof = sources[i].deprecate_eof();
+        if packet.first() == Some(&ERR_HEADER) {
+            backends.gather_of(&mut sources[i], answered).await?;
+            backends.finish_source(&mut sources[i], true);
+            return Err(Abort::Answer(packet));
+        }
+        if is_result_end(&packet, deprecate_eof) {
+            let completion = end_completion(&packet, deprecate_eof);
+            if completion.warnings > 0 {
+                backends.gather_of(&mut sources[i], answered).await?;
+            }
+            out.warnings = out.warnings.saturating_add(completion.warnings);
+            out.status = completion.status;
+            backends.finish_completed(&mut sources[i], &completion);
+            merger.end(i);
+            continue;
+        }
+        merger.row(i, packet).map_err(merge_error)?;
+    }
+}
+
+/// Checks a connection out for a partition and sends its statement.
+async fn start_source(
+    memo: &mut Memo,
+    backends: &mut Backends,
+    source: &mut Source,
+    command: Command<'_>,
+    needs: Needs,
+) -> Result<(), Abort> {
+    let mut lease = backends
+        .checkout(source.slot, needs)
+        .await
+        .map_err(Abort::Failed)?;
+    if let Some(sql) = source.probe.take() {
+        let prepared = match lease.conn.prepare(&sql).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                backends.forget_connection_state(source.slot);
+                return Err(Abort::Failed(ProxyError::Backend(e)));
+            }
+        };
+        if let Some(id) = prepared.id() {
+            let deprecate_eof = lease
+                .conn
+                .key
+                .capabilities
+                .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF);
+            let definitions: Arc<[Bytes]> = prepared
+                .column_definitions(deprecate_eof)
+                .into_iter()
+                .map(Bytes::copy_from_slice)
+                .collect();
+            if let Some(key) = &source.probe_key {
+                memo.probed_columns.keep(key.clone(), definitions.clone());
+            }
+            source.definitions = Some(definitions);
+            if let Err(e) = lease.conn.close_statement(id).await {
+                backends.forget_connection_state(source.slot);
+                return Err(Abort::Failed(ProxyError::Backend(e)));
+            }
+        }
+    }
+    let payload = match command_payload(&mut lease.conn, command).await {
+        Ok(Ok(payload)) => payload,
+        Ok(Err(refusal)) => {
+            if let Err(e) = backends.gather_messages(&mut lease.conn).await {
+                source.lease = Some(lease);
+                return Err(Abort::Failed(backends.lost(source, e, false)));
+            }
+            backends.finish_command(source.slot, lease, &Completion::default());
+            let mut packet = Vec::with_capacity(refusal.message.len() + 9);
+            refusal.write(&mut packet);
+            return Err(Abort::Answer(packet.into()));
+        }
+        Err(e) => {
+            backends.forget_connection_state(source.slot);
+            return Err(Abort::Failed(ProxyError::Backend(e)));
+        }
+    };
+    backends
+        .handle
+        .scanning(lease.conn.backend, lease.conn.thread_id);
+    let sent = lease.conn.send_command(&payload).await;
+    source.lease = Some(lease);
+    source.reading = Reading::Columns;
+    if let Err(e) = sent {
+        return Err(Abort::Failed(backends.lost(source, e, false)));
+    }
+    Ok(())
+}
+
+/// A partition's column definitions, for the merger.
+async fn read_columns(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    memo: &mut Memo,
+    backends: &mut Backends,
+    merger: &mut Merger,
+    i: usize,
+    source: &mut Source,
+) -> Result<(), Abort> {
+    let first = backends.next_of(source, false).await?;
+    let malformed = |what| {
+        Abort::Failed(ProxyError::Backend(BackendError::Lost {
+            backend: 0,
+            source: WireError::Malformed { what },
+        }))
+    };
+    let count = match first.first() {
+        Some(&ERR_HEADER) => {
+            backends.gather_of(source, false).await?;
+            backends.finish_source(source, true);
+            let answer = match source.union && cannot_unite(&first) {
+                true => union_refused(),
+                false => first,
+            };
+            return Err(Abort::Answer(answer));
+        }
+        Some(&OK_HEADER) => return Err(malformed("an OK where rows were expected")),
+        _ => read_lenenc(&first).ok_or(malformed("column count"))?.0,
+    };
+    let count = count as usize;
+    let mut definitions = Vec::with_capacity(count);
+    for _ in 0..count {
+        definitions.push(backends.next_of(source, false).await?);
+    }
+    if !source.deprecate_eof() {
+        backends.next_of(source, false).await?;
+    }
+    source.reading = Reading::Rows;
+    let exact = match (source.union, source.definitions.take()) {
+        (false, _) => true,
+        (true, Some(probed)) if probed.len() == count => {
+            let hidden_from = count - merger.hidden_columns().min(count);
+            let mut stands = true;
+            for (i, (definition, probed)) in definitions.iter_mut().zip(probed.iter()).enumerate() {
+                match client_definition(probed, definition, i >= hidden_from) {
+                    Some(client) => *definition = client,
+                    None => stands = false,
+                }
+            }
+            if !stands {
+                forget_probe(memo, source);
+            }
+            stands
+        }
+        (true, probed) => {
+            if probed.is_some() {
+                forget_probe(memo, source);
+            }
+            false
+        }
+    };
+    let names = &shared.dictionary;
+    for definition in &mut definitions {
+        if let Some(renamed) = client.column_names.logical(names, definition) {
+            *definition = Bytes::copy_from_slice(renamed);
+        }
+    }
+    match exact {
+        true => merger.columns(i, definitions),
+        false => merger.union_columns(i, definitions),
+    }
+    .map_err(merge_error)
+}
+
+/// A probe's definitions that no longer fit its union's (the table
+/// changed) are probed anew next time.
+fn forget_probe(memo: &mut Memo, source: &Source) {
+    if let Some(key) = &source.probe_key {
+        memo.probed_columns.forget(key);
+    }
+}
+
+/// Gives a union that stands for every partition the definitions of
+/// its first partition's statement `text`: kept from an earlier probe of
+/// its shape, or probed before the union is sent.
+fn probe_first(
+    shared: &Arc<Shared>,
+    memo: &mut Memo,
+    backends: &mut Backends,
+    source: &mut Source,
+    text: Option<Bytes>,
+) {
+    let Some(text) = text else { return };
+    let under = Under {
+        settings: backends.state.fingerprint(),
+        generation: shared.dictionary.snapshot().generation(),
+        db: backends.state.db.as_deref().unwrap_or(""),
+        quoting: backends.quoting,
+    };
+    source.probe_key = ProbedColumns::key(&under, &text);
+    source.definitions = source
+        .probe_key
+        .as_deref()
+        .and_then(|key| memo.probed_columns.get(key));
+    if source.definitions.is_none() {
+        source.probe = Some(text);
+    }
 }

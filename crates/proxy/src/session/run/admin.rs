@@ -5,17 +5,17 @@ use std::sync::Arc;
 
 use hscale_wire::resultset::text_result;
 
-use super::client::Client;
-use super::messages::Gathered;
-use super::slots::Previous;
-use super::Backends;
 use crate::admin::{execute, AdminAnswer, Caller};
 use crate::error::ProxyError;
+use crate::session::client::Client;
+use crate::session::messages::Gathered;
+use crate::session::slots::Previous;
+use crate::session::Backends;
 use crate::shared::Shared;
 
 /// Runs the admin command `sql` for `client`, whose statements run on
 /// `backends`.
-pub(super) async fn run(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,

@@ -7,17 +7,17 @@
 use hscale_planner::{Kill, KillScope};
 use hscale_wire::scan::Expect;
 
-use super::client::Client;
-use super::Backends;
 use crate::backend::ConnKey;
 use crate::error::ProxyError;
+use crate::session::client::Client;
+use crate::session::Backends;
 use crate::shared::Shared;
 
 /// How long KILL waits for the killed session to close its client's socket.
 const KILLED_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// KILL from `client`, whose own connections are `backends`'.
-pub(super) async fn run(
+pub(in crate::session) async fn run(
     shared: &Shared,
     client: &mut Client,
     backends: &Backends,

@@ -3,89 +3,27 @@
 //! the listing names, corrected to name logical tables only, then sent.
 //! COM_FIELD_LIST of a partitioned table: its default table's columns.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use hscale_planner::{Combine, Elsewhere, Listing, Maintained, NameColumn, QueryOrder, Refusal};
 use hscale_planner::{SessionChange, TxEffect};
+use hscale_wire::command;
 use hscale_wire::frame::read_lenenc;
 use hscale_wire::resultset::{column_names, parse_text_row, write_text_row};
 use hscale_wire::scan::{Completion, Expect};
 
-use super::slots::Needs;
-use super::Session;
 use crate::backend::BackendError;
 use crate::error::ProxyError;
 use crate::exec::{read_answer, Answer, RelayError};
-use hscale_wire::command;
+use crate::session::client::Client;
+use crate::session::slots::Needs;
+use crate::session::Backends;
+use crate::shared::Shared;
 
-impl Session {
-    /// COM_FIELD_LIST (`mysql_list_fields`, the mariadb CLI's completion)
-    /// of a partitioned table in the session's database lists its default
-    /// table's columns, named as the partitioned table's; no backend has a
-    /// table by the partitioned table's name.
-    pub(super) async fn field_list(&mut self, payload: Bytes) -> Result<(), ProxyError> {
-        let (slot, payload, needs) = match self.backends.field_list_of_partitioned(&payload)? {
-            Some((slot, routed)) => (slot, routed, Needs::default().routed()),
-            None => (self.shared.main, payload, Needs::default()),
-        };
-        let (expect, change) = (Some(Expect::FieldList), SessionChange::Nothing);
-        self.backends
-            .execute(&mut self.client, slot, &payload, expect, needs, change)
-            .await
-            .map(drop)
-    }
-
-    pub(super) async fn listing(
-        &mut self,
-        payload: Bytes,
-        listing: Listing,
-        effect: TxEffect,
-    ) -> Result<(), ProxyError> {
-        // Table maintenance, which runs on several backends.
-        if self.backends.tx.in_transaction() && effect == TxEffect::CommitsFirst {
-            self.commit_open(None).await?;
-        }
-        let payload = match &listing.sql {
-            Some(sql) => Bytes::from(command::query(sql)),
-            None => payload,
-        };
-        let (header, rows, end) = match self.backends.answer_of(listing.backend, &payload).await? {
-            Answer::Packet(packet) => {
-                self.client.send_packet(1, &packet).await?;
-                return Ok(());
-            }
-            Answer::Rows { header, rows, end } => (header, rows, end),
-        };
-        let mut elsewhere = Vec::with_capacity(listing.elsewhere.len());
-        for (i, other) in listing.elsewhere.iter().enumerate() {
-            let payload = Bytes::from(command::query(&other.sql));
-            match self.backends.answer_of(other.backend, &payload).await? {
-                Answer::Rows { rows, .. } => elsewhere.extend(rows.into_iter().map(|r| (i, r))),
-                // Its error is the answer's: a listing without the row
-                // would hide the table.
-                Answer::Packet(packet) => {
-                    self.client.send_packet(1, &packet).await?;
-                    return Ok(());
-                }
-            }
-        }
-        let rows = correct(&listing, &header, rows, elsewhere).map_err(|reason| {
-            ProxyError::Unroutable(Refusal {
-                table: None,
-                reason,
-            })
-        })?;
-        let mut seq = 1;
-        for packet in header.iter().chain(rows.iter()) {
-            seq = self.client.queue_packet(seq, packet);
-        }
-        self.client.send_packet(seq, &end).await?;
-        Ok(())
-    }
-}
-
-impl super::Backends {
+impl crate::session::Backends {
     /// The whole answer of one statement on `backend`.
-    pub(super) async fn answer_of(
+    pub(in crate::session) async fn answer_of(
         &mut self,
         backend: u32,
         payload: &Bytes,
@@ -106,7 +44,7 @@ impl super::Backends {
     }
 }
 
-impl super::Backends {
+impl crate::session::Backends {
     fn field_list_of_partitioned(
         &self,
         payload: &[u8],
@@ -365,6 +303,77 @@ fn rename_created(create: &[u8], physical: &[u8], logical: &[u8]) -> Vec<u8> {
         Some(at) => [&create[..at], &quoted(logical), &create[at + from.len()..]].concat(),
         None => create.to_vec(),
     }
+}
+
+/// COM_FIELD_LIST (`mysql_list_fields`, the mariadb CLI's completion)
+/// of a partitioned table in the session's database lists its default
+/// table's columns, named as the partitioned table's; no backend has a
+/// table by the partitioned table's name.
+pub(in crate::session) async fn field_list(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    backends: &mut Backends,
+    payload: Bytes,
+) -> Result<(), ProxyError> {
+    let (slot, payload, needs) = match backends.field_list_of_partitioned(&payload)? {
+        Some((slot, routed)) => (slot, routed, Needs::default().routed()),
+        None => (shared.main, payload, Needs::default()),
+    };
+    let (expect, change) = (Some(Expect::FieldList), SessionChange::Nothing);
+    backends
+        .execute(client, slot, &payload, expect, needs, change)
+        .await
+        .map(drop)
+}
+
+pub(in crate::session) async fn listing(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    backends: &mut Backends,
+    payload: Bytes,
+    listing: Listing,
+    effect: TxEffect,
+) -> Result<(), ProxyError> {
+    // Table maintenance, which runs on several backends.
+    if backends.tx.in_transaction() && effect == TxEffect::CommitsFirst {
+        super::transaction::commit_open(shared, backends, None).await?;
+    }
+    let payload = match &listing.sql {
+        Some(sql) => Bytes::from(command::query(sql)),
+        None => payload,
+    };
+    let (header, rows, end) = match backends.answer_of(listing.backend, &payload).await? {
+        Answer::Packet(packet) => {
+            client.send_packet(1, &packet).await?;
+            return Ok(());
+        }
+        Answer::Rows { header, rows, end } => (header, rows, end),
+    };
+    let mut elsewhere = Vec::with_capacity(listing.elsewhere.len());
+    for (i, other) in listing.elsewhere.iter().enumerate() {
+        let payload = Bytes::from(command::query(&other.sql));
+        match backends.answer_of(other.backend, &payload).await? {
+            Answer::Rows { rows, .. } => elsewhere.extend(rows.into_iter().map(|r| (i, r))),
+            // Its error is the answer's: a listing without the row
+            // would hide the table.
+            Answer::Packet(packet) => {
+                client.send_packet(1, &packet).await?;
+                return Ok(());
+            }
+        }
+    }
+    let rows = correct(&listing, &header, rows, elsewhere).map_err(|reason| {
+        ProxyError::Unroutable(Refusal {
+            table: None,
+            reason,
+        })
+    })?;
+    let mut seq = 1;
+    for packet in header.iter().chain(rows.iter()) {
+        seq = client.queue_packet(seq, packet);
+    }
+    client.send_packet(seq, &end).await?;
+    Ok(())
 }
 
 #[cfg(test)]
