@@ -39,10 +39,10 @@ pub(crate) fn id_value(value: &Value, no_auto_value_on_zero: bool) -> Option<IdV
 /// number, NULL or DEFAULT: it could not tell whether the server would pick
 /// the id (from the partition table's own count, which other partitions
 /// repeat) or how far to move the sequence.
-pub(crate) fn not_an_id(column: &str) -> String {
-    format!(
+pub(crate) fn not_an_id(column: &str) -> crate::PlanError {
+    crate::PlanError::Refuse(format!(
         "a value of the AUTO_INCREMENT column `{column}` other than a number, NULL or DEFAULT (hscale hands out its ids)"
-    )
+    ))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

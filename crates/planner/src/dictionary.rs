@@ -4,6 +4,7 @@
 //! whole; nothing here changes after `Dictionary::new`.
 
 use crate::collation::Folding;
+use crate::error::PlanError;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -427,22 +428,22 @@ impl PartitionedTable {
     /// partition by partition: the same kind of column and function, and the
     /// same partitions (names, values, backends) and default backend, so that
     /// rows with equal values always sit in same-named tables on one backend.
-    pub fn co_located(&self, other: &PartitionedTable) -> Result<(), String> {
+    pub fn co_located(&self, other: &PartitionedTable) -> Result<(), PlanError> {
         let (a, b) = (&self.table, &other.table);
         if self.kind != other.kind || self.function != other.function {
-            return Err(format!(
+            return Err(PlanError::Refuse(format!(
                 "{a} ({} column, {}) and {b} ({} column, {}) are not partitioned alike",
                 self.kind.name(),
                 self.function,
                 other.kind.name(),
                 other.function
-            ));
+            )));
         }
         if self.default_backend != other.default_backend {
-            return Err(format!(
+            return Err(PlanError::Refuse(format!(
                 "the default partitions of {a} and {b} are on backends {} and {}",
                 self.default_backend, other.default_backend
-            ));
+            )));
         }
         fn layout(table: &PartitionedTable) -> Vec<(&str, &str, u32)> {
             let mut entries: Vec<(&str, &str, u32)> = table
@@ -457,10 +458,12 @@ impl PartitionedTable {
         let (mine, theirs) = (layout(self), layout(other));
         match mine.iter().zip(&theirs).find(|(x, y)| x != y) {
             None if mine.len() == theirs.len() => Ok(()),
-            Some(((name, value, backend), _)) => Err(format!(
+            Some(((name, value, backend), _)) => Err(PlanError::Refuse(format!(
                 "{a} has partition {name} for value '{value}' on backend {backend} and {b} has not"
-            )),
-            None => Err(format!("{a} and {b} have different partitions")),
+            ))),
+            None => Err(PlanError::Refuse(format!(
+                "{a} and {b} have different partitions"
+            ))),
         }
     }
 

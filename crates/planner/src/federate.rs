@@ -27,6 +27,7 @@ use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
 use crate::dictionary::{PartitionedTable, TableName, Target};
+use crate::error::PlanError;
 use crate::plan::{Action, Context, Refusal};
 use crate::rewrite::{quote_identifier, Offsets};
 use crate::route::{conjuncts, strip_nesting};
@@ -195,12 +196,12 @@ impl TableCopy {
     /// its columns the statement may read, plain (a generated column's
     /// values are copied), and its keys on them; no constraints, which the
     /// rows already met, nor partitioning, which temporary tables lack.
-    pub fn temporary(&self, definition: &str) -> Result<Temporary, String> {
+    pub fn temporary(&self, definition: &str) -> Result<Temporary, PlanError> {
         let unreadable = || {
-            format!(
+            PlanError::Refuse(format!(
                 "the definition of {} as SHOW CREATE TABLE gives it",
                 self.table
-            )
+            ))
         };
         let mut lines = definition.lines();
         let first = lines.next().ok_or_else(unreadable)?;

@@ -7,6 +7,7 @@ mod cache;
 pub mod collation;
 pub mod dictionary;
 mod dynamic;
+pub mod error;
 mod federate;
 pub mod hashing;
 pub mod kill;
@@ -37,6 +38,7 @@ pub use dictionary::{
     PhysicalId, ReferenceTable, TableDefinition, TableName, Target,
 };
 pub use dynamic::{Dynamic, Using, XA_FORMAT_ID};
+pub use error::PlanError;
 pub use federate::{
     drop_temporaries, Column, Federation, Lookup, Reduce, Reference, TableCopy, Temporary, Used,
     MOST_KEYS, MOST_LOOKUP_ROWS,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::auto::{id_value, not_an_id, IdValue};
 use crate::cache::unquote;
 use crate::dictionary::{PartitionedTable, Target};
+use crate::error::PlanError;
 use crate::hashing::Value;
 use crate::lexer::{Token, TokenKind, Tokens};
 use crate::plan::{Action, Context, Refusal};
@@ -168,7 +169,7 @@ pub(crate) fn load_data(sql: &str, ctx: &Context) -> Option<Action> {
     at += taken;
     let mut parsed = Clauses::default();
     if let Err(reason) = parsed.read(sql, &tokens, at, ctx) {
-        return refuse(&reason);
+        return refuse(&reason.to_string());
     }
     let field_of = |column: &str, position: usize| {
         match &parsed.columns {
@@ -179,10 +180,10 @@ pub(crate) fn load_data(sql: &str, ctx: &Context) -> Option<Action> {
         }
         .and_then(|field| {
             match parsed.set.iter().any(|s| s.eq_ignore_ascii_case(column)) {
-                true => Err(format!(
+                true => Err(PlanError::Refuse(format!(
             "LOAD DATA that sets the column `{column}` in its SET clause: hscale places rows \
              by the values the file gives"
-        )),
+        ))),
                 false => Ok(field),
             }
         })
@@ -198,7 +199,7 @@ pub(crate) fn load_data(sql: &str, ctx: &Context) -> Option<Action> {
                     auto.name
                 ))
             }
-            Err(reason) => return refuse(&reason),
+            Err(reason) => return refuse(&reason.to_string()),
         },
     };
     let column = match field_of(&table.column, table.column_position) {
@@ -209,7 +210,7 @@ pub(crate) fn load_data(sql: &str, ctx: &Context) -> Option<Action> {
                 table.column
             ))
         }
-        Err(reason) => return refuse(&reason),
+        Err(reason) => return refuse(&reason.to_string()),
     };
     let mut after = String::with_capacity(sql.len() - name_span.end);
     let mut from = name_span.end;
@@ -258,9 +259,9 @@ impl Clauses {
         tokens: &[Token],
         mut at: usize,
         ctx: &Context,
-    ) -> Result<(), String> {
+    ) -> Result<(), PlanError> {
         let word = |i: usize| word_at(sql, tokens, i);
-        let string = |i: usize| -> Result<Vec<u8>, String> {
+        let string = |i: usize| -> Result<Vec<u8>, PlanError> {
             match tokens.get(i) {
                 Some(t) if matches!(t.kind, TokenKind::Quoted(b'\'' | b'"')) => {
                     let TokenKind::Quoted(q) = t.kind else {
@@ -268,9 +269,9 @@ impl Clauses {
                     };
                     unquote(&sql.as_bytes()[t.start + 1..t.end - 1], q, ctx.quoting)
                         .map(String::into_bytes)
-                        .ok_or_else(|| "LOAD DATA with an unreadable string".to_string())
+                        .ok_or_else(|| PlanError::refuse("LOAD DATA with an unreadable string"))
                 }
-                _ => Err("LOAD DATA with a clause hscale cannot read".to_string()),
+                _ => Err("LOAD DATA with a clause hscale cannot read".into()),
             }
         };
         if word(at).as_deref() == Some("partition") {
@@ -302,10 +303,10 @@ impl Clauses {
                     | "utf16le"
                     | "utf32"
             ) {
-                return Err(format!(
+                return Err(PlanError::Refuse(format!(
                     "LOAD DATA of a file in CHARACTER SET {charset}, whose bytes hscale cannot \
                      split into fields"
-                ));
+                )));
             }
             at += 1;
         }
@@ -435,13 +436,13 @@ impl Clauses {
     }
 }
 
-fn one_byte(text: &[u8], clause: &str) -> Result<Option<u8>, String> {
+fn one_byte(text: &[u8], clause: &str) -> Result<Option<u8>, PlanError> {
     match text {
         [] => Ok(None),
         [c] => Ok(Some(*c)),
-        _ => Err(format!(
+        _ => Err(PlanError::Refuse(format!(
             "LOAD DATA with a {clause} of more than one character"
-        )),
+        ))),
     }
 }
 
@@ -465,33 +466,33 @@ impl Load {
 
     /// Where a line goes, by the values `Format::read_line` read of it;
     /// `number` (1-based) names it in a refusal.
-    pub fn place(&self, line: &Line, number: u64) -> Result<Placed, String> {
+    pub fn place(&self, line: &Line, number: u64) -> Result<Placed, PlanError> {
         let value_of = |field: usize| line.values.iter().find(|(f, _)| *f == field);
-        let text = |field: &Field, column: &str| -> Result<Value<'static>, String> {
+        let text = |field: &Field, column: &str| -> Result<Value<'static>, PlanError> {
             match field {
                 Field::Null => Ok(Value::Null),
                 Field::Text(bytes) if bytes.is_ascii() || self.utf8 => {
                     match std::str::from_utf8(bytes) {
                         Ok(text) => Ok(Value::String(text.to_string().into())),
-                        Err(_) => Err(format!(
+                        Err(_) => Err(PlanError::Refuse(format!(
                             "line {number} of the file: the value of `{column}` is not UTF-8"
-                        )),
+                        ))),
                     }
                 }
-                Field::Text(_) => Err(format!(
+                Field::Text(_) => Err(PlanError::Refuse(format!(
                     "line {number} of the file: a value of `{column}` that is not ASCII, in a \
                      file whose character set hscale does not know (say CHARACTER SET utf8mb4)"
-                )),
+                ))),
             }
         };
         let id = match (&self.table.auto_column, self.auto) {
             (Some(auto), Some(field)) => {
                 let missing = || {
-                    format!(
+                    PlanError::Refuse(format!(
                         "line {number} of the file gives no id for the AUTO_INCREMENT column \
                          `{}` (hscale hands out its ids: give every row its id)",
                         auto.name
-                    )
+                    ))
                 };
                 let id = match value_of(field) {
                     Some((_, field)) => text(field, &auto.name)?,
@@ -502,10 +503,10 @@ impl Load {
                     Some(IdValue::Kept) => None,
                     Some(IdValue::Generated) => return Err(missing()),
                     None => {
-                        return Err(format!(
+                        return Err(PlanError::Refuse(format!(
                             "line {number} of the file: {}",
                             not_an_id(&auto.name)
-                        ))
+                        )))
                     }
                 }
             }
@@ -515,17 +516,17 @@ impl Load {
         let value = match value_of(self.column) {
             Some((_, field)) => text(field, column)?,
             None => {
-                return Err(format!(
+                return Err(PlanError::Refuse(format!(
                     "line {number} of the file has no value for the partition column `{column}`"
-                ))
+                )))
             }
         };
         // The server could store a NULL of a NOT NULL column as its
         // default, in a partition other than the default one.
         if value == Value::Null {
-            return Err(format!(
+            return Err(PlanError::Refuse(format!(
                 "line {number} of the file: NULL for the partition column `{column}`"
-            ));
+            )));
         }
         let target = self
             .table

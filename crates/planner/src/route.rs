@@ -17,6 +17,7 @@ use sqlparser::tokenizer::Span;
 
 use crate::auto::{id_value, not_an_id, Fill, Generate, IdValue, Upsert};
 use crate::dictionary::{PartitionedTable, ReferenceTable, TableName, Target};
+use crate::error::PlanError;
 use crate::hashing::Value;
 use crate::lexer::{Summary, Token, Tokens};
 use crate::plan::{Action, Context, Merge, Refusal, Route, Step};
@@ -54,11 +55,8 @@ pub(crate) fn route(
     ctx: &Context,
     params: Option<&[usize]>,
 ) -> Routed {
-    let refuse = |table: Option<&TableName>, reason: String| {
-        Routed::from(Action::Refuse(Refusal {
-            table: table.cloned(),
-            reason,
-        }))
+    let refuse = |table: Option<&TableName>, error: PlanError| {
+        Routed::from(Action::Refuse(error.refusal(table.cloned())))
     };
     // sqlparser's MySQL dialect reads a backslash as an escape.
     if ctx.quoting.no_backslash_escapes && sql.contains('\\') {
@@ -76,7 +74,7 @@ pub(crate) fn route(
                         || format!("a statement hscale cannot parse ({e})"),
                         str::to_string,
                     );
-                    refuse(Some(&table), reason)
+                    refuse(Some(&table), reason.into())
                 }
                 None => Action::Main.into(),
             };
@@ -152,12 +150,13 @@ pub(crate) fn route(
     }
     // What the partitions cannot answer alone, a SELECT answers from copies
     // of its tables (`federate`).
-    let answer_elsewhere = |reason: String| -> Routed {
+    let answer_elsewhere = |error: PlanError| -> Routed {
         match statement {
             Statement::Query(_) => {
-                crate::federate::federate(sql, statement, &partitioned, ctx, reason).into()
+                crate::federate::federate(sql, statement, &partitioned, ctx, error.to_string())
+                    .into()
             }
-            _ => refuse(Some(&table.table), reason),
+            _ => refuse(Some(&table.table), error),
         }
     };
     if let Err(reason) = co_located(table, joined, statement) {
@@ -189,29 +188,27 @@ pub(crate) fn route(
             Err(reason) => return refuse(Some(&table.table), reason),
         }
     }
-    let shaped: Result<_, NoShape> = match statement {
-        Statement::Query(query) => analysis.select(query, summary).map_err(NoShape::from),
+    let shaped: Result<_, PlanError> = match statement {
+        Statement::Query(query) => analysis.select(query, summary),
         Statement::Insert(insert) => match (&insert.table, &insert.source) {
             (TableObject::TableName(name), Some(source))
                 if same_name(name, &analysis.reference) && !analysis.joined.is_empty() =>
             {
-                analysis
-                    .insert_co_located(insert, source, summary)
-                    .map_err(NoShape::from)
+                analysis.insert_co_located(insert, source, summary)
             }
             (TableObject::TableName(name), _) if same_name(name, &analysis.reference) => {
                 analysis.values_insert(insert)
             }
-            (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => analysis
-                .insert_from_partitions(source, summary)
-                .map_err(NoShape::from),
-            _ => Err(NoShape::Refused(
+            (_, Some(source)) if matches!(source.body.as_ref(), SetExpr::Select(_)) => {
+                analysis.insert_from_partitions(source, summary)
+            }
+            _ => Err(PlanError::Refuse(
                 "a partitioned table in a subquery of an INSERT into another table".into(),
             )),
         },
-        Statement::Update(update) => analysis.update(update).map_err(NoShape::from),
-        Statement::Delete(delete) => analysis.delete(delete).map_err(NoShape::from),
-        _ => Err(NoShape::Elsewhere),
+        Statement::Update(update) => analysis.update(update),
+        Statement::Delete(delete) => analysis.delete(delete),
+        _ => Err(PlanError::NotHandled),
     };
     let form = match shaped {
         Ok((shape, keys)) => Ok(Form::Keys {
@@ -219,16 +216,19 @@ pub(crate) fn route(
             keys,
             same_partition: analysis.same_partition.take(),
         }),
-        Err(NoShape::Refused(reason)) if matches!(statement, Statement::Query(_)) => {
-            return answer_elsewhere(reason)
+        Err(refused @ PlanError::Refuse(_)) if matches!(statement, Statement::Query(_)) => {
+            return answer_elsewhere(refused)
         }
-        Err(NoShape::Refused(reason)) => Err(reason),
-        Err(NoShape::Elsewhere) => match statement {
+        Err(refused @ PlanError::Refuse(_)) => Err(refused),
+        Err(PlanError::NotHandled) => match statement {
             Statement::Insert(insert) => analysis.insert(insert),
             Statement::ExplainTable { .. } | Statement::ShowColumns { .. } => {
                 analysis.describe().map(Form::Fixed)
             }
-            other => Err(format!("{} statements", statement_kind(other))),
+            other => Err(PlanError::Refuse(format!(
+                "{} statements",
+                statement_kind(other)
+            ))),
         },
     };
     if params.is_some() {
@@ -278,7 +278,7 @@ pub(crate) fn route(
     let action = finish(routed, summary, ctx, &table.table);
     match action {
         Action::Refuse(refusal) if matches!(statement, Statement::Query(_)) => {
-            answer_elsewhere(refusal.reason)
+            answer_elsewhere(refusal.reason.into())
         }
         action => Routed { action, shape },
     }
@@ -357,7 +357,7 @@ impl References<'_> {
             }
             return match crate::schema::reference_change(statement, sql, reference, ctx)? {
                 Ok(action) => Some(action),
-                Err(reason) => refuse(&reference.table, &reason),
+                Err(error) => Some(Action::Refuse(error.refusal(Some(reference.table.clone())))),
             };
         }
         let target = match write_target(statement) {
@@ -496,7 +496,7 @@ fn co_located(
     table: &PartitionedTable,
     joined: &[(ObjectName, &PartitionedTable)],
     statement: &Statement,
-) -> Result<(), String> {
+) -> Result<(), PlanError> {
     if joined.is_empty() {
         return Ok(());
     }
@@ -508,7 +508,9 @@ fn co_located(
     }
     for (_, other) in joined {
         table.co_located(other).map_err(|reason| {
-            format!("a join of partitioned tables that are not co-located: {reason}")
+            PlanError::Refuse(format!(
+                "a join of partitioned tables that are not co-located: {reason}"
+            ))
         })?;
     }
     Ok(())
@@ -516,17 +518,12 @@ fn co_located(
 
 /// A rendered route, or the refusal that names the table.
 pub(crate) fn finish(
-    routed: Result<Route, String>,
+    routed: Result<Route, PlanError>,
     summary: &Summary,
     ctx: &Context,
     table: &TableName,
 ) -> Action {
-    let refusal = |reason| {
-        Action::Refuse(Refusal {
-            table: Some(table.clone()),
-            reason,
-        })
-    };
+    let refusal = |error: PlanError| Action::Refuse(error.refusal(Some(table.clone())));
     match routed {
         Ok(route) => match check_connection_state(&route, summary, ctx) {
             Ok(()) => Action::Route(route),
@@ -589,7 +586,11 @@ fn may_name_partitioned(sql: &str, ctx: &Context) -> Option<TableName> {
 }
 
 /// State only the main backend's connection has must not be read elsewhere.
-fn check_connection_state(route: &Route, summary: &Summary, ctx: &Context) -> Result<(), String> {
+fn check_connection_state(
+    route: &Route,
+    summary: &Summary,
+    ctx: &Context,
+) -> Result<(), PlanError> {
     let targets = route.steps.iter().map(|s| &s.target);
     check_main_only(main_only(summary), targets, ctx.main_backend)
 }
@@ -603,12 +604,12 @@ pub(crate) fn check_main_only<'t>(
     main_only: bool,
     targets: impl IntoIterator<Item = &'t Target>,
     main_backend: u32,
-) -> Result<(), String> {
+) -> Result<(), PlanError> {
     match off_main(targets, main_backend) {
-        Some(far) if main_only => Err(format!(
+        Some(far) if main_only => Err(PlanError::Refuse(format!(
             "user variables, user locks and FOUND_ROWS() live on the main backend's connection, and partition {} is on backend {}",
             far.table, far.backend
-        )),
+        ))),
         _ => Ok(()),
     }
 }
@@ -675,23 +676,6 @@ pub(crate) struct Analysis<'a> {
     pub same_partition: std::cell::RefCell<Vec<(Bound, Bound)>>,
 }
 
-/// Why a statement has no shape of its own (`Form::Keys`).
-#[derive(Debug)]
-enum NoShape {
-    /// Another path plans it: an INSERT `insert` places row by row,
-    /// DESCRIBE, statements of other kinds.
-    Elsewhere,
-    /// hscale cannot run it over partitions, for this reason: a SELECT is
-    /// then answered from copies, anything else refused.
-    Refused(String),
-}
-
-impl From<String> for NoShape {
-    fn from(reason: String) -> NoShape {
-        NoShape::Refused(reason)
-    }
-}
-
 /// How the partitioned table is written where it is replaced.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Naming {
@@ -744,12 +728,12 @@ impl Analysis<'_> {
     /// (`i.order_id = o.order_id`, both qualified). Such a correlated
     /// subquery reads, for each row around it, only rows of the same
     /// partition: it runs inside each partition as written.
-    fn owners(&self, select: &Select) -> Result<Vec<Owner<'_>>, String> {
+    fn owners(&self, select: &Select) -> Result<Vec<Owner<'_>>, PlanError> {
         let subqueries = match self.joined.is_empty() {
             true => Vec::new(),
             false => subqueries_of(select),
         };
-        let owner = |reference, table, co_located| -> Result<Owner<'_>, String> {
+        let owner = |reference, table, co_located| -> Result<Owner<'_>, PlanError> {
             let alias = match self.top_level_alias(&select.from, reference) {
                 Ok(alias) => alias,
                 Err(outside) => subqueries
@@ -872,19 +856,23 @@ impl Analysis<'_> {
         match owners.iter().zip(&linked).find(|(_, linked)| !**linked) {
             None => Ok(owners),
             Some((owner, _)) if self.top_level_alias(&select.from, owner.reference).is_err() => {
-                Err(format!(
+                Err(PlanError::Refuse(format!(
                     "a subquery on {} whose WHERE does not equate its partition column `{}` with that of a table around it (with `=`, qualified where hscale cannot tell the table)",
                     owner.table.table, owner.table.column
-                ))
+                )))
             }
-            Some((owner, _)) => Err(format!(
+            Some((owner, _)) => Err(PlanError::Refuse(format!(
                 "a join whose condition does not equate the partition columns of {} (`{}`) and {} (`{}`) with `=`",
                 self.table.table, self.table.column, owner.table.table, owner.table.column
-            )),
+            ))),
         }
     }
 
-    fn select(&self, query: &Query, summary: &Summary) -> Result<(ByteShape, Vec<Bound>), String> {
+    fn select(
+        &self,
+        query: &Query,
+        summary: &Summary,
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         if query.with.is_some() {
             return Err("WITH".into());
         }
@@ -898,7 +886,12 @@ impl Analysis<'_> {
         };
         let (many, scan_edits) = match self.scan_merge(query, select, summary) {
             Ok((spec, edits)) => (Ok(Merge::Rows(Box::new(spec))), edits),
-            Err(reason) => (Err(format!("{reason} over several partitions")), Vec::new()),
+            Err(reason) => (
+                Err(PlanError::Refuse(format!(
+                    "{reason} over several partitions"
+                ))),
+                Vec::new(),
+            ),
         };
         let (mut shape, values) = self.shape(select.selection.as_ref(), &owners, many, false)?;
         if !names.is_empty() {
@@ -915,7 +908,7 @@ impl Analysis<'_> {
     /// names such a column by its text, which the rewrite changes (the
     /// partition's table in the subquery), so the item gets that text as its
     /// alias (MariaDB cuts both to 255 characters alike).
-    fn item_names(&self, select: &Select) -> Result<Vec<Edit<Range<usize>>>, String> {
+    fn item_names(&self, select: &Select) -> Result<Vec<Edit<Range<usize>>>, PlanError> {
         let unnamed: Vec<bool> = select
             .projection
             .iter()
@@ -947,7 +940,7 @@ impl Analysis<'_> {
         &self,
         source: &Query,
         summary: &Summary,
-    ) -> Result<(ByteShape, Vec<Bound>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         let (mut shape, values) = self.select(source, summary)?;
         // Each partition inserts its own rows: nothing may need merging.
         shape.many = match shape.many {
@@ -973,12 +966,12 @@ impl Analysis<'_> {
         insert: &sqlparser::ast::Insert,
         source: &Query,
         summary: &Summary,
-    ) -> Result<(ByteShape, Vec<Bound>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         let target = self.table;
         let refuse = |what: &str| {
-            Err(format!(
+            Err(PlanError::Refuse(format!(
                 "an INSERT ... SELECT between partitioned tables {what}"
-            ))
+            )))
         };
         if target.auto_column.is_some() {
             return refuse("into a table with an AUTO_INCREMENT column (hscale gives its ids)");
@@ -1022,10 +1015,10 @@ impl Analysis<'_> {
             })
         };
         if !column.is_some_and(partition_column) {
-            return Err(format!(
+            return Err(PlanError::Refuse(format!(
                 "an INSERT ... SELECT between partitioned tables where {}'s partition column `{}` does not take a partition column of the tables it reads (its rows could belong to another partition)",
                 target.table, target.column
-            ));
+            )));
         }
         let reads = Analysis {
             sql: self.sql,
@@ -1079,9 +1072,9 @@ impl Analysis<'_> {
         &self,
         selection: Option<&Expr>,
         owners: &[Owner],
-        many: Result<Merge, String>,
+        many: Result<Merge, PlanError>,
         writes: bool,
-    ) -> Result<(ByteShape, Vec<Bound>), String> {
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         let keys = selection.and_then(|w| self.fixed_keys(w, owners));
         let values = keys.iter().flatten().map(|(v, _)| v.clone()).collect();
         let mut edits = Vec::new();
@@ -1108,7 +1101,10 @@ impl Analysis<'_> {
         Ok((shape, values))
     }
 
-    fn update(&self, update: &sqlparser::ast::Update) -> Result<(ByteShape, Vec<Bound>), String> {
+    fn update(
+        &self,
+        update: &sqlparser::ast::Update,
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         if update.from.is_some() {
             return Err("UPDATE ... FROM".into());
         }
@@ -1119,10 +1115,10 @@ impl Analysis<'_> {
                 AssignmentTarget::Tuple(names) => names.iter().collect(),
             };
             if columns.iter().any(|c| self.names_column(c, alias.as_ref())) {
-                return Err(format!(
+                return Err(PlanError::Refuse(format!(
                     "an UPDATE that changes the partition column `{}`",
                     self.table.column
-                ));
+                )));
             }
             // An id set past the sequence would be handed out again later,
             // and another partition would take it.
@@ -1131,10 +1127,10 @@ impl Analysis<'_> {
                     .iter()
                     .any(|c| self.names(c, &auto.name, alias.as_ref()))
                 {
-                    return Err(format!(
+                    return Err(PlanError::Refuse(format!(
                         "an UPDATE that changes the AUTO_INCREMENT column `{}` (hscale hands out its ids)",
                         auto.name
-                    ));
+                    )));
                 }
             }
         }
@@ -1147,7 +1143,10 @@ impl Analysis<'_> {
         self.shape(update.selection.as_ref(), &[owner], many, true)
     }
 
-    fn delete(&self, delete: &sqlparser::ast::Delete) -> Result<(ByteShape, Vec<Bound>), String> {
+    fn delete(
+        &self,
+        delete: &sqlparser::ast::Delete,
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
         let from = match &delete.from {
             FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from) => from,
         };
@@ -1167,7 +1166,7 @@ impl Analysis<'_> {
     }
 
     /// DESC / SHOW COLUMNS: the default table has the logical table's columns.
-    fn describe(&self) -> Result<Route, String> {
+    fn describe(&self) -> Result<Route, PlanError> {
         let target = self.table.default_target();
         let edits = self.edits(None)?;
         let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
@@ -1221,11 +1220,11 @@ impl Analysis<'_> {
     /// The ids an INSERT leaves to the server, which hscale must give
     /// instead (each partition table would count on its own), and where they
     /// go in the text; `None` when it gives every id itself.
-    fn generate(&self, insert: &sqlparser::ast::Insert) -> Result<Option<Generate>, String> {
+    fn generate(&self, insert: &sqlparser::ast::Insert) -> Result<Option<Generate>, PlanError> {
         let Some(auto) = &self.table.auto_column else {
             return Ok(None);
         };
-        let lost = || "a row hscale cannot find in the text".to_string();
+        let lost = || PlanError::refuse("a row hscale cannot find in the text");
         let range = |expr: &Expr| self.offsets.range(expr.span()).ok_or_else(lost);
         let mut fills = Vec::new();
         if let Some(last) = insert.assignments.last() {
@@ -1249,10 +1248,10 @@ impl Analysis<'_> {
         let SetExpr::Values(values) = source.body.as_ref() else {
             return match self.auto_index(insert) {
                 Some(_) => Ok(None),
-                None => Err(format!(
+                None => Err(PlanError::Refuse(format!(
                     "INSERT ... SELECT that leaves the AUTO_INCREMENT column `{}` to the server",
                     auto.name
-                )),
+                ))),
             };
         };
         match self.auto_index(insert) {
@@ -1327,12 +1326,12 @@ impl Analysis<'_> {
     /// An INSERT whose rows give the partition column as literals: a shape
     /// with one key per row, which the plan cache keeps. Anything else (INSERT
     /// ... SELECT, ids hscale hands out, `?` in several rows, what `insert`
-    /// refuses) is `NoShape::Elsewhere`: planned by `insert`.
+    /// refuses) is `PlanError::NotHandled`: planned by `insert`.
     fn values_insert(
         &self,
         insert: &sqlparser::ast::Insert,
-    ) -> Result<(ByteShape, Vec<Bound>), NoShape> {
-        let unshaped = || NoShape::Elsewhere;
+    ) -> Result<(ByteShape, Vec<Bound>), PlanError> {
+        let unshaped = || PlanError::NotHandled;
         let mysql_on = matches!(insert.on, None | Some(OnInsert::DuplicateKeyUpdate(_)));
         // With an AUTO_INCREMENT column, `insert` notes the highest id given.
         if !mysql_on || self.table.auto_column.is_some() {
@@ -1366,7 +1365,7 @@ impl Analysis<'_> {
         let (bounds, keys): (Vec<Bound>, Vec<Key<Range<usize>>>) = found
             .into_iter()
             .map(|value| value.and_then(|v| self.literal_key(v)).ok_or_else(unshaped))
-            .collect::<Result<Vec<_>, NoShape>>()?
+            .collect::<Result<Vec<_>, PlanError>>()?
             .into_iter()
             .unzip();
         // A statement being prepared with `?` in its rows splits them with
@@ -1396,7 +1395,7 @@ impl Analysis<'_> {
 
     /// ON DUPLICATE KEY UPDATE works within the row's partition: it may not
     /// move the row.
-    fn check_duplicate_update(&self, insert: &sqlparser::ast::Insert) -> Result<(), String> {
+    fn check_duplicate_update(&self, insert: &sqlparser::ast::Insert) -> Result<(), PlanError> {
         let Some(OnInsert::DuplicateKeyUpdate(assignments)) = &insert.on else {
             return Ok(());
         };
@@ -1405,10 +1404,10 @@ impl Analysis<'_> {
             AssignmentTarget::Tuple(names) => names.iter().any(|n| self.names(n, column, None)),
         };
         if assignments.iter().any(|a| sets(&self.table.column, a)) {
-            return Err(format!(
+            return Err(PlanError::Refuse(format!(
                 "ON DUPLICATE KEY UPDATE that changes the partition column `{}`",
                 self.table.column
-            ));
+            )));
         }
         // An id set past the sequence would be handed out again later, and
         // another partition would take it. The row's own id, or the one its
@@ -1425,11 +1424,11 @@ impl Analysis<'_> {
             .iter()
             .any(|a| sets(&auto.name, a) && !keeps_id(a))
         {
-            true => Err(format!(
+            true => Err(PlanError::Refuse(format!(
                 "ON DUPLICATE KEY UPDATE that sets the AUTO_INCREMENT column `{}` other than to \
                  itself, VALUES({0}) or LAST_INSERT_ID({0}) (hscale hands out its ids)",
                 auto.name
-            )),
+            ))),
             false => Ok(()),
         }
     }
@@ -1464,11 +1463,12 @@ impl Analysis<'_> {
 
     /// An INSERT that `values_insert` did not shape: its rows, each
     /// placed by its own key, or an INSERT ... SELECT's one route.
-    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Form, String> {
+    fn insert(&self, insert: &sqlparser::ast::Insert) -> Result<Form, PlanError> {
         let column = &self.table.column;
         let position = self.insert_position(insert);
         self.check_duplicate_update(insert)?;
-        let no_column = || format!("a row without the partition column `{column}`");
+        let no_column =
+            || PlanError::Refuse(format!("a row without the partition column `{column}`"));
         let edits = self.edits(Some(Naming::Renamed))?;
         let others = self.others > 0;
         if !insert.assignments.is_empty() {
@@ -1532,18 +1532,18 @@ impl Analysis<'_> {
     /// INSERT INTO users SELECT ...: every row goes to one partition when the
     /// SELECT gives the partition column as a literal; the SELECT's tables
     /// (not partitioned) must live on that partition's backend.
-    fn insert_select(&self, select: &Select, position: usize) -> Result<Route, String> {
+    fn insert_select(&self, select: &Select, position: usize) -> Result<Route, PlanError> {
         let column = &self.table.column;
         let value = match select.projection.get(position) {
             Some(SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) => expr,
             _ => {
-                return Err(format!(
+                return Err(PlanError::Refuse(format!(
                     "INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT"
-                ))
+                )))
             }
         };
         let target = self.literal_target(value).map_err(|_| {
-            format!("INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT")
+            PlanError::Refuse(format!("INSERT ... SELECT into a partitioned table whose partition column `{column}` is not a literal of the SELECT"))
         })?;
         let edits = self.edits(Some(Naming::Renamed))?;
         let sql = apply_edits(self.sql, &edits, &target, &mut Splices::default(), bytes)?;
@@ -1563,7 +1563,7 @@ impl Analysis<'_> {
         &self,
         from: &[TableWithJoins],
         reference: &ObjectName,
-    ) -> Result<Option<Ident>, String> {
+    ) -> Result<Option<Ident>, PlanError> {
         let factors = from
             .iter()
             .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
@@ -1577,13 +1577,16 @@ impl Analysis<'_> {
         Err("a partitioned table inside a subquery".into())
     }
 
-    fn literal_target(&self, expr: &Expr) -> Result<Target, String> {
+    fn literal_target(&self, expr: &Expr) -> Result<Target, PlanError> {
         let column = &self.table.column;
-        let value = literal(expr)
-            .ok_or_else(|| format!("the partition column `{column}` must be given as a literal"))?;
-        self.table
-            .target_for(&value)
-            .map_err(|e| format!("the value of partition column `{column}`: {e}"))
+        let value = literal(expr).ok_or_else(|| {
+            PlanError::Refuse(format!(
+                "the partition column `{column}` must be given as a literal"
+            ))
+        })?;
+        self.table.target_for(&value).map_err(|e| {
+            PlanError::Refuse(format!("the value of partition column `{column}`: {e}"))
+        })
     }
 
     /// The smallest set of literals a top-level conjunct fixes the column to.
@@ -1669,14 +1672,17 @@ impl Analysis<'_> {
 
     /// Where the physical table goes in for the routed table, and where no
     /// alias can stand in for it, for the qualifiers that name it.
-    pub(crate) fn edits(&self, naming: Option<Naming>) -> Result<Vec<Edit<Range<usize>>>, String> {
+    pub(crate) fn edits(
+        &self,
+        naming: Option<Naming>,
+    ) -> Result<Vec<Edit<Range<usize>>>, PlanError> {
         self.edits_of(&self.owner(None, naming))
     }
 
     /// `edits` for one reference to a partitioned table, in text order.
-    fn edits_of(&self, owner: &Owner) -> Result<Vec<Edit<Range<usize>>>, String> {
+    fn edits_of(&self, owner: &Owner) -> Result<Vec<Edit<Range<usize>>>, PlanError> {
         let naming = owner.naming;
-        let lost = || "a table name hscale cannot find in the text".to_string();
+        let lost = || PlanError::refuse("a table name hscale cannot find in the text");
         let parts: Vec<&Ident> = owner
             .reference
             .0
@@ -1826,7 +1832,7 @@ impl Analysis<'_> {
 
     /// What a row gives its table's AUTO_INCREMENT column: `None` for a
     /// parameter, known only at each execution.
-    fn id_value(&self, expr: &Expr) -> Result<Option<IdValue>, String> {
+    fn id_value(&self, expr: &Expr) -> Result<Option<IdValue>, PlanError> {
         if self.placeholder(expr).is_some() {
             return Ok(None);
         }
@@ -1871,14 +1877,14 @@ impl Analysis<'_> {
     }
 
     /// The partition column's value in a row: a literal or a parameter.
-    fn bound(&self, expr: &Expr) -> Result<Bound, String> {
+    fn bound(&self, expr: &Expr) -> Result<Bound, PlanError> {
         self.literal_key(expr)
             .map(|(bound, _)| bound)
             .ok_or_else(|| {
-                format!(
+                PlanError::Refuse(format!(
                     "the partition column `{}` must be given as a literal",
                     self.table.column
-                )
+                ))
             })
     }
 

@@ -22,6 +22,7 @@ use sqlparser::ast::{
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
+use crate::error::PlanError;
 use crate::lexer::{Summary, TokenKind, Tokens};
 use crate::route::Analysis;
 use crate::shape::{Edit, EditText};
@@ -93,7 +94,7 @@ impl Analysis<'_> {
         query: &Query,
         select: &Select,
         summary: &Summary,
-    ) -> Result<(Spec, Vec<ByteEdit>), String> {
+    ) -> Result<(Spec, Vec<ByteEdit>), PlanError> {
         if query.fetch.is_some() {
             return Err("FETCH".into());
         }
@@ -103,7 +104,7 @@ impl Analysis<'_> {
         if summary.found_rows {
             return Err("SQL_CALC_FOUND_ROWS".into());
         }
-        let lost = || "a clause hscale cannot find in the text".to_string();
+        let lost = || PlanError::refuse("a clause hscale cannot find in the text");
         let mut spec = Spec::default();
         let mut hidden = Hidden::default();
         let mut edits = Vec::new();
@@ -136,7 +137,7 @@ impl Analysis<'_> {
                     SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                         self.text_of(e)
                     }
-                    _ => Err("DISTINCT *".to_string()),
+                    _ => Err("DISTINCT *".into()),
                 })
                 .collect::<Result<_, _>>()?,
         };
@@ -254,9 +255,9 @@ impl Analysis<'_> {
                         false => {
                             for (text, descending) in &order_keys {
                                 let column = self.select_column(text, select).ok_or_else(|| {
-                                    format!(
+                                    PlanError::Refuse(format!(
                                         "ORDER BY `{text}`, which the select list does not have"
-                                    )
+                                    ))
                                 })?;
                                 spec.reorder.push(Reorder {
                                     column,
@@ -360,7 +361,7 @@ impl Analysis<'_> {
         hidden: &mut Hidden,
         calcs: &mut Vec<Calc>,
         parts: &mut Vec<(usize, Combine)>,
-    ) -> Result<Vec<Combine>, String> {
+    ) -> Result<Vec<Combine>, PlanError> {
         let mut combines = Vec::new();
         for item in &select.projection {
             let expr = match item {
@@ -395,8 +396,8 @@ impl Analysis<'_> {
         hidden: &mut Hidden,
         parts: &mut Vec<(usize, Combine)>,
         outermost: bool,
-    ) -> Result<Calc, String> {
-        let mut part = |combine, hidden: &mut Hidden| -> Result<Calc, String> {
+    ) -> Result<Calc, PlanError> {
+        let mut part = |combine, hidden: &mut Hidden| -> Result<Calc, PlanError> {
             let at = hidden.add(&format!("({})", self.text_of(expr)?));
             parts.push((at, combine));
             Ok(Calc::Hidden(at))
@@ -433,7 +434,7 @@ impl Analysis<'_> {
                                 .into(),
                         )
                     }
-                    other => return Err(format!("`{other}` over aggregates")),
+                    other => return Err(PlanError::Refuse(format!("`{other}` over aggregates"))),
                 };
                 let left = self.calc(left, hidden, parts, false)?;
                 let right = self.calc(right, hidden, parts, false)?;
@@ -444,14 +445,14 @@ impl Analysis<'_> {
                     Err("AVG() inside an expression over aggregates".into())
                 }
                 Some(combine) => part(combine, hidden),
-                None => Err(format!("{}() of aggregates", f.name)),
+                None => Err(PlanError::Refuse(format!("{}() of aggregates", f.name))),
             },
             _ => Err("this expression over aggregates".into()),
         }
     }
 
     /// COUNT, SUM, MIN, MAX or AVG of one argument, as a whole select item.
-    fn aggregate(&self, expr: &Expr, hidden: &mut Hidden) -> Result<Option<Combine>, String> {
+    fn aggregate(&self, expr: &Expr, hidden: &mut Hidden) -> Result<Option<Combine>, PlanError> {
         let Expr::Function(f) = expr else {
             return Ok(None);
         };
@@ -460,24 +461,26 @@ impl Analysis<'_> {
             return Ok(None);
         }
         if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
-            return Err(format!("{name}() with OVER, FILTER or WITHIN GROUP"));
+            return Err(PlanError::Refuse(format!(
+                "{name}() with OVER, FILTER or WITHIN GROUP"
+            )));
         }
         let FunctionArguments::List(list) = &f.args else {
-            return Err(format!("{name}() without arguments"));
+            return Err(PlanError::Refuse(format!("{name}() without arguments")));
         };
         if matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct)) {
-            return Err(format!("{name}(DISTINCT ...)"));
+            return Err(PlanError::Refuse(format!("{name}(DISTINCT ...)")));
         }
         let [FunctionArg::Unnamed(arg)] = list.args.as_slice() else {
-            return Err(format!("{name}() of several arguments"));
+            return Err(PlanError::Refuse(format!("{name}() of several arguments")));
         };
         if !list.clauses.is_empty() {
-            return Err(format!("{name}() with clauses"));
+            return Err(PlanError::Refuse(format!("{name}() with clauses")));
         }
         let whole = self.text_of(expr)?;
         let repeated = !matches!(name.as_str(), "count" | "sum");
         if repeated && !self.params_within(&self.range_of(expr)).is_empty() {
-            return Err(format!("{name}() of a parameter"));
+            return Err(PlanError::Refuse(format!("{name}() of a parameter")));
         }
         Ok(Some(match (name.as_str(), arg) {
             ("count", _) => Combine::Count,
@@ -497,7 +500,7 @@ impl Analysis<'_> {
                     count: hidden.add(&format!("COUNT({arg})")),
                 }
             }
-            _ => return Err(format!("{name}()")),
+            _ => return Err(PlanError::Refuse(format!("{name}()"))),
         }))
     }
 
@@ -528,11 +531,14 @@ impl Analysis<'_> {
 
     /// HAVING as the merge evaluates it: comparisons of the select list's
     /// columns (by expression or alias) with numbers, AND, OR, NOT, IS NULL.
-    fn having(&self, expr: &Expr, select: &Select) -> Result<Having, String> {
-        let column = |term: &Expr| -> Result<usize, String> {
+    fn having(&self, expr: &Expr, select: &Select) -> Result<Having, PlanError> {
+        let column = |term: &Expr| -> Result<usize, PlanError> {
             let text = self.text_of(term)?;
-            self.select_column(&text, select)
-                .ok_or_else(|| format!("HAVING on `{text}`, which the select list does not have"))
+            self.select_column(&text, select).ok_or_else(|| {
+                PlanError::Refuse(format!(
+                    "HAVING on `{text}`, which the select list does not have"
+                ))
+            })
         };
         let number = |e: &Expr| -> Option<String> {
             match e {
@@ -554,7 +560,7 @@ impl Analysis<'_> {
             }
         };
         let unsupported =
-            || "this HAVING (comparisons of selected columns with numbers only)".to_string();
+            || PlanError::refuse("this HAVING (comparisons of selected columns with numbers only)");
         Ok(match expr {
             Expr::Nested(e) => self.having(e, select)?,
             Expr::UnaryOp {
@@ -570,7 +576,7 @@ impl Analysis<'_> {
                 negated: true,
             },
             Expr::BinaryOp { left, op, right } => {
-                let both = || -> Result<_, String> {
+                let both = || -> Result<_, PlanError> {
                     Ok((
                         Box::new(self.having(left, select)?),
                         Box::new(self.having(right, select)?),
@@ -618,12 +624,12 @@ impl Analysis<'_> {
     }
 
     /// `LIMIT n OFFSET m` made `LIMIT n+m`: the edit, m and n.
-    fn raised_limit(&self, clause: &LimitClause) -> Result<(ByteEdit, u64, u64), String> {
-        let lost = || "a LIMIT hscale cannot find in the text".to_string();
-        let number = |e: &Expr| -> Result<u64, String> {
+    fn raised_limit(&self, clause: &LimitClause) -> Result<(ByteEdit, u64, u64), PlanError> {
+        let lost = || PlanError::refuse("a LIMIT hscale cannot find in the text");
+        let number = |e: &Expr| -> Result<u64, PlanError> {
             match e {
                 Expr::Value(v) => match &v.value {
-                    Literal::Number(n, _) => n.parse().map_err(|_| "this LIMIT".to_string()),
+                    Literal::Number(n, _) => n.parse().map_err(|_| PlanError::refuse("this LIMIT")),
                     _ => Err("LIMIT with a parameter or expression".into()),
                 },
                 _ => Err("LIMIT with a parameter or expression".into()),
@@ -726,7 +732,7 @@ impl Analysis<'_> {
 
     /// The text of an ORDER BY or GROUP BY key as an expression: a select
     /// item's when it names one by alias or position.
-    fn key_text(&self, key: &Expr, select: &Select) -> Result<String, String> {
+    fn key_text(&self, key: &Expr, select: &Select) -> Result<String, PlanError> {
         fn item_expr(item: &SelectItem) -> Option<&Expr> {
             match item {
                 SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
@@ -736,7 +742,8 @@ impl Analysis<'_> {
         let expr = match key {
             Expr::Value(v) => match &v.value {
                 Literal::Number(n, _) => {
-                    let position: usize = n.parse().map_err(|_| "this ORDER BY".to_string())?;
+                    let position: usize =
+                        n.parse().map_err(|_| PlanError::refuse("this ORDER BY"))?;
                     position
                         .checked_sub(1)
                         .and_then(|i| select.projection.get(i))
@@ -778,7 +785,7 @@ impl Analysis<'_> {
     /// merge by a part of a key would be a wrong answer, not an error.
     /// A span that ends too early is grown to where the expression must end:
     /// the next comma, keyword of the clause or closing parenthesis.
-    fn text_of(&self, expr: &Expr) -> Result<String, String> {
+    fn text_of(&self, expr: &Expr) -> Result<String, PlanError> {
         // A copy of a subquery would name the tables the statement's
         // rewrite renames in the original only.
         if crate::route::has_subquery(expr) {
@@ -818,7 +825,11 @@ impl Analysis<'_> {
             .take(MAX_TOKENS_BACK)
             .find_map(|&start| grown_from(start, 0))
             .map(str::to_string)
-            .ok_or_else(|| format!("an expression hscale cannot locate in the text (`{text}`)"))
+            .ok_or_else(|| {
+                PlanError::Refuse(format!(
+                    "an expression hscale cannot locate in the text (`{text}`)"
+                ))
+            })
     }
 
     /// Where an expression starting at `start` must end: before the first

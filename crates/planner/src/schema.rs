@@ -7,6 +7,7 @@
 use sqlparser::ast::{AlterTableOperation, ObjectName, ObjectType, Statement};
 
 use crate::dictionary::{PartitionedTable, ReferenceTable, TableName, Target};
+use crate::error::PlanError;
 use crate::plan::{Action, Context, SchemaChange, SchemaEffect, Step};
 use crate::rewrite::{quote_identifier, Splices};
 use crate::route::{resolve, same_name, Analysis};
@@ -41,7 +42,7 @@ pub(crate) fn schema_names(statement: &Statement) -> Vec<&ObjectName> {
 impl Analysis<'_> {
     /// The plan of a schema statement whose table (`self.reference`) is
     /// partitioned, or why it cannot run.
-    pub(crate) fn schema_change(&self) -> Result<Action, String> {
+    pub(crate) fn schema_change(&self) -> Result<Action, PlanError> {
         let table = self.table;
         let change = |statement: &str, steps, effect| {
             Ok(Action::Schema(Box::new(SchemaChange {
@@ -109,7 +110,7 @@ impl Analysis<'_> {
     }
 
     /// The partition column stays as it is: its rows are placed by it.
-    fn check_alter(&self, operation: &AlterTableOperation) -> Result<(), String> {
+    fn check_alter(&self, operation: &AlterTableOperation) -> Result<(), PlanError> {
         let column = &self.table.column;
         let is_column = |name: &sqlparser::ast::Ident| name.value.eq_ignore_ascii_case(column);
         let changes_column = match operation {
@@ -127,16 +128,16 @@ impl Analysis<'_> {
             _ => false,
         };
         match changes_column {
-            true => Err(format!(
+            true => Err(PlanError::Refuse(format!(
                 "ALTER TABLE that changes or drops the partition column `{column}`"
-            )),
+            ))),
             false => Ok(()),
         }
     }
 
     /// The statement as written, the table's name replaced by each physical
     /// table's.
-    fn spliced(&self) -> Result<Vec<Step>, String> {
+    fn spliced(&self) -> Result<Vec<Step>, PlanError> {
         let edits = self.edits(None)?;
         self.table
             .physical_tables()
@@ -148,7 +149,7 @@ impl Analysis<'_> {
             .collect()
     }
 
-    fn rename(&self, new_name: &ObjectName) -> Result<Action, String> {
+    fn rename(&self, new_name: &ObjectName) -> Result<Action, PlanError> {
         let table = self.table;
         let new = resolve(new_name, self.ctx).ok_or("RENAME TABLE to an unqualified name")?;
         if new.db != table.table.db {
@@ -203,7 +204,7 @@ pub(crate) fn reference_change(
     sql: &str,
     reference: &ReferenceTable,
     ctx: &Context,
-) -> Option<Result<Action, String>> {
+) -> Option<Result<Action, PlanError>> {
     let table = &reference.table;
     let change = |statement: &str, steps: Vec<Step>, effect| {
         Some(Ok(Action::Schema(Box::new(SchemaChange {

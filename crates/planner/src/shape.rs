@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::dictionary::{partition_table, Dictionary, PartitionedTable, TableName, Target};
+use crate::error::PlanError;
 use crate::hashing::Value;
 use crate::lexer::Token;
 use crate::plan::{Merge, Route, Step};
@@ -26,7 +27,7 @@ pub(crate) struct Shape<R> {
     /// columns a merge compares, LIMIT raised by OFFSET.
     pub scan_edits: Vec<Edit<R>>,
     /// With several partitions: how their answers combine, or why they cannot.
-    pub many: Result<Merge, String>,
+    pub many: Result<Merge, PlanError>,
     /// `many` and `scan_edits` come from clauses that hold literals (a
     /// LIMIT, a constant in the select list, ORDER BY 2): a statement of the
     /// same fingerprint merges differently, so the plan cache serves this
@@ -118,8 +119,8 @@ pub(crate) fn apply_edits<'e, R: 'e>(
     target: &Target,
     splices: &mut Splices,
     locate: impl Fn(&R) -> Option<Range<usize>>,
-) -> Result<String, String> {
-    let lost = || "a name hscale cannot find in the text".to_string();
+) -> Result<String, PlanError> {
+    let lost = || PlanError::refuse("a name hscale cannot find in the text");
     if splices.is_empty() {
         let grows: usize = edits.clone().into_iter().map(|e| e.text.len(target)).sum();
         // + 1: the command code `Step::into_command` puts in front.
@@ -142,7 +143,7 @@ pub(crate) fn apply_edits<'e, R: 'e>(
     }
     splices
         .apply(sql)
-        .ok_or_else(|| "overlapping names".to_string())
+        .ok_or_else(|| PlanError::refuse("overlapping names"))
 }
 
 impl EditText {
@@ -207,7 +208,7 @@ impl<R> Shape<R> {
         main_backend: u32,
         values: &[Value],
         locate: impl Fn(&R) -> Option<Range<usize>>,
-    ) -> Result<Route, String> {
+    ) -> Result<Route, PlanError> {
         if let Some(rows) = &self.rows {
             return self
                 .insert_rows(rows, &locate, values)?
@@ -242,7 +243,7 @@ impl<R> Shape<R> {
         rows: &InsertRows<R>,
         locate: impl Fn(&R) -> Option<Range<usize>>,
         values: &[Value],
-    ) -> Result<Rows, String> {
+    ) -> Result<Rows, PlanError> {
         let found = |at: &R| locate(at).ok_or("a row hscale cannot find in the text");
         Ok(Rows {
             edits: self
@@ -254,7 +255,7 @@ impl<R> Shape<R> {
                         text: e.text.clone(),
                     })
                 })
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, PlanError>>()?,
             span: Some(found(&rows.span)?),
             rows: rows
                 .rows
@@ -267,7 +268,7 @@ impl<R> Shape<R> {
                         params: 0..0,
                     })
                 })
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, PlanError>>()?,
             others: self.others,
             ids: Vec::new(),
         })
@@ -305,7 +306,7 @@ impl<R> Shape<R> {
         table: &PartitionedTable,
         main_backend: u32,
         values: &[Value],
-    ) -> Result<(SmallVec<[Target; 2]>, Merge), String> {
+    ) -> Result<(SmallVec<[Target; 2]>, Merge), PlanError> {
         let targets: SmallVec<[Target; 2]> = match &self.keys {
             None => SmallVec::from_vec(table.all_targets()),
             Some(keys) => {
@@ -358,12 +359,12 @@ pub(crate) fn check_others<'t>(
     others: bool,
     targets: impl IntoIterator<Item = &'t Target>,
     main_backend: u32,
-) -> Result<(), String> {
+) -> Result<(), PlanError> {
     match off_main(targets, main_backend) {
-        Some(far) if others => Err(format!(
+        Some(far) if others => Err(PlanError::Refuse(format!(
             "a statement that also names tables that are not partitioned runs only on the main backend (backend {main_backend}), and {} is on backend {}",
             far.table, far.backend
-        )),
+        ))),
         _ => Ok(()),
     }
 }

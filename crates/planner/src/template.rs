@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 
 use crate::auto::{id_value, not_an_id, IdValue, Upsert};
 use crate::dictionary::{Dictionary, PartitionedTable, PhysicalId, TableName, Target};
+use crate::error::PlanError;
 use crate::hashing::Value;
 use crate::plan::{Merge, Refusal, Route, Step};
 use crate::rewrite::Splices;
@@ -52,12 +53,15 @@ type Placed = SmallVec<[(Target, SmallVec<[u32; 4]>); 2]>;
 
 impl Rows {
     /// Where each row goes; `values` are the rows' keys, in row order.
-    fn place(&self, table: &PartitionedTable, values: &[Value]) -> Result<Placed, String> {
+    fn place(&self, table: &PartitionedTable, values: &[Value]) -> Result<Placed, PlanError> {
         let mut placed: Placed = SmallVec::new();
         for (i, value) in values.iter().enumerate() {
-            let target = table
-                .target_for(value)
-                .map_err(|e| format!("the value of partition column `{}`: {e}", table.column))?;
+            let target = table.target_for(value).map_err(|e| {
+                PlanError::Refuse(format!(
+                    "the value of partition column `{}`: {e}",
+                    table.column
+                ))
+            })?;
             match placed.iter_mut().find(|(t, _)| *t == target) {
                 Some((_, rows)) => rows.push(i as u32),
                 None => placed.push((target, smallvec::smallvec![i as u32])),
@@ -67,7 +71,7 @@ impl Rows {
     }
 
     /// The statement for `target` with only `rows` in it.
-    fn text(&self, sql: &str, target: &Target, rows: &[u32]) -> Result<String, String> {
+    fn text(&self, sql: &str, target: &Target, rows: &[u32]) -> Result<String, PlanError> {
         let mut splices = Splices::default();
         if let Some(span) = self.span.clone().filter(|_| rows.len() < self.rows.len()) {
             let kept: Vec<&str> = rows
@@ -85,18 +89,18 @@ impl Rows {
         sql: &str,
         table: &PartitionedTable,
         main_backend: u32,
-    ) -> Result<Route, String> {
+    ) -> Result<Route, PlanError> {
         let values = self
             .rows
             .iter()
             .map(|row| match &row.key {
                 Bound::Literal(value) => Ok(value.reborrow()),
-                Bound::Param(_) => Err(format!(
+                Bound::Param(_) => Err(PlanError::Refuse(format!(
                     "the partition column `{}` must be given as a literal",
                     table.column
-                )),
+                ))),
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, PlanError>>()?;
         let placed = self.place(table, &values)?;
         check_others(self.others, placed.iter().map(|(t, _)| t), main_backend)?;
         let mut steps = SmallVec::with_capacity(placed.len());
@@ -285,12 +289,7 @@ impl Template {
             match client(k).and_then(|v| id_value(&v, no_auto_value_on_zero)) {
                 Some(IdValue::Generated) => ids.push(i),
                 Some(_) => {}
-                None => {
-                    return Err(Refusal {
-                        table: Some((*self.table).clone()),
-                        reason: not_an_id(column),
-                    })
-                }
+                None => return Err(not_an_id(column).refusal(Some((*self.table).clone()))),
             }
         }
         ids.sort_unstable();
@@ -338,7 +337,7 @@ impl Template {
         &'s self,
         dictionary: &Dictionary,
         main_backend: u32,
-        param: impl Fn(usize) -> Result<Value<'p>, String>,
+        param: impl Fn(usize) -> Result<Value<'p>, PlanError>,
     ) -> Routing {
         self.route_in(dictionary, main_backend, &[], param)
     }
@@ -350,7 +349,7 @@ impl Template {
         dictionary: &Dictionary,
         main_backend: u32,
         passed_fences: &[PhysicalId],
-        param: impl Fn(usize) -> Result<Value<'p>, String>,
+        param: impl Fn(usize) -> Result<Value<'p>, PlanError>,
     ) -> Routing {
         if dictionary.version != self.version {
             return Routing::Replan;
@@ -376,10 +375,7 @@ impl Template {
                 Routing::Wait(table.table.clone())
             }
             Ok(execution) => Routing::Run(execution),
-            Err(reason) => Routing::Refuse(Refusal {
-                table: Some(table.table.clone()),
-                reason,
-            }),
+            Err(error) => Routing::Refuse(error.refusal(Some(table.table.clone()))),
         }
     }
 
@@ -387,9 +383,9 @@ impl Template {
         &'s self,
         table: &PartitionedTable,
         main_backend: u32,
-        param: impl Fn(usize) -> Result<Value<'p>, String>,
-    ) -> Result<Execution, String> {
-        let value = |bound: &'s Bound| -> Result<Value<'s>, String> {
+        param: impl Fn(usize) -> Result<Value<'p>, PlanError>,
+    ) -> Result<Execution, PlanError> {
+        let value = |bound: &'s Bound| -> Result<Value<'s>, PlanError> {
             match bound {
                 Bound::Literal(value) => Ok(value.reborrow()),
                 Bound::Param(i) => param(*i),
@@ -404,20 +400,23 @@ impl Template {
                 for (a, b) in same_partition {
                     let partition = |bound| {
                         table.target_for(&value(bound)?).map_err(|e| {
-                            format!("the value of partition column `{}`: {e}", table.column)
+                            PlanError::Refuse(format!(
+                                "the value of partition column `{}`: {e}",
+                                table.column
+                            ))
                         })
                     };
                     if partition(a)? != partition(b)? {
-                        return Err(format!(
+                        return Err(PlanError::Refuse(format!(
                             "a join whose tables' partition columns equal values of different partitions of {}",
                             table.table
-                        ));
+                        )));
                     }
                 }
                 let values = keys
                     .iter()
                     .map(&value)
-                    .collect::<Result<SmallVec<[Value; 2]>, String>>()?;
+                    .collect::<Result<SmallVec<[Value; 2]>, PlanError>>()?;
                 let (targets, merge) = shape.targets(table, main_backend, &values)?;
                 let scan = targets.len() > 1 && !shape.scan_edits.is_empty();
                 Execution {
@@ -438,7 +437,7 @@ impl Template {
                     .rows
                     .iter()
                     .map(|r| value(&r.key))
-                    .collect::<Result<Vec<Value>, String>>()?;
+                    .collect::<Result<Vec<Value>, PlanError>>()?;
                 let placed = rows.place(table, &values)?;
                 check_others(rows.others, placed.iter().map(|(t, _)| t), main_backend)?;
                 let whole = placed.len() == 1;
@@ -484,7 +483,7 @@ impl Template {
     }
 
     /// The statement a run prepares on its backend.
-    pub fn text(&self, run: &Run) -> Result<String, String> {
+    pub fn text(&self, run: &Run) -> Result<String, PlanError> {
         match &self.form {
             Form::Keys { shape, .. } => apply_edits(
                 &self.sql,
@@ -503,7 +502,7 @@ impl Template {
                 .iter()
                 .find(|s| s.target == run.target)
                 .map(|s| s.sql.clone())
-                .ok_or_else(|| "a partition the statement was not planned for".to_string()),
+                .ok_or_else(|| PlanError::refuse("a partition the statement was not planned for")),
         }
     }
 

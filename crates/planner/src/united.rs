@@ -6,6 +6,7 @@
 
 use hscale_merge::Spec;
 
+use crate::error::PlanError;
 use crate::plan::{Merge, Route};
 use crate::template::{Run, Template};
 
@@ -137,7 +138,7 @@ impl Template {
         runs: &[Run],
         merge: &Merge,
         count: usize,
-    ) -> Option<Result<Vec<United>, String>> {
+    ) -> Option<Result<Vec<United>, PlanError>> {
         let spec = unites(merge, runs.iter().map(|r| r.target.backend))?;
         let united = by_backend(runs.iter().map(|r| r.target.backend))
             .into_iter()
@@ -145,7 +146,7 @@ impl Template {
                 let texts = members
                     .iter()
                     .map(|&i| self.text(&runs[i]))
-                    .collect::<Result<Vec<String>, String>>()?;
+                    .collect::<Result<Vec<String>, PlanError>>()?;
                 let parts: Vec<&str> = texts.iter().map(String::as_str).collect();
                 let mut params = Vec::new();
                 for &i in &members {

@@ -66,7 +66,7 @@ fn execute(template: &Template, params: &[Value<'static>]) -> (Runs, Merge) {
         params
             .get(i)
             .cloned()
-            .ok_or_else(|| format!("no parameter {i}"))
+            .ok_or_else(|| hscale_planner::PlanError::Refuse(format!("no parameter {i}")))
     });
     let Routing::Run(execution) = routing else {
         panic!("expected an execution, got {routing:?}");

@@ -348,12 +348,9 @@ pub(in crate::session) async fn federate(
     let mut temporaries = Vec::with_capacity(federation.copies.len());
     for copy in &federation.copies {
         let definition = definition(shared, memo, backends, &copy.table, &copy.definition).await?;
-        let temporary = copy.temporary(&definition).map_err(|reason| {
-            ProxyError::Unroutable(Refusal {
-                table: Some(copy.table.clone()),
-                reason,
-            })
-        })?;
+        let temporary = copy
+            .temporary(&definition)
+            .map_err(|e| ProxyError::Unroutable(e.refusal(Some(copy.table.clone()))))?;
         temporaries.push(temporary);
     }
     tracing::debug!(

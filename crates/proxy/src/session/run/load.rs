@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use hscale_planner::PlanError;
 use hscale_planner::{text_literal, Load, Refusal, Target};
 use hscale_wire::command;
 use hscale_wire::frame::write_lenenc;
@@ -160,12 +161,8 @@ async fn read_file(
     let mut pending: Vec<u8> = Vec::new();
     let mut lines_read = 0u64;
     let mut failed: Option<ProxyError> = None;
-    let refused = |reason: String| {
-        ProxyError::Unroutable(Refusal {
-            table: Some(load.table.table.clone()),
-            reason,
-        })
-    };
+    let refused =
+        |error: PlanError| ProxyError::Unroutable(error.refusal(Some(load.table.table.clone())));
     let mut take_lines = |pending: &mut Vec<u8>, at_end: bool| -> Result<(), ProxyError> {
         let mut at = 0;
         loop {

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hscale_planner::PlanError;
 use hscale_planner::{
     plan_copies, plan_prepared, with_literals, Action, ClientCharset, Context, Kind, Merge, Plan,
     Routing, Run, SessionChange, Template, TxEffect, Value,
@@ -285,12 +286,9 @@ pub(in crate::session) async fn prepare(
         }
         Action::Template(template) => {
             let run = template.describing_run();
-            let text = template.text(&run).map_err(|reason| {
-                ProxyError::Unroutable(hscale_planner::Refusal {
-                    table: Some(template.table().clone()),
-                    reason,
-                })
-            })?;
+            let text = template
+                .text(&run)
+                .map_err(|e| ProxyError::Unroutable(e.refusal(Some(template.table().clone()))))?;
             let statement = StatementKey::new(db.as_deref(), text.as_bytes());
             let slot = backends.slot_of(run.target.backend)?;
             let routed = Routed {
@@ -741,12 +739,7 @@ async fn run_routed(
     generated: Option<Generated>,
     table: &hscale_planner::TableName,
 ) -> Result<(), ProxyError> {
-    let refusal = |reason: &str| {
-        ProxyError::Unroutable(hscale_planner::Refusal {
-            table: Some(table.clone()),
-            reason: reason.into(),
-        })
-    };
+    let refusal = |error: PlanError| ProxyError::Unroutable(error.refusal(Some(table.clone())));
     let main_backend = shared.main_backend();
     let charset = client.charset;
     let mut waited_since = None;
@@ -762,6 +755,7 @@ async fn run_routed(
                     .get(i)
                     .map_err(|e| e.to_string())
                     .and_then(|param| param_value(param, charset))
+                    .map_err(PlanError::Refuse)
             });
         match routing {
             Routing::Run(_) if !fresh => return Err(ProxyError::DictionaryStale),
@@ -823,7 +817,7 @@ async fn run_routed(
                     Action::Wait(table) => backends.wait_for_lock(&table, &mut waited_since).await?,
                     Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
                     _ => return Err(refusal(
-                        "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)",
+                        "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)".into(),
                     )),
                 }
             }
@@ -837,10 +831,7 @@ async fn run_routed(
         let statement = match routed.texts.iter().find(|(r, _)| r == run) {
             Some((_, statement)) => statement.clone(),
             None => {
-                let text = routed
-                    .template
-                    .text(run)
-                    .map_err(|reason| refusal(&reason))?;
+                let text = routed.template.text(run).map_err(refusal)?;
                 let statement = StatementKey::new(routed.db.as_deref(), text.as_bytes());
                 if routed.texts.len() >= ROUTED_TEXTS {
                     routed.texts.clear();
@@ -896,7 +887,7 @@ async fn run_routed(
             let db = routed.db.clone();
             runs.clear();
             slots.clear();
-            for united in united.map_err(|reason| refusal(&reason))? {
+            for united in united.map_err(refusal)? {
                 let statement = StatementKey::new(db.as_deref(), united.sql.as_bytes());
                 let which = united.params.unwrap_or_default();
                 slots.push(backends.slot_of(united.backend)?);
