@@ -106,6 +106,13 @@ pub async fn load_key(shared: &Shared, conn: &mut BackendConn) -> Result<(), Pro
     Ok(())
 }
 
+/// The key the dictionary would give, for the session's unit tests,
+/// which have no dictionary to open.
+#[cfg(test)]
+pub(crate) fn use_key_for_test(shared: &Shared, key: [u8; 32]) {
+    let _ = shared.xa.key.set(DecisionKey::new(key));
+}
+
 fn key(shared: &Shared) -> &DecisionKey {
     shared
         .xa

@@ -204,6 +204,14 @@ impl DictionaryHandle {
         self.fresh.store(true, Ordering::Release);
     }
 
+    /// Serves `dictionary` as if a read had just found it: for the
+    /// session's unit tests, which have no dictionary schema to read.
+    #[cfg(test)]
+    pub(crate) fn serve_for_test(&self, dictionary: Dictionary) {
+        self.install(dictionary);
+        self.confirmed(self.now_ms());
+    }
+
     fn install(&self, dictionary: Dictionary) {
         if dictionary.version != self.current.load().version {
             tracing::info!(

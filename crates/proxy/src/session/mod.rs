@@ -14,6 +14,8 @@ mod savepoint;
 mod scatter;
 mod slots;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -163,18 +165,6 @@ impl Session {
             shared.accounts.of_user(&login.user),
         );
         let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
-        let backend_ids = shared.pools.iter().map(|pool| pool.id()).collect();
-        let tx = Transaction::new(shared.transactions, backend_ids, shared.main);
-        let slots = shared
-            .pools
-            .iter()
-            .map(|pool| Slot {
-                bucket: pool.bucket(key),
-                held: None,
-                binding: Binding::default(),
-                returned: None,
-            })
-            .collect();
         let handle = shared.sessions.register(connection_id, &login.user);
         let mut session = Box::new(Session {
             shared: Arc::clone(&shared),
@@ -193,22 +183,7 @@ impl Session {
                 column_names: Default::default(),
             },
             memo: Memo::default(),
-            backends: Backends {
-                shared,
-                handle,
-                state: SessionState::default(),
-                slots,
-                previous: Previous::Nothing,
-                gathered: None,
-                transaction_tables: SmallVec::new(),
-                statement_tables: SmallVec::new(),
-                session_variables_changed: false,
-                unread: Vec::new(),
-                settings_listed: None,
-                tx,
-                quoting: Quoting::default(),
-                no_auto_value_on_zero: false,
-            },
+            backends: Backends::new(shared, handle, key),
         });
         session.backends.start_sql_mode();
         session.set_default_wait_timeout();
@@ -621,6 +596,41 @@ impl Session {
     fn finish(&mut self) {
         self.shared.sessions.remove(self.client.connection_id);
         self.backends.release_all();
+    }
+}
+
+impl Backends {
+    /// A new session's side on the backends: a slot per backend, in the
+    /// pool bucket of connections made with `key`, nothing held yet.
+    fn new(shared: Arc<Shared>, handle: Arc<SessionHandle>, key: ConnKey) -> Backends {
+        let backend_ids = shared.pools.iter().map(|pool| pool.id()).collect();
+        let tx = Transaction::new(shared.transactions, backend_ids, shared.main);
+        let slots = shared
+            .pools
+            .iter()
+            .map(|pool| Slot {
+                bucket: pool.bucket(key),
+                held: None,
+                binding: Binding::default(),
+                returned: None,
+            })
+            .collect();
+        Backends {
+            shared,
+            handle,
+            state: SessionState::default(),
+            slots,
+            previous: Previous::Nothing,
+            gathered: None,
+            transaction_tables: SmallVec::new(),
+            statement_tables: SmallVec::new(),
+            session_variables_changed: false,
+            unread: Vec::new(),
+            settings_listed: None,
+            tx,
+            quoting: Quoting::default(),
+            no_auto_value_on_zero: false,
+        }
     }
 }
 
