@@ -20,7 +20,7 @@ use crate::backend::BackendConn;
 use crate::dictionary::rows_connection;
 use crate::dictionary::store::{bytes_literal, exec, ident, table_exists, text_literal};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// Distinct partition column values are handled this many at a time.
 const VALUES_PER_BATCH: usize = 200;
@@ -67,7 +67,7 @@ async fn matching_values(
         .collect())
 }
 
-async fn binary_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+async fn binary_connection(shared: &Cluster, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
     let mut conn = rows_connection(shared, slot).await?;
     // Rows as stored, without conversion, both ways.
     exec(&mut conn, "SET NAMES binary").await?;
@@ -78,7 +78,7 @@ async fn binary_connection(shared: &Shared, slot: usize) -> Result<Box<BackendCo
 /// instance's last statement.
 const WRITER_WAIT_SECONDS: u32 = 60;
 
-fn writers_lock(shared: &Shared) -> String {
+fn writers_lock(shared: &Cluster) -> String {
     text_literal(&format!("{}.move_writers", shared.dictionary.schema))
 }
 
@@ -86,7 +86,7 @@ fn writers_lock(shared: &Shared) -> String {
 /// server until it closes: when an instance dies, the statement it had sent
 /// still runs to its end on the server, and only then is the lock released,
 /// so recovery (`wait_for_dead_writers`) never races a dead instance's write.
-async fn writer_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+async fn writer_connection(shared: &Cluster, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
     let mut conn = binary_connection(shared, slot).await?;
     let sql = format!(
         "SELECT GET_LOCK({}, {WRITER_WAIT_SECONDS})",
@@ -100,7 +100,7 @@ async fn writer_connection(shared: &Shared, slot: usize) -> Result<Box<BackendCo
 
 /// Waits on every backend until no connection holds the writers lock: the
 /// statements a dead instance sent have ended.
-async fn wait_for_dead_writers(shared: &Shared) -> Result<(), ProxyError> {
+async fn wait_for_dead_writers(shared: &Cluster) -> Result<(), ProxyError> {
     for slot in 0..shared.pools.len() {
         writer_connection(shared, slot).await?;
     }
@@ -115,7 +115,7 @@ fn in_list(column: &str, values: &[Vec<u8>]) -> String {
 /// Copies the rows whose partition value is one of `partition_values` from
 /// `from` to `to`. Returns how many rows were copied.
 pub async fn copy_rows(
-    shared: &Shared,
+    shared: &Cluster,
     table: &PartitionedTable,
     partition_values: &[String],
     from: &Place,
@@ -137,7 +137,7 @@ pub async fn copy_rows(
 }
 
 /// Copies every row of `from` to `to`; returns how many.
-pub async fn copy_all_rows(shared: &Shared, from: &Place, to: &Place) -> Result<u64, ProxyError> {
+pub async fn copy_all_rows(shared: &Cluster, from: &Place, to: &Place) -> Result<u64, ProxyError> {
     let mut source = binary_connection(shared, from.slot).await?;
     let mut target = writer_connection(shared, to.slot).await?;
     exec(&mut target, &format!("TRUNCATE TABLE {}", to.qualified())).await?;
@@ -148,7 +148,7 @@ pub async fn copy_all_rows(shared: &Shared, from: &Place, to: &Place) -> Result<
 /// The rows of `place` whose partition value is one of `partition_values`
 /// (`None`: all of them).
 pub async fn count_rows(
-    shared: &Shared,
+    shared: &Cluster,
     table: &PartitionedTable,
     partition_values: Option<&[String]>,
     place: &Place,
@@ -209,7 +209,7 @@ async fn copy_selected(
 
 /// Deletes the rows whose partition value is one of `partition_values`.
 pub async fn delete_rows(
-    shared: &Shared,
+    shared: &Cluster,
     table: &PartitionedTable,
     partition_values: &[String],
     place: &Place,
@@ -239,7 +239,7 @@ impl Entries<'_> {
     /// transaction.
     pub async fn set(
         &self,
-        shared: &Shared,
+        shared: &Cluster,
         conn: &mut BackendConn,
         state: Option<PartitionState>,
     ) -> Result<(), ProxyError> {
@@ -248,7 +248,7 @@ impl Entries<'_> {
 }
 
 async fn set_state(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     entries: &Entries<'_>,
     state: Option<PartitionState>,
@@ -275,7 +275,7 @@ async fn set_state(
 
 /// The default table and a partition of `table` as places.
 pub fn places(
-    shared: &Shared,
+    shared: &Cluster,
     table: &PartitionedTable,
     partition: &str,
     backend: u32,
@@ -301,7 +301,7 @@ pub fn places(
 /// Partitioned tables whose default table does not exist yet while the table
 /// of their own name still does: SETUP_TABLE stopped before its rename.
 async fn unrenamed<'d>(
-    shared: &Shared,
+    shared: &Cluster,
     dictionary: &'d Dictionary,
 ) -> Result<Vec<&'d PartitionedTable>, ProxyError> {
     let mut found = Vec::new();
@@ -319,7 +319,7 @@ async fn unrenamed<'d>(
 
 /// Finishes or undoes every move the dictionary shows in progress, under the
 /// admin lock, so that a live instance's move is left alone.
-pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+pub async fn recover(shared: &Cluster, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let dictionary = crate::dictionary::store::load(conn, &shared.dictionary).await?;
     if !dictionary.tables().iter().any(|t| t.locked())
         && unrenamed(shared, &dictionary).await?.is_empty()

@@ -90,7 +90,7 @@ pub async fn run(
     let refresh = tokio::spawn(crate::upkeep::refresh_loop(shared.clone()));
     let sweep = tokio::spawn(crate::upkeep::sweep_loop(shared.clone()));
     let recovery = tokio::spawn(crate::xa::recovery_loop(
-        shared.clone(),
+        shared.cluster.clone(),
         shared.dictionary.refresh.max(RECOVERY_PERIOD_MIN),
     ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));

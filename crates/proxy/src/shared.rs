@@ -431,15 +431,43 @@ impl Sessions {
     }
 }
 
-pub struct Shared {
-    /// This host's name: what `@@hostname` answers through hscale.
-    pub hostname: String,
-    pub users: HashMap<String, User>,
+/// What the instances of hscale share through the backends, and what the
+/// control plane works on: the backends and their pools, the accounts, the
+/// dictionary, AUTO_INCREMENT ids, two-phase commit and the moves. Admin
+/// commands, moves, two-phase commit and the dictionary take this alone.
+pub struct Cluster {
+    /// This instance's sessions: the moves' fences wait for those on a
+    /// fenced table, and KILL finds its target here.
+    pub sessions: Sessions,
     /// The backend accounts: hscale's service account and the users'.
     pub accounts: Arc<Accounts>,
     pub pools: Vec<Arc<Pool>>,
     /// Index into `pools` of the main backend.
     pub main: usize,
+    pub dictionary: DictionaryHandle,
+    /// This instance's blocks of AUTO_INCREMENT ids.
+    pub sequences: crate::dictionary::sequences::Sequences,
+    pub transactions: Transactions,
+    /// Two-phase commit: this instance's transactions over several backends.
+    pub xa: crate::xa::Coordinator,
+    /// How long a statement waits for a partition move on its table.
+    pub lock_wait: Duration,
+    pub moves: crate::config::MovesConfig,
+    /// The moves this instance runs: their heartbeats and their turns.
+    pub running_moves: crate::online::running::RunningMoves,
+    /// The runtime of the acceptor and the dictionary's loops (`run` sets
+    /// it): background jobs run there, not on the worker of the client that
+    /// started them, whose other clients they would slow alone.
+    background: std::sync::OnceLock<tokio::runtime::Handle>,
+}
+
+/// One instance's front: its clients (sessions, workers, limits, TLS,
+/// logins, counters) over the `Cluster`, whose fields it reads as its own.
+pub struct Shared {
+    pub cluster: Arc<Cluster>,
+    /// This host's name: what `@@hostname` answers through hscale.
+    pub hostname: String,
+    pub users: HashMap<String, User>,
     pub server_version: String,
     /// The status flags of a new session on the main backend, as its greeting
     /// says: clients read from hscale's greeting whether to escape with
@@ -455,17 +483,8 @@ pub struct Shared {
     /// Where clients are, and when one moves to another worker.
     pub balance: crate::cores::Balance,
     pub counters: Counters,
-    pub sessions: Sessions,
-    pub dictionary: DictionaryHandle,
-    /// This instance's blocks of AUTO_INCREMENT ids.
-    pub sequences: crate::dictionary::sequences::Sequences,
-    pub transactions: Transactions,
     /// How often the deadlock detector looks; `None`: never.
     pub deadlock_check: Option<Duration>,
-    /// Two-phase commit: this instance's transactions over several backends.
-    pub xa: crate::xa::Coordinator,
-    /// How long a statement waits for a partition move on its table.
-    pub lock_wait: Duration,
     /// The main backend's global wait_timeout and interactive_timeout, in
     /// seconds: a new session's idle limit (interactive clients get the second).
     pub wait_timeouts: (u64, u64),
@@ -486,16 +505,17 @@ pub struct Shared {
     pub collations: Arc<hscale_merge::Collations>,
     /// How statements on several partitions are bounded.
     pub scans: crate::config::ScansConfig,
-    pub moves: crate::config::MovesConfig,
-    /// The moves this instance runs: their heartbeats and their turns.
-    pub running_moves: crate::online::running::RunningMoves,
-    /// The runtime of the acceptor and the dictionary's loops (`run` sets
-    /// it): background jobs run there, not on the worker of the client that
-    /// started them, whose other clients they would slow alone.
-    background: std::sync::OnceLock<tokio::runtime::Handle>,
     next_connection_id: AtomicU32,
     pub started: Instant,
     idle_clock_ms: AtomicU64,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
 }
 
 #[derive(Default)]
@@ -595,11 +615,27 @@ impl Shared {
             .collect();
         let main_backend = pools[main].id();
         Shared {
+            cluster: Arc::new(Cluster {
+                sessions: Sessions::default(),
+                accounts,
+                pools,
+                main,
+                sequences: Default::default(),
+                xa: Default::default(),
+                dictionary: DictionaryHandle::new(
+                    config.dictionary.schema.clone(),
+                    Duration::from_millis(config.dictionary.refresh_ms.max(1)),
+                    Duration::from_millis(config.dictionary.lease_ms),
+                )
+                .on_backend(main_backend),
+                transactions: config.proxy.transactions,
+                moves: config.moves.clone(),
+                running_moves: Default::default(),
+                background: Default::default(),
+                lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
+            }),
             hostname: host_name(),
             users,
-            accounts,
-            pools,
-            main,
             server_version: FALLBACK_VERSION.into(),
             new_session_status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             new_session_sql_mode: String::new(),
@@ -607,23 +643,9 @@ impl Shared {
             cores,
             balance: crate::cores::Balance::new(cores, config.proxy.move_clients),
             counters: Counters::default(),
-            sessions: Sessions::default(),
-            sequences: Default::default(),
-            xa: Default::default(),
-            dictionary: DictionaryHandle::new(
-                config.dictionary.schema.clone(),
-                Duration::from_millis(config.dictionary.refresh_ms.max(1)),
-                Duration::from_millis(config.dictionary.lease_ms),
-            )
-            .on_backend(main_backend),
-            transactions: config.proxy.transactions,
             deadlock_check: (config.proxy.deadlock_check_ms > 0)
                 .then(|| Duration::from_millis(config.proxy.deadlock_check_ms)),
             scans: config.scans.clone(),
-            moves: config.moves.clone(),
-            running_moves: Default::default(),
-            background: Default::default(),
-            lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
             wait_timeouts: (DEFAULT_WAIT_TIMEOUT_S, DEFAULT_WAIT_TIMEOUT_S),
             max_allowed_packet: MAX_ALLOWED_PACKET_LIMIT,
             login_timeout: Duration::from_millis(config.proxy.login_timeout_ms),
@@ -642,7 +664,8 @@ impl Shared {
     /// that clients see the server they really talk to. A backend that is down
     /// now only leaves the fallbacks.
     pub async fn learn_main_backend(&mut self) {
-        let pool = &self.pools[self.main];
+        let cluster = self.cluster.clone();
+        let pool = &cluster.pools[cluster.main];
         match pool.acquire(&pool.bucket(ConnKey::service()), None).await {
             Ok(lease) => {
                 self.server_version = lease.conn.server_version.clone();
@@ -692,6 +715,24 @@ impl Shared {
         self.sessions.close_idle(now);
     }
 
+    pub fn next_connection_id(&self) -> u32 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn statistics(&self) -> String {
+        let uptime = self.started.elapsed().as_secs().max(1);
+        let questions = self.counters.questions.total();
+        let open: usize = self.pools.iter().map(|p| p.open_connections()).sum();
+        format!(
+            "Uptime: {uptime}  Threads: {}  Questions: {questions}  Slow queries: 0  Opens: {}  Open tables: 0  Backend connections: {open}  Queries per second avg: {:.3}",
+            self.counters.clients.load(Ordering::Relaxed),
+            self.counters.connections.load(Ordering::Relaxed),
+            questions as f64 / uptime as f64
+        )
+    }
+}
+
+impl Cluster {
     /// Runs the calling runtime's tasks as this instance's background.
     pub fn set_background(&self) {
         let _ = self.background.set(tokio::runtime::Handle::current());
@@ -722,22 +763,6 @@ impl Shared {
     /// The index into `pools` of a backend id.
     pub fn pool_index(&self, backend: u32) -> Option<usize> {
         self.pools.iter().position(|p| p.id() == backend)
-    }
-
-    pub fn next_connection_id(&self) -> u32 {
-        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub fn statistics(&self) -> String {
-        let uptime = self.started.elapsed().as_secs().max(1);
-        let questions = self.counters.questions.total();
-        let open: usize = self.pools.iter().map(|p| p.open_connections()).sum();
-        format!(
-            "Uptime: {uptime}  Threads: {}  Questions: {questions}  Slow queries: 0  Opens: {}  Open tables: 0  Backend connections: {open}  Queries per second avg: {:.3}",
-            self.counters.clients.load(Ordering::Relaxed),
-            self.counters.connections.load(Ordering::Relaxed),
-            questions as f64 / uptime as f64
-        )
     }
 }
 

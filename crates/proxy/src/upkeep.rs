@@ -67,7 +67,7 @@ pub async fn sweep_loop(shared: Arc<Shared>) {
             conn = dictionary::impatient_connection(&shared).await;
         }
         if let Some(c) = conn.as_mut() {
-            if !crate::online::sweep(&shared, c).await {
+            if !crate::online::sweep(&shared.cluster, c).await {
                 conn = None;
             }
         }

@@ -17,7 +17,7 @@ use crate::backend::accounts::AccountId;
 use crate::backend::{BackendConn, Bucket, ConnKey};
 use crate::dictionary::store::{decisions_ddl, decisions_proof_ddl, exec, ident, text};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 pub const ER_DUP_ENTRY: u16 = 1062;
 const ER_NO_SUCH_TABLE: u16 = 1146;
@@ -83,7 +83,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Reads the key of the decisions' proofs (`ensure_schema` made it).
-pub async fn load_key(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+pub async fn load_key(shared: &Cluster, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let rows = exec(
         conn,
         &format!(
@@ -109,11 +109,11 @@ pub async fn load_key(shared: &Shared, conn: &mut BackendConn) -> Result<(), Pro
 /// The key the dictionary would give, for the session's unit tests,
 /// which have no dictionary to open.
 #[cfg(test)]
-pub(crate) fn use_key_for_test(shared: &Shared, key: [u8; 32]) {
+pub(crate) fn use_key_for_test(shared: &Cluster, key: [u8; 32]) {
     let _ = shared.xa.key.set(DecisionKey::new(key));
 }
 
-fn key(shared: &Shared) -> &DecisionKey {
+fn key(shared: &Cluster) -> &DecisionKey {
     shared
         .xa
         .key
@@ -124,7 +124,7 @@ fn key(shared: &Shared) -> &DecisionKey {
 /// A transaction over several backends, running on this instance; its
 /// branches are left to recovery once it is dropped.
 pub struct Running {
-    shared: Arc<Shared>,
+    shared: Arc<Cluster>,
     pub sequence: u64,
     /// The backend of the transaction's plain part, whose commit may carry
     /// the decision.
@@ -133,7 +133,7 @@ pub struct Running {
 
 /// Numbers a new transaction over several backends on this instance;
 /// `decided_on`: the backend of its plain part, if it has one.
-pub fn begin(shared: &Arc<Shared>, decided_on: Option<u32>) -> Running {
+pub fn begin(shared: &Arc<Cluster>, decided_on: Option<u32>) -> Running {
     let sequence = shared.xa.sequence.fetch_add(1, Ordering::Relaxed) + 1;
     lock(&shared.xa.in_flight).insert(sequence);
     Running {
@@ -183,7 +183,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// carry its decision. Asked once per account and backend, by an INSERT
 /// that inserts nothing; a backend that cannot be asked now is asked again
 /// next time.
-pub async fn may_record(shared: &Shared, slot: usize, bucket: &Bucket) -> bool {
+pub async fn may_record(shared: &Cluster, slot: usize, bucket: &Bucket) -> bool {
     let key = (bucket.key.account, slot);
     if let Some(&known) = lock(&shared.xa.recordable).get(&key) {
         return known;
@@ -222,7 +222,7 @@ pub async fn may_record(shared: &Shared, slot: usize, bucket: &Bucket) -> bool {
 /// The INSERT of a transaction's commit decision that its plain part runs
 /// just before its COMMIT (`session::atomic`): the decision is durable
 /// exactly when that part commits.
-pub fn decision_insert(shared: &Shared, gtrid: &str) -> String {
+pub fn decision_insert(shared: &Cluster, gtrid: &str) -> String {
     format!(
         "INSERT INTO {} (gtrid, decision, decided, proof) VALUES ('{gtrid}', '{}', NOW(6), '{}')",
         decisions_table(shared),
@@ -246,7 +246,7 @@ pub enum Recorded {
 
 /// Records a transaction's decision in the dictionary, on a service
 /// connection of the main backend's pool.
-pub async fn record(shared: &Shared, gtrid: &str, decision: Decision) -> Recorded {
+pub async fn record(shared: &Cluster, gtrid: &str, decision: Decision) -> Recorded {
     let pool = &shared.pools[shared.main];
     let bucket = pool.bucket(ConnKey::service());
     let mut lease = match pool.acquire(&bucket, None).await {
@@ -261,7 +261,7 @@ pub async fn record(shared: &Shared, gtrid: &str, decision: Decision) -> Recorde
 }
 
 async fn insert_decision(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     gtrid: &str,
     decision: Decision,
@@ -305,12 +305,12 @@ async fn insert_decision(
     }
 }
 
-fn decisions_table(shared: &Shared) -> String {
+fn decisions_table(shared: &Cluster) -> String {
     format!("{}.xa_decisions", ident(&shared.dictionary.schema))
 }
 
 async fn read_decisions(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     gtrids: &[&str],
 ) -> Result<HashMap<String, Decision>, ProxyError> {
@@ -379,7 +379,7 @@ pub fn outcome_unknown(source: &ProxyError) -> ProxyError {
 }
 
 /// Recovery, at start and then every `period`.
-pub async fn recovery_loop(shared: Arc<Shared>, period: Duration) {
+pub async fn recovery_loop(shared: Arc<Cluster>, period: Duration) {
     let mut failing = false;
     let mut connections = Connections::default();
     loop {
@@ -422,7 +422,7 @@ fn carried(in_dictionary: Option<Decision>, in_part: Option<Decision>) -> Option
 
 /// One pass of recovery; the number of prepared branches it left
 /// unresolved (their owner is running, or a backend did not answer).
-pub async fn recover(shared: &Shared, connections: &mut Connections) -> Result<u64, ProxyError> {
+pub async fn recover(shared: &Cluster, connections: &mut Connections) -> Result<u64, ProxyError> {
     // A connection that failed is not used again.
     let mut dictionary = match connections.dictionary.take() {
         Some(conn) => conn,
@@ -631,7 +631,7 @@ async fn prepared_branches(conn: &mut BackendConn) -> Result<Vec<Xid>, ProxyErro
 
 /// The instances whose lease is current.
 async fn alive_instances(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
 ) -> Result<HashSet<String>, ProxyError> {
     let lease = shared.dictionary.lease.as_micros();
@@ -649,7 +649,7 @@ async fn alive_instances(
 /// Decisions no prepared branch needs any more: commits once every branch
 /// committed, aborts once no owner could still try to commit.
 async fn forget_old_decisions(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     prepared: &HashSet<String>,
 ) -> Result<(), ProxyError> {

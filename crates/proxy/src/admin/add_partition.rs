@@ -11,10 +11,10 @@ use hscale_planner::{TableName, Value};
 
 use super::{current, partitioned, slot, AdminAnswer, AdminError, AdminLock};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 pub async fn run(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     table: TableName,
     partition: String,
     value: Value<'static>,
@@ -50,7 +50,7 @@ pub async fn run(
 /// (or one that exists, on its backend) as an online split; answers the
 /// job's id at once.
 pub async fn split(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     table: TableName,
     partition: String,
     into: String,
@@ -101,7 +101,7 @@ pub async fn split(
 /// The partition a split adds rows to: a new one whose table no other
 /// table uses, or one on `backend`.
 fn check_into(
-    shared: &Shared,
+    shared: &Cluster,
     dictionary: &hscale_planner::Dictionary,
     t: &hscale_planner::PartitionedTable,
     into: &str,

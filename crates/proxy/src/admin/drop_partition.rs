@@ -15,10 +15,10 @@ use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
 use crate::offline::{copy_rows, places, Entries};
 use crate::online::Finished;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 pub async fn run(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     table: TableName,
     partition: String,
 ) -> Result<AdminAnswer, ProxyError> {
@@ -53,7 +53,7 @@ pub async fn run(
 
 /// The rows moved while the whole table waits (`Draining`).
 async fn offline(
-    shared: &Shared,
+    shared: &Cluster,
     lock: &mut AdminLock,
     t: &PartitionedTable,
     partition: &str,

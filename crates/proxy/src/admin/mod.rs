@@ -19,7 +19,7 @@ use hscale_wire::resultset::ColumnType;
 use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 pub use error::AdminError;
 
 /// What the session sends back for an admin command.
@@ -61,7 +61,7 @@ pub struct AdminLock {
 const LOCK_SECONDS: u32 = 30;
 
 impl AdminLock {
-    pub async fn take(shared: &Shared) -> Result<AdminLock, ProxyError> {
+    pub async fn take(shared: &Cluster) -> Result<AdminLock, ProxyError> {
         let mut conn = own_connection(shared, shared.main).await?;
         let name = store::text_literal(&format!("{}.admin", shared.dictionary.schema));
         let rows = store::exec(
@@ -77,11 +77,12 @@ impl AdminLock {
 }
 
 pub async fn execute(
-    shared: &std::sync::Arc<Shared>,
+    front: &crate::shared::Shared,
     caller: &Caller<'_>,
     sql: &str,
 ) -> Result<AdminAnswer, ProxyError> {
     let command = parse_admin(sql).map_err(AdminError::from)?;
+    let shared = &front.cluster;
     match command {
         AdminCommand::SetupTable {
             table,
@@ -129,7 +130,7 @@ pub async fn execute(
             show::lookup(shared, &resolve(&table, caller)?, &value)
         }
         AdminCommand::ShowTables => Ok(show::tables(shared)),
-        AdminCommand::Status => Ok(show::status(shared)),
+        AdminCommand::Status => Ok(show::status(front)),
         AdminCommand::Refresh => {
             crate::dictionary::reload(shared).await?;
             Ok(AdminAnswer::done(0))
@@ -163,7 +164,7 @@ const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "information_schema", "performance_s
 /// (`_hscale_...`), and the tables of a partitioned table (its name, its
 /// default and partition tables).
 fn check_manageable(
-    shared: &Shared,
+    shared: &Cluster,
     dictionary: &Dictionary,
     db: &str,
     name: &str,
@@ -192,14 +193,14 @@ fn check_manageable(
     Ok(())
 }
 
-async fn publish(shared: &Shared, lock: &mut AdminLock) -> Result<(), ProxyError> {
+async fn publish(shared: &Cluster, lock: &mut AdminLock) -> Result<(), ProxyError> {
     crate::dictionary::reload(shared).await?;
     let version = store::read_version(&mut lock.conn, &shared.dictionary.schema).await?;
     crate::dictionary::wait_for_instances(shared, &mut lock.conn, version).await
 }
 
 /// The dictionary as the store has it now (under the lock, newer than any snapshot).
-async fn current(shared: &Shared, lock: &mut AdminLock) -> Result<Dictionary, ProxyError> {
+async fn current(shared: &Cluster, lock: &mut AdminLock) -> Result<Dictionary, ProxyError> {
     store::load(&mut lock.conn, &shared.dictionary).await
 }
 
@@ -214,7 +215,7 @@ pub(crate) fn partitioned<'d>(
         })
 }
 
-fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
+fn slot(shared: &Cluster, backend: u32) -> Result<usize, ProxyError> {
     shared
         .pool_index(backend)
         .ok_or(ProxyError::UnknownBackend { backend })

@@ -15,12 +15,12 @@ use super::{check_manageable, current, publish, AdminAnswer, AdminError, AdminLo
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::online::copy::raw_connection;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// How many bytes of rows one INSERT into a copy carries.
 const INSERT_BYTES: usize = 1 << 20;
 
-pub async fn setup(shared: &Shared, table: TableName) -> Result<AdminAnswer, ProxyError> {
+pub async fn setup(shared: &Cluster, table: TableName) -> Result<AdminAnswer, ProxyError> {
     let mut lock = AdminLock::take(shared).await?;
     let dictionary = current(shared, &mut lock).await?;
     let main_backend = shared.main_backend();

@@ -11,7 +11,7 @@ use super::{current, publish, AdminError, AdminLock};
 use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 use store::{exec, ident, text, text_literal};
 
@@ -28,7 +28,7 @@ impl SchemaLock {
     /// records its steps; once every instance has loaded that, the table is
     /// locked everywhere.
     pub async fn take(
-        shared: &Shared,
+        shared: &Cluster,
         plan: impl FnOnce(&Dictionary) -> hscale_planner::Action,
     ) -> Result<SchemaLock, ProxyError> {
         let mut admin = AdminLock::take(shared).await?;
@@ -88,7 +88,7 @@ impl SchemaLock {
 
     /// Step `step` is about to be sent: its physical table's definition now
     /// lets a restart tell whether it took effect.
-    pub async fn starting(&mut self, shared: &Shared, step: usize) -> Result<(), ProxyError> {
+    pub async fn starting(&mut self, shared: &Cluster, step: usize) -> Result<(), ProxyError> {
         let target = &self.change.steps[step].target;
         let mut c = own_connection(shared, super::slot(shared, target.backend)?).await?;
         let before = store::definition(&mut c, &self.change.table.db, &target.table).await?;
@@ -102,7 +102,7 @@ impl SchemaLock {
     }
 
     /// Step `step` succeeded: a restart does not run it again.
-    pub async fn done(&mut self, shared: &Shared, step: usize) -> Result<(), ProxyError> {
+    pub async fn done(&mut self, shared: &Cluster, step: usize) -> Result<(), ProxyError> {
         let sql = format!(
             "UPDATE {}.schema_changes SET done = TRUE WHERE {} AND step = {step}",
             ident(&shared.dictionary.schema),
@@ -113,14 +113,14 @@ impl SchemaLock {
 
     /// Every step ran: the dictionary records the effect, and the table is
     /// unlocked.
-    pub async fn finish(mut self, shared: &Shared) -> Result<(), ProxyError> {
+    pub async fn finish(mut self, shared: &Cluster) -> Result<(), ProxyError> {
         finish(shared, &mut self.admin.conn, &self.change).await?;
         publish(shared, &mut self.admin).await
     }
 
     /// A step failed: the table is unlocked with its dictionary entry as it
     /// was; the error tells which physical tables changed.
-    pub async fn abandon(mut self, shared: &Shared) -> Result<(), ProxyError> {
+    pub async fn abandon(mut self, shared: &Cluster) -> Result<(), ProxyError> {
         let schema = &shared.dictionary.schema;
         let forget = [forget(schema, &self.change.table)];
         store::change(&mut self.admin.conn, schema, &forget).await?;
@@ -145,7 +145,7 @@ fn forget(schema: &str, table: &TableName) -> String {
 }
 
 async fn record(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     change: &SchemaChange,
 ) -> Result<(), ProxyError> {
@@ -177,7 +177,7 @@ async fn record(
 /// The dictionary after every step: the effect recorded and the lock gone,
 /// in one transaction.
 async fn finish(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     change: &SchemaChange,
 ) -> Result<(), ProxyError> {
@@ -260,7 +260,7 @@ async fn finish(
 /// none) are in the default table now: an ALTER that adds a column before
 /// them moves them, and INSERTs without a column list are read by them.
 async fn column_positions(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     table: &TableName,
 ) -> Result<Option<(String, String)>, ProxyError> {
@@ -298,7 +298,7 @@ async fn column_positions(
 /// Finishes every schema change the dictionary shows in progress: the steps
 /// not done yet run, then the change is recorded. A step that fails now is
 /// logged and left out, so that the table is not locked for good.
-pub async fn recover(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+pub async fn recover(shared: &Cluster, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let s = ident(&shared.dictionary.schema);
     let pending = format!("SELECT db, table_name, step, backend, physical, partition_name, statement, done, effect, renamed_to, before_definition FROM {s}.schema_changes ORDER BY db, table_name, step");
     if exec(conn, &pending).await?.is_empty() {

@@ -9,10 +9,10 @@ use super::{check_manageable, current, publish, slot, AdminAnswer, AdminError, A
 use crate::backend::BackendConn;
 use crate::dictionary::{own_connection, store};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 pub async fn run(
-    shared: &Shared,
+    shared: &Cluster,
     table: TableName,
     column: String,
     default_table: String,
@@ -167,7 +167,7 @@ fn check_collation(column: &str, collation: &str) -> Result<(), AdminError> {
 /// stands (`check_manageable`), a reference table, a default table
 /// elsewhere than its table. Returns the default table's name.
 fn check_names(
-    shared: &Shared,
+    shared: &Cluster,
     dictionary: &Dictionary,
     table: &TableName,
     default_table: &str,

@@ -7,13 +7,13 @@ use hscale_wire::resultset::ColumnType::{Integer, Text};
 
 use super::{AdminAnswer, AdminError, Caller};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 fn some(value: impl ToString) -> Option<String> {
     Some(value.to_string())
 }
 
-pub fn partitions(shared: &Shared, table: &TableName) -> Result<AdminAnswer, ProxyError> {
+pub fn partitions(shared: &Cluster, table: &TableName) -> Result<AdminAnswer, ProxyError> {
     let dictionary = shared.dictionary.snapshot();
     let t = super::partitioned(&dictionary, table)?;
     let mut rows = vec![vec![
@@ -44,7 +44,7 @@ pub fn partitions(shared: &Shared, table: &TableName) -> Result<AdminAnswer, Pro
     })
 }
 
-pub fn tables(shared: &Shared) -> AdminAnswer {
+pub fn tables(shared: &Cluster) -> AdminAnswer {
     let dictionary = shared.dictionary.snapshot();
     let rows = dictionary
         .tables()
@@ -92,7 +92,7 @@ pub fn tables(shared: &Shared) -> AdminAnswer {
 }
 
 pub fn lookup(
-    shared: &Shared,
+    shared: &Cluster,
     table: &TableName,
     value: &Value,
 ) -> Result<AdminAnswer, ProxyError> {
@@ -119,7 +119,7 @@ pub fn lookup(
     })
 }
 
-pub fn status(shared: &Shared) -> AdminAnswer {
+pub fn status(shared: &crate::shared::Shared) -> AdminAnswer {
     let dictionary = shared.dictionary.snapshot();
     let counters = &shared.counters;
     let relaxed = std::sync::atomic::Ordering::Relaxed;
@@ -190,7 +190,7 @@ pub fn status(shared: &Shared) -> AdminAnswer {
 
 /// Where a statement would go and the SQL each backend would get.
 pub fn explain(
-    shared: &Shared,
+    shared: &Cluster,
     caller: &Caller,
     statement: &str,
 ) -> Result<AdminAnswer, ProxyError> {

@@ -18,7 +18,7 @@ use hscale_wire::resultset::{rename_column_table, RenamedColumn};
 
 use crate::backend::{BackendConn, ConnKey};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// `DictionaryHandle::logical_column`, borrowing from a snapshot the
 /// caller holds (the relay writes the new definition straight to the
@@ -247,7 +247,7 @@ fn coarse_ms() -> u64 {
 
 /// A connection of hscale's own to a backend, for the dictionary and admin
 /// commands; it is closed, never pooled, when dropped.
-pub async fn own_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+pub async fn own_connection(shared: &Cluster, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
     Ok(shared.pools[slot].open_own(ConnKey::service()).await?)
 }
 
@@ -255,7 +255,10 @@ pub async fn own_connection(shared: &Shared, slot: usize) -> Result<Box<BackendC
 /// replaces and removes are the same rows in another place, so no foreign
 /// key check or action fires for them (a cascade from the copy's REPLACE or
 /// the source's DELETE would remove another table's rows).
-pub async fn rows_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+pub async fn rows_connection(
+    shared: &Cluster,
+    slot: usize,
+) -> Result<Box<BackendConn>, ProxyError> {
     let mut conn = own_connection(shared, slot).await?;
     store::exec(&mut conn, "SET SESSION foreign_key_checks = 0").await?;
     Ok(conn)
@@ -264,7 +267,7 @@ pub async fn rows_connection(shared: &Shared, slot: usize) -> Result<Box<Backend
 /// Reads the version and, when it changed (or `Load::Always`), the whole
 /// dictionary; then the heartbeat.
 pub async fn reload_with(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     load: Load,
 ) -> Result<(), ProxyError> {
@@ -286,7 +289,7 @@ pub async fn reload_with(
 /// fenced table away only when every instance has told the fence's version,
 /// so no statement of theirs reaches the table in between, and every
 /// transaction that ran on it has ended.
-fn acknowledged(shared: &Shared) -> u64 {
+fn acknowledged(shared: &Cluster) -> u64 {
     let handle = &shared.dictionary;
     let dictionary = handle.snapshot();
     let fenced = dictionary.fenced_tables();
@@ -301,7 +304,7 @@ fn acknowledged(shared: &Shared) -> u64 {
 
 /// Whether this instance's sessions are still on tables its snapshot fences:
 /// the refresh then polls at once again, to tell the fence soon.
-pub(crate) fn acknowledging(shared: &Shared) -> bool {
+pub(crate) fn acknowledging(shared: &Cluster) -> bool {
     shared.dictionary.acknowledged.load(Ordering::Relaxed) < shared.dictionary.snapshot().version
 }
 
@@ -316,7 +319,7 @@ pub enum Load {
 }
 
 /// Reloads now, on a connection of its own (HSCALE REFRESH, after a change).
-pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
+pub async fn reload(shared: &Cluster) -> Result<(), ProxyError> {
     let mut conn = own_connection(shared, shared.main).await?;
     reload_with(shared, &mut conn, Load::Always).await
 }
@@ -324,7 +327,7 @@ pub async fn reload(shared: &Shared) -> Result<(), ProxyError> {
 /// A connection to the dictionary whose statements wait for no lock longer
 /// than a second: the loops that keep this instance's lease go on rather
 /// than wait for whoever holds one.
-pub(crate) async fn impatient_connection(shared: &Shared) -> Option<Box<BackendConn>> {
+pub(crate) async fn impatient_connection(shared: &Cluster) -> Option<Box<BackendConn>> {
     let mut conn = own_connection(shared, shared.main).await.ok()?;
     store::exec(
         &mut conn,
@@ -344,7 +347,7 @@ pub(crate) const ACKNOWLEDGE_POLL: Duration = Duration::from_millis(5);
 
 /// Removes this instance's heartbeat at shutdown, so that admin commands do
 /// not wait for it. Best effort: a heartbeat left behind expires with its lease.
-pub async fn leave(shared: &Shared) {
+pub async fn leave(shared: &Cluster) {
     let handle = &shared.dictionary;
     if let Ok(mut conn) = own_connection(shared, shared.main).await {
         let sql = format!(
@@ -360,7 +363,7 @@ pub async fn leave(shared: &Shared) {
 /// it, or until the lease is over (an instance that has not read the
 /// dictionary for that long has stopped serving partitioned tables).
 pub async fn wait_for_instances(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     version: u64,
 ) -> Result<(), ProxyError> {
@@ -375,7 +378,7 @@ pub async fn wait_for_instances(
 /// `budget`: false if one has not (a move then lifts its fence rather than
 /// go on without it).
 pub async fn all_instances_loaded(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     version: u64,
     budget: Duration,

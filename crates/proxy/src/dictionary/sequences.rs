@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use super::own_connection;
 use super::store::{exec, ident, text, text_literal};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// Ids an instance takes from a sequence at a time.
 pub const BLOCK: u64 = 1000;
@@ -34,7 +34,7 @@ impl Sequences {
     /// `count` consecutive ids for new rows of `table`; the first is returned.
     pub async fn take(
         &self,
-        shared: &Shared,
+        shared: &Cluster,
         table: &TableName,
         count: u64,
     ) -> Result<u64, ProxyError> {
@@ -58,7 +58,7 @@ impl Sequences {
     /// block, hands out only ids after it.
     pub async fn given(
         &self,
-        shared: &Shared,
+        shared: &Cluster,
         table: &TableName,
         id: u64,
     ) -> Result<(), ProxyError> {
@@ -84,7 +84,7 @@ fn key(table: &TableName) -> String {
 }
 
 /// Takes `size` ids from the table's sequence; returns the first.
-async fn reserve(shared: &Shared, table: &TableName, size: u64) -> Result<u64, ProxyError> {
+async fn reserve(shared: &Cluster, table: &TableName, size: u64) -> Result<u64, ProxyError> {
     let s = ident(&shared.dictionary.schema);
     let key = key(table);
     in_transaction(shared, table, |next| {
@@ -97,7 +97,7 @@ async fn reserve(shared: &Shared, table: &TableName, size: u64) -> Result<u64, P
 }
 
 /// Moves the table's sequence past `id`; returns its next id.
-async fn move_past(shared: &Shared, table: &TableName, id: u64) -> Result<u64, ProxyError> {
+async fn move_past(shared: &Cluster, table: &TableName, id: u64) -> Result<u64, ProxyError> {
     let s = ident(&shared.dictionary.schema);
     let key = key(table);
     let next = in_transaction(shared, table, |next| match next > id {
@@ -114,7 +114,7 @@ async fn move_past(shared: &Shared, table: &TableName, id: u64) -> Result<u64, P
 /// Reads the table's next id under a row lock and runs the `changes` made
 /// of it, in one transaction; returns the next id read.
 async fn in_transaction(
-    shared: &Shared,
+    shared: &Cluster,
     table: &TableName,
     changes: impl FnOnce(u64) -> Vec<String>,
 ) -> Result<u64, ProxyError> {

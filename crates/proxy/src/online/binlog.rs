@@ -7,7 +7,7 @@ use hscale_moves::{BinlogPosition, Decoded, Decoder, MoveError, Watched};
 use crate::backend::BackendConn;
 use crate::dictionary::{rows_connection, store};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// What hscale understands of MariaDB's own events: their GTIDs (4), so
 /// that the server sends them as they are rather than rewritten.
@@ -62,7 +62,7 @@ pub fn position_of(
 impl BinlogDump {
     /// Starts reading `slot`'s binary log at `start` for `watched`'s rows.
     pub async fn open(
-        shared: &Shared,
+        shared: &Cluster,
         slot: usize,
         start: BinlogPosition,
         watched: Watched,

@@ -25,7 +25,7 @@ use super::binlog::{position_of, BinlogDump};
 use crate::backend::BackendConn;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use crate::shared::Cluster;
 
 /// Where a move stands, as the destination records it.
 #[derive(Debug, Clone, Default)]
@@ -99,7 +99,7 @@ pub struct ChunkCopy {
 
 /// A connection for moved rows: values as stored both ways, TIMESTAMPs in
 /// UTC.
-pub async fn raw_connection(shared: &Shared, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
+pub async fn raw_connection(shared: &Cluster, slot: usize) -> Result<Box<BackendConn>, ProxyError> {
     let mut conn = crate::dictionary::rows_connection(shared, slot).await?;
     exec(&mut conn, "SET NAMES binary, time_zone = '+00:00'").await?;
     Ok(conn)
@@ -134,7 +134,7 @@ impl ChunkCopy {
     /// part's destination holds (a new one if this is the move's first
     /// start).
     pub async fn open(
-        shared: &Shared,
+        shared: &Cluster,
         job: u64,
         epoch: u64,
         parts: Vec<Part>,
@@ -260,7 +260,7 @@ impl ChunkCopy {
     /// A resumed move's applier: the dump starts where the checkpoint says
     /// the last owner's applier stood, before anything else reads it (a
     /// copy that was done copies no chunk that would start it).
-    pub async fn resume_applier(&mut self, shared: &Shared) -> Result<(), ProxyError> {
+    pub async fn resume_applier(&mut self, shared: &Cluster) -> Result<(), ProxyError> {
         if let Some(applied) = self.checkpoint.applied.clone() {
             self.dump(shared, &applied).await?;
         }
@@ -274,7 +274,7 @@ impl ChunkCopy {
     /// chunk's `first_dump_from`), applying nothing up to that point.
     async fn dump(
         &mut self,
-        shared: &Shared,
+        shared: &Cluster,
         snapshot: &BinlogPosition,
     ) -> Result<&mut BinlogDump, ProxyError> {
         if self.dump.is_none() {
@@ -327,7 +327,7 @@ impl ChunkCopy {
     /// applier to the snapshot's position, and compares the chunk on both
     /// sides there, copying it again if they differ. False when the copy
     /// is complete.
-    pub async fn copy_chunk(&mut self, shared: &Shared, rows: usize) -> Result<bool, ProxyError> {
+    pub async fn copy_chunk(&mut self, shared: &Cluster, rows: usize) -> Result<bool, ProxyError> {
         if self.dump.is_none() && self.checkpoint.applied.is_none() {
             self.first_dump_from = Some(self.before_undecided().await?);
         }
@@ -345,7 +345,7 @@ impl ChunkCopy {
 
     async fn copy_chunk_in_snapshot(
         &mut self,
-        shared: &Shared,
+        shared: &Cluster,
         rows: usize,
     ) -> Result<bool, ProxyError> {
         let status = exec(

@@ -24,7 +24,7 @@ use crate::dictionary::rows_connection;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::offline::{self, Place as OfflinePlace};
-use crate::shared::Shared;
+use crate::shared::Cluster;
 use copy::{ChunkCopy, Part};
 
 /// Rows per chunk: the copy holds one chunk in memory at a time.
@@ -102,14 +102,14 @@ impl Job {
 
     /// A table of the job's own (`what`: retired, rest, stage), in the
     /// dictionary's schema of its backend, where no client lists it.
-    fn own(&self, shared: &Shared, what: &str) -> Place {
+    fn own(&self, shared: &Cluster, what: &str) -> Place {
         let mut name = format!("_hscale_{what}_{}_{}", self.id, self.physical);
         name.truncate(64);
         Place::new(&shared.dictionary.schema, &name)
     }
 
     /// Where the partition's old table goes at the fence.
-    fn retired(&self, shared: &Shared) -> Place {
+    fn retired(&self, shared: &Cluster) -> Place {
         self.own(shared, "retired")
     }
 
@@ -119,7 +119,7 @@ impl Job {
     }
 
     /// Where the rows the job takes go, and its backend.
-    fn taken(&self, shared: &Shared) -> (u32, Place) {
+    fn taken(&self, shared: &Cluster) -> (u32, Place) {
         match &self.work {
             Work::Move => (self.destination, self.source_place()),
             Work::Split {
@@ -133,7 +133,7 @@ impl Job {
 
     /// The table that staged rows join in the fence: an existing partition
     /// a split adds a value to, or the default table a merge fills.
-    fn joined(&self, shared: &Shared) -> Option<Place> {
+    fn joined(&self, shared: &Cluster) -> Option<Place> {
         match &self.work {
             Work::Split {
                 into,
@@ -159,7 +159,7 @@ impl Job {
     /// The tables the job creates, with their backends, in the order of
     /// its parts (`parts`): the rows it takes, then a split's rest. They
     /// go when the job fails before its switch.
-    fn created(&self, shared: &Shared) -> Vec<(u32, Place)> {
+    fn created(&self, shared: &Cluster) -> Vec<(u32, Place)> {
         match &self.work {
             Work::Move | Work::Merge => vec![self.taken(shared)],
             Work::Split { into_existing, .. } => {
@@ -201,7 +201,7 @@ impl Place {
 }
 
 /// A table as the offline row moves (`offline`) name it.
-fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, ProxyError> {
+fn offline(shared: &Cluster, backend: u32, place: Place) -> Result<OfflinePlace, ProxyError> {
     Ok(OfflinePlace {
         slot: slot(shared, backend)?,
         db: place.db,
@@ -213,7 +213,7 @@ fn offline(shared: &Shared, backend: u32, place: Place) -> Result<OfflinePlace, 
 /// from `place`, where the job put copies of them (the source's rows stay
 /// the ones that count).
 async fn delete_value_rows(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     backend: u32,
     place: Place,
@@ -234,11 +234,11 @@ fn rename(from: &Place, to: &Place) -> String {
     format!("RENAME TABLE {} TO {}", from.qualified(), to.qualified())
 }
 
-fn jobs(shared: &Shared) -> String {
+fn jobs(shared: &Cluster) -> String {
     format!("{}.moves", ident(&shared.dictionary.schema))
 }
 
-fn slot(shared: &Shared, backend: u32) -> Result<usize, ProxyError> {
+fn slot(shared: &Cluster, backend: u32) -> Result<usize, ProxyError> {
     shared
         .pool_index(backend)
         .ok_or(ProxyError::UnknownBackend { backend })
@@ -289,7 +289,7 @@ impl Started {
 /// starts it; answers the job's id at once. `'(default)'` moves the
 /// default table.
 pub async fn start(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     table: TableName,
     partition: String,
     destination: u32,
@@ -337,7 +337,7 @@ pub async fn start(
 /// `from` (`None`: the default table) to partition `into` on `destination`.
 /// The caller has checked the names and the value.
 pub async fn start_split(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     lock: &mut AdminLock,
     t: &PartitionedTable,
     from: Option<String>,
@@ -384,7 +384,7 @@ pub async fn start_split(
 /// DROP_PARTITION: every row of `partition` joins the default table, and
 /// its values then route there.
 pub async fn start_merge(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     lock: &mut AdminLock,
     t: &PartitionedTable,
     partition: String,
@@ -411,7 +411,7 @@ pub async fn start_merge(
 /// The running job of a table, if it has one: one at a time per table,
 /// and no other admin command changes a table while it moves.
 pub async fn running(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     table: &TableName,
 ) -> Result<Option<u64>, ProxyError> {
@@ -430,7 +430,7 @@ pub async fn running(
 
 /// Refuses an admin command on a table a job is moving.
 pub async fn refuse_while_moving(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     table: &TableName,
 ) -> Result<(), ProxyError> {
@@ -446,7 +446,7 @@ pub async fn refuse_while_moving(
 /// Checks what every move needs, creates the tables it writes, records
 /// its job and starts it.
 async fn launch(
-    shared: &Arc<Shared>,
+    shared: &Arc<Cluster>,
     lock: &mut AdminLock,
     t: &PartitionedTable,
     mut job: Job,
@@ -592,7 +592,7 @@ async fn launch(
 /// empty one of the same definition (a move that stopped before its first
 /// chunk) is taken as it is; any other is refused, never touched.
 async fn create_like(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     source: &mut BackendConn,
     dest: &mut BackendConn,
@@ -678,7 +678,7 @@ fn co_located(
 /// The table on `backend` that holds the parent rows of the rows `job`
 /// puts there, for a foreign key naming `reference` on the source.
 async fn parent_on(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     dest: &mut BackendConn,
     backend: u32,
@@ -749,7 +749,7 @@ async fn parent_on(
 
 /// Runs a job to its end; a failure is recorded in its row, and what it
 /// did before its switch is undone. The rows it took, or why it failed.
-async fn run(shared: Arc<Shared>, job: Job, resumed: Option<String>) -> Result<u64, MoveError> {
+async fn run(shared: Arc<Cluster>, job: Job, resumed: Option<String>) -> Result<u64, MoveError> {
     let mut registered = shared.running_moves.register(job.id, job.epoch);
     let work = async {
         let _turn = shared.running_moves.turn().await;
@@ -835,7 +835,7 @@ fn unreachable(e: &ProxyError) -> bool {
 /// `last_error`), and answers the phase it goes on from. A cancel or a
 /// takeover ends the wait.
 async fn waiting_phase(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     lost: &ProxyError,
 ) -> Result<String, ProxyError> {
@@ -850,7 +850,7 @@ async fn waiting_phase(
 /// dictionary: takes over jobs whose owner stopped, drops retired tables
 /// past their retention. A failure is logged; false if the connection
 /// failed.
-pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) -> bool {
+pub async fn sweep(shared: &Arc<Cluster>, conn: &mut BackendConn) -> bool {
     let beaten = running::beat(&shared.running_moves, conn, &jobs(shared)).await;
     if let Err(e) = &beaten {
         tracing::warn!("cannot beat the hearts of this instance's moves: {e}");
@@ -871,7 +871,7 @@ pub async fn sweep(shared: &Arc<Shared>, conn: &mut BackendConn) -> bool {
 
 /// A move is catching up to its fence or fencing: instances poll the
 /// dictionary often until it has switched.
-pub async fn fencing_soon(shared: &Shared, conn: &mut BackendConn) -> bool {
+pub async fn fencing_soon(shared: &Cluster, conn: &mut BackendConn) -> bool {
     let sql = format!(
         "SELECT 1 FROM {} WHERE phase IN ('catching_up', 'fencing') LIMIT 1",
         jobs(shared)
@@ -883,7 +883,7 @@ pub async fn fencing_soon(shared: &Shared, conn: &mut BackendConn) -> bool {
 /// (the owner died or stalled) and resumes it here. Every instance runs
 /// this as often as it refreshes its dictionary; the epoch's
 /// compare-and-set lets one win.
-async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), ProxyError> {
+async fn take_over(shared: &Arc<Cluster>, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let lease_us = shared.dictionary.lease.as_micros();
     let stale = format!(
         "phase NOT IN ('done', 'failed', 'cancelled') AND heartbeat < NOW(6) - INTERVAL {lease_us} MICROSECOND"
@@ -930,7 +930,7 @@ async fn take_over(shared: &Arc<Shared>, conn: &mut BackendConn) -> Result<(), P
 
 /// A job as its row and the dictionary have it, with its phase.
 async fn load_job(
-    shared: &Shared,
+    shared: &Cluster,
     conn: &mut BackendConn,
     id: &str,
 ) -> Result<(Job, String), ProxyError> {
@@ -987,13 +987,13 @@ async fn load_job(
 /// undone (the switch had not happened) or, for a job whose rows had all
 /// moved in its fence, finished; a switched job is finished; the copy resumes
 /// from its checkpoint.
-async fn resume(shared: Arc<Shared>, job: Job, phase: String) {
+async fn resume(shared: Arc<Cluster>, job: Job, phase: String) {
     drop(run(shared, job, Some(phase)).await);
 }
 
 /// What a job that was taken over in `phase` does before it carries on
 /// (under its new owner's heartbeat): true if it goes on to `drive`.
-async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool, ProxyError> {
+async fn prepare_resumed(shared: &Cluster, job: &Job, phase: &str) -> Result<bool, ProxyError> {
     let mut main = rows_connection(shared, shared.main).await?;
     // Only a split needs the source after its switch: a move or a merge
     // ends while its source is away.
@@ -1023,7 +1023,7 @@ async fn prepare_resumed(shared: &Shared, job: &Job, phase: &str) -> Result<bool
 /// moved in a split's fence deleted there, the tables the copy
 /// writes there again (a merged stage is gone: its copy starts over).
 async fn undo_fence(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     source: &mut BackendConn,
     job: &Job,
@@ -1064,7 +1064,7 @@ async fn undo_fence(
 /// that stopped before it made them, a stage merged before a fence was
 /// undone); the copy then starts over, its progress forgotten.
 async fn ensure_created(
-    shared: &Shared,
+    shared: &Cluster,
     source: &mut BackendConn,
     job: &Job,
 ) -> Result<(), ProxyError> {
@@ -1089,7 +1089,7 @@ async fn ensure_created(
 
 /// Removes the job's progress rows on every part's server; a server that
 /// never had them (rows moved in the fence) is passed over.
-async fn forget_progress(shared: &Shared, job: &Job) {
+async fn forget_progress(shared: &Cluster, job: &Job) {
     let forget = format!(
         "DELETE FROM {}.move_progress WHERE job = {}",
         ident(&shared.dictionary.schema),
@@ -1107,7 +1107,7 @@ async fn forget_progress(shared: &Shared, job: &Job) {
 /// A job whose rows had all reached their place in its fence: a split's
 /// source copies go, the dictionary switches, a split's source comes back.
 async fn roll_forward_in_fence(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     source: &mut BackendConn,
     job: &Job,
@@ -1130,7 +1130,7 @@ async fn roll_forward_in_fence(
 /// After a failure: before the switch, the source gets its table back and
 /// its partition served again, and the tables the job wrote go; after it,
 /// the switch is finished (the dictionary names the new place already).
-async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(), ProxyError> {
+async fn fail(shared: &Cluster, job: &Job, error: &str, ends: &str) -> Result<(), ProxyError> {
     let mut main = rows_connection(shared, shared.main).await?;
     let phase = exec(
         &mut main,
@@ -1210,7 +1210,7 @@ async fn fail(shared: &Shared, job: &Job, error: &str, ends: &str) -> Result<(),
 
 /// Sets a partition's state (and backend) as a dictionary change.
 fn partition_state(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     partition: &str,
     state: PartitionState,
@@ -1229,7 +1229,7 @@ fn partition_state(
 
 /// Sets the default table's state (and backend).
 fn default_state(
-    shared: &Shared,
+    shared: &Cluster,
     job: &Job,
     state: PartitionState,
     backend: Option<u32>,
@@ -1245,7 +1245,7 @@ fn default_state(
 }
 
 /// The source partition's state, as a dictionary change.
-fn source_state(shared: &Shared, job: &Job, state: PartitionState) -> String {
+fn source_state(shared: &Cluster, job: &Job, state: PartitionState) -> String {
     match &job.partition {
         Some(p) => partition_state(shared, job, p, state, None),
         None => default_state(shared, job, state, None),
@@ -1254,7 +1254,7 @@ fn source_state(shared: &Shared, job: &Job, state: PartitionState) -> String {
 
 /// Fences (or lifts the fence of) what a job switches: the partition it
 /// moves or splits, and a partition a split adds rows to.
-fn fence_statements(shared: &Shared, job: &Job, fenced: bool) -> Vec<String> {
+fn fence_statements(shared: &Cluster, job: &Job, fenced: bool) -> Vec<String> {
     let state = match fenced {
         true => PartitionState::Fenced,
         false => PartitionState::Active,
@@ -1275,7 +1275,7 @@ fn fence_statements(shared: &Shared, job: &Job, fenced: bool) -> Vec<String> {
 /// The dictionary's switch to the new place, in one transaction with the
 /// job's phase `switched`. A split's source stays fenced until its rebuilt
 /// table has the source's name (`finish_split`).
-fn switch_statements(shared: &Shared, job: &Job) -> Vec<String> {
+fn switch_statements(shared: &Cluster, job: &Job) -> Vec<String> {
     let s = ident(&shared.dictionary.schema);
     match (&job.work, &job.partition) {
         (Work::Move, Some(p)) => vec![partition_state(
@@ -1347,7 +1347,7 @@ fn switch_statements(shared: &Shared, job: &Job) -> Vec<String> {
 /// destination is the job's own table, emptied first: a fence undone after
 /// it copied some is copied again whole.
 async fn move_in_fence(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
 ) -> Result<u64, ProxyError> {
@@ -1385,7 +1385,7 @@ async fn move_in_fence(
 /// and the source is served again. Run again after a failure, it does
 /// what is left.
 async fn finish_split(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     source: &mut BackendConn,
     job: &Job,
@@ -1417,7 +1417,7 @@ async fn finish_split(
 /// out where none does. A child busy past a few seconds keeps its
 /// constraint on the retired table, and says so.
 async fn children_follow(
-    shared: &Shared,
+    shared: &Cluster,
     source: &mut BackendConn,
     job: &Job,
     retired: &Place,
@@ -1506,7 +1506,7 @@ async fn children_follow(
 /// Records the job's progress (and its heartbeat), while it is this
 /// owner's.
 async fn progress(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
     set: &str,
@@ -1539,7 +1539,7 @@ async fn progress(
 
 /// HSCALE CANCEL_MOVE(id): asks a job that has not switched yet to stop;
 /// its owner undoes what it did at its next step (SHOW_MOVES: `cancelled`).
-pub async fn cancel(shared: &Shared, id: u64) -> Result<AdminAnswer, ProxyError> {
+pub async fn cancel(shared: &Cluster, id: u64) -> Result<AdminAnswer, ProxyError> {
     let mut main = rows_connection(shared, shared.main).await?;
     let sql = format!(
         "UPDATE {} SET cancel = TRUE WHERE id = {id} AND phase IN ('copying', 'catching_up', 'fencing')",
@@ -1557,7 +1557,7 @@ pub async fn cancel(shared: &Shared, id: u64) -> Result<AdminAnswer, ProxyError>
 /// A dictionary change of the job's, made only while the job is this
 /// owner's.
 async fn change_owned(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
     statements: &[String],
@@ -1575,7 +1575,7 @@ async fn change_owned(
 }
 
 /// The parts a job writes, each with the rows it takes.
-fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, ProxyError> {
+fn parts(shared: &Cluster, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, ProxyError> {
     let mut filters: Vec<Box<dyn RowFilter>> = match &job.work {
         Work::Move | Work::Merge => vec![Box::new(EveryRow)],
         Work::Split {
@@ -1604,7 +1604,7 @@ fn parts(shared: &Shared, job: &Job, moved: &MovedTable) -> Result<Vec<Part>, Pr
 }
 
 /// Copies, catches up, fences and switches; the rows the first part took.
-async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
+async fn drive(shared: &Cluster, job: &Job) -> Result<u64, ProxyError> {
     let source_slot = slot(shared, job.source)?;
     let mut main = rows_connection(shared, shared.main).await?;
     if job.in_fence {
@@ -1716,7 +1716,7 @@ async fn drive(shared: &Shared, job: &Job) -> Result<u64, ProxyError> {
 /// Holds the copy to `[moves] rows_per_s`, and pauses it while a server it
 /// reads or writes runs more than `[moves] max_threads_running` statements.
 async fn throttle(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
     copy: &mut ChunkCopy,
@@ -1743,7 +1743,7 @@ async fn throttle(
 /// Drops the old tables of moves that ended more than `[moves]
 /// retired_retention_s` ago. Every instance runs this with its dictionary
 /// refresh; dropping one twice is harmless.
-async fn drop_retired(shared: &Shared, conn: &mut BackendConn) -> Result<(), ProxyError> {
+async fn drop_retired(shared: &Cluster, conn: &mut BackendConn) -> Result<(), ProxyError> {
     let due = exec(
         conn,
         &format!(
@@ -1783,7 +1783,7 @@ async fn drop_retired(shared: &Shared, conn: &mut BackendConn) -> Result<(), Pro
 /// place. A fence that an instance does not acknowledge in time, or that
 /// an open transaction holds back, is lifted and tried again later.
 async fn fence_and_switch(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
     mut copy: Option<&mut ChunkCopy>,
@@ -1877,7 +1877,7 @@ async fn fence_and_switch(
 /// Lifts a fence that could not switch (`reason`) and waits before the
 /// next attempt.
 async fn lift_fence(
-    shared: &Shared,
+    shared: &Cluster,
     main: &mut BackendConn,
     job: &Job,
     attempt: u32,
@@ -1891,7 +1891,7 @@ async fn lift_fence(
 }
 
 /// HSCALE SHOW_MOVES: every job, newest first.
-pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
+pub async fn show(shared: &Cluster) -> Result<AdminAnswer, ProxyError> {
     use hscale_wire::resultset::ColumnType::{Integer, Text};
     let mut main = rows_connection(shared, shared.main).await?;
     let rows = exec(
@@ -1937,7 +1937,7 @@ pub async fn show(shared: &Shared) -> Result<AdminAnswer, ProxyError> {
 /// does, where it copies none or at most `[moves] offline_max_rows`; above
 /// that, or for a merge (whose command falls back itself), it is refused.
 async fn moved_in_fence(
-    shared: &Shared,
+    shared: &Cluster,
     job: &mut Job,
     refused: MoveError,
 ) -> Result<(), ProxyError> {

@@ -60,7 +60,9 @@ impl super::Backends {
     /// statement there opens it again.
     async fn roll_back_branch(&mut self, slot: usize) -> Result<(), ProxyError> {
         let shared = self.shared.clone();
-        let running = self.tx.running_or(|| crate::xa::begin(&shared, None));
+        let running = self
+            .tx
+            .running_or(|| crate::xa::begin(&shared.cluster, None));
         let xid = running.xid(self.shared.pools[slot].id());
         let [end, rollback] = [
             format!("XA END {}", xid.sql()),

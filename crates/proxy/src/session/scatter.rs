@@ -227,7 +227,7 @@ impl super::Backends {
             false => None,
         };
         let decided_on = plain.map(|slot| shared.pools[slot].id());
-        let running = atomic.then(|| crate::xa::begin(&shared, decided_on));
+        let running = atomic.then(|| crate::xa::begin(&shared.cluster, decided_on));
         self.gather_from_here();
         let mut leases: Parts = BTreeMap::new();
         let outcome = self

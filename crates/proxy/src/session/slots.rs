@@ -624,7 +624,9 @@ impl super::Backends {
             Opening::XaStart => {
                 let shared = self.shared.clone();
                 let decided_on = self.tx.plain_part();
-                let running = self.tx.running_or(|| crate::xa::begin(&shared, decided_on));
+                let running = self
+                    .tx
+                    .running_or(|| crate::xa::begin(&shared.cluster, decided_on));
                 let xid = running.xid(self.shared.pools[slot].id());
                 let start = hscale_transaction::statements::start(&xid);
                 Some(command::query(&start).into())

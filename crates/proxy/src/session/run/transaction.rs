@@ -267,7 +267,9 @@ async fn end_branches(
     backends: &mut Backends,
     commit: bool,
 ) -> Result<(), ProxyError> {
-    let (reached, running) = backends.tx.branches(|| crate::xa::begin(shared, None));
+    let (reached, running) = backends
+        .tx
+        .branches(|| crate::xa::begin(&shared.cluster, None));
     let mut parts = crate::session::atomic::Parts::new();
     let mut branches = Vec::new();
     for (slot, branch) in reached {
