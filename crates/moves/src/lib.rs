@@ -1,6 +1,6 @@
 //! hscale's online partition moves as pure logic (DESIGN.md §5, docs/moves.md):
 //! how a moved table is read in key chunks, compared by checksum, and kept
-//! up to date from the source's binary log. The proxy's `moves` module does
+//! up to date from the source's binary log. The proxy's `online` module does
 //! the I/O and keeps the job in the dictionary.
 
 pub mod apply;
