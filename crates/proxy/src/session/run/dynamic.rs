@@ -41,15 +41,16 @@ fn refused(reason: &str) -> ProxyError {
 
 /// `server`: the plan that runs the statement as written on the main
 /// backend, where the server is to answer it.
-pub(in crate::session) async fn dynamic(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     memo: &mut Memo,
     backends: &mut Backends,
     dynamic: Dynamic,
     server: Plan,
-    payload: Bytes,
+    statement: super::Statement,
 ) -> Result<(), ProxyError> {
+    let payload = statement.payload;
     match dynamic {
         Dynamic::Run(text) => run_text(shared, client, memo, backends, &text).await,
         Dynamic::Prepare {

@@ -266,6 +266,16 @@ pub(in crate::session) enum Then<'a> {
     },
 }
 
+impl Then<'_> {
+    /// The client's query (`Action::Federate`).
+    pub(in crate::session) fn query(statement: super::Statement) -> Self {
+        Then::Query {
+            payload: statement.payload,
+            needs: statement.needs,
+        }
+    }
+}
+
 /// A column definition without NOT NULL: the inner side of a left join.
 fn nullable(definition: &Bytes) -> Bytes {
     let mut at = 0;
@@ -318,7 +328,7 @@ impl crate::session::Backends {
 /// Copies the statement's tables, runs it on the main backend and drops
 /// the copies, whatever happened. The answer of a PREPARE, for its
 /// statement's parameters.
-pub(in crate::session) async fn federate(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     memo: &mut Memo,

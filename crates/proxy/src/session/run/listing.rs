@@ -326,7 +326,7 @@ pub(in crate::session) async fn field_list(
         .map(drop)
 }
 
-pub(in crate::session) async fn listing(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,

@@ -59,7 +59,7 @@ impl crate::session::Backends {
     }
 }
 
-pub(in crate::session) async fn load(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,

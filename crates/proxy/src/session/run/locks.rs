@@ -38,7 +38,7 @@ impl crate::session::Backends {
 /// As the server does for LOCK TABLES: the open transaction is
 /// committed and the session's earlier table locks released, then each
 /// backend locks its share. If one fails, none is kept.
-pub(in crate::session) async fn lock_tables(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,

@@ -6,28 +6,27 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use hscale_planner::{Action, Kind, Plan, TxEffect};
 use hscale_wire::scan::Expect;
 
 use crate::error::ProxyError;
 use crate::session::client::Client;
 use crate::session::may_change_session_variables;
-use crate::session::slots::{Needs, Previous};
+use crate::session::slots::Previous;
 use crate::session::Backends;
 use crate::shared::Shared;
 
 /// Runs `plan`'s statement on the connection it reads from, or the
 /// backend `on_copies` holds the reference tables it reads on, or the
 /// main backend.
-pub(in crate::session) async fn run_main(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,
     plan: Plan,
-    payload: Bytes,
-    needs: Needs,
+    statement: super::Statement,
 ) -> Result<(), ProxyError> {
+    let super::Statement { payload, needs, .. } = statement;
     let on_copies = match &plan.action {
         Action::ReferenceRead(copies_on) => backends.slot_with_copies(copies_on),
         _ => None,

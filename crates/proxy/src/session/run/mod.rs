@@ -29,6 +29,27 @@ use crate::session::Memo;
 use crate::shared::Counters;
 use crate::shared::Shared;
 
+/// A COM_QUERY's statement as its handler gets it: the client's command
+/// and what the plan says it needs.
+pub(in crate::session) struct Statement {
+    /// The command as the client sent it, its first byte COM_QUERY.
+    pub payload: Bytes,
+    pub needs: Needs,
+    /// It names CONNECTION_ID() or a variable naming the server, which
+    /// hscale replaces with its own (`with_own_values`).
+    pub own_values: bool,
+}
+
+impl Statement {
+    fn of(plan: &Plan, payload: Bytes) -> Statement {
+        Statement {
+            needs: Needs::of(&plan.summary).with_effect(plan.tx_effect),
+            own_values: plan.summary.own_values,
+            payload,
+        }
+    }
+}
+
 /// How often a statement waiting for a partition move looks again.
 const WAIT_STEP: Duration = Duration::from_millis(20);
 
@@ -88,60 +109,49 @@ pub(in crate::session) async fn run_plan(
     client: &mut Client,
     memo: &mut Memo,
     backends: &mut Backends,
-    plan: Plan,
+    mut plan: Plan,
     payload: Bytes,
 ) -> Result<(), ProxyError> {
-    let sql = &payload[1..];
-    let needs = Needs::of(&plan.summary).with_effect(plan.tx_effect);
-    let own_values = plan.summary.own_values;
+    let statement = Statement::of(&plan, payload);
+    let sql = &statement.payload[1..];
     match plan.action {
         Action::Transaction(control) => {
-            transaction::transaction_control(shared, client, backends, control, payload, needs)
-                .await
+            transaction::run(shared, client, backends, control, statement).await
         }
         Action::Main | Action::ReferenceRead(_) => {
-            main::run_main(shared, client, backends, plan, payload, needs).await
+            main::run(shared, client, backends, plan, statement).await
         }
-        Action::Admin => {
-            let sql = String::from_utf8_lossy(sql);
-            admin::run(shared, client, backends, &sql).await
-        }
+        Action::Admin => admin::run(shared, client, backends, &String::from_utf8_lossy(sql)).await,
         Action::Kill(kill) => kill::run(shared, client, backends, kill).await,
         Action::Route(route) => {
-            route::route_fresh(
-                shared, client, memo, backends, route, plan.binds, needs, own_values,
-            )
-            .await
+            route::run(shared, client, memo, backends, route, plan.binds, statement).await
         }
-        Action::LockTables(locks) => locks::lock_tables(shared, client, backends, locks).await,
-        Action::Load(load) => load::load(shared, client, backends, *load, needs).await,
+        Action::LockTables(locks) => locks::run(shared, client, backends, locks).await,
+        Action::Load(load) => load::run(shared, client, backends, *load, statement.needs).await,
         Action::Listing(listing) => {
-            listing::listing(shared, client, backends, payload, *listing, plan.tx_effect).await
+            let (payload, effect) = (statement.payload, plan.tx_effect);
+            listing::run(shared, client, backends, payload, *listing, effect).await
         }
-        Action::Schema(_) => schema::schema_change(shared, client, backends, sql).await,
+        Action::Schema(_) => schema::run(shared, client, backends, sql).await,
         Action::Exists { table, quiet } => backends.exists(client, &table, quiet).await,
         Action::Wait(_) => unreachable!("waited for above"),
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
         Action::Generate(generate) => {
-            route::insert_with_ids(
-                shared, client, memo, backends, generate, sql, needs, own_values,
-            )
-            .await
+            route::insert_with_ids(shared, client, memo, backends, generate, statement).await
         }
         Action::Federate(federation) => {
-            let then = federate::Then::Query { payload, needs };
-            federate::federate(shared, client, memo, backends, &federation, then)
+            let then = federate::Then::query(statement);
+            federate::run(shared, client, memo, backends, &federation, then)
                 .await
                 .map(drop)
         }
         Action::Dynamic(dynamic) => {
-            let plan = Plan {
-                action: Action::Main,
-                ..plan
-            };
-            dynamic::dynamic(shared, client, memo, backends, dynamic, plan, payload).await
+            // Whatever it runs is planned again; the plan of the statement
+            // itself is the main backend's.
+            plan.action = Action::Main;
+            dynamic::run(shared, client, memo, backends, dynamic, plan, statement).await
         }
-        Action::XaRecover => dynamic::xa_recover(shared, client, backends, payload).await,
+        Action::XaRecover => dynamic::xa_recover(shared, client, backends, statement.payload).await,
         Action::Refuse(refusal) => Err(ProxyError::Unroutable(refusal)),
     }
 }

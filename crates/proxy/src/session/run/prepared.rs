@@ -342,7 +342,7 @@ pub(in crate::session) async fn prepare(
         // Prepared where its copies stand, empty, for its columns.
         Some(federation) => {
             let then = Then::Prepare { command };
-            super::federate::federate(shared, client, memo, backends, federation, then)
+            super::federate::run(shared, client, memo, backends, federation, then)
                 .await?
                 .unwrap_or_default()
         }
@@ -546,7 +546,7 @@ async fn execute_statement(
             statement,
             rest: &rest,
         };
-        return super::federate::federate(shared, client, memo, backends, &federation, then)
+        return super::federate::run(shared, client, memo, backends, &federation, then)
             .await
             .map(drop);
     }
@@ -793,16 +793,9 @@ async fn run_routed(
                     statement,
                     rest,
                 };
-                return super::federate::federate(
-                    shared,
-                    client,
-                    memo,
-                    backends,
-                    &federation,
-                    then,
-                )
-                .await
-                .map(drop);
+                return super::federate::run(shared, client, memo, backends, &federation, then)
+                    .await
+                    .map(drop);
             }
             Routing::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
             Routing::Replan => {

@@ -19,16 +19,18 @@ use crate::shared::Shared;
 
 /// A statement routed to partitions, on a dictionary snapshot that is
 /// fresh; `binds`: why its first backend's connection stays.
-pub(in crate::session) async fn route_fresh(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     memo: &mut Memo,
     backends: &mut Backends,
     route: Route,
     binds: Option<&'static str>,
-    needs: Needs,
-    own_values: bool,
+    statement: super::Statement,
 ) -> Result<(), ProxyError> {
+    let super::Statement {
+        needs, own_values, ..
+    } = statement;
     if !backends.handle.on.planned_fresh() {
         return Err(ProxyError::DictionaryStale);
     }
@@ -50,10 +52,14 @@ pub(in crate::session) async fn insert_with_ids(
     memo: &mut Memo,
     backends: &mut Backends,
     generate: Generate,
-    sql: &[u8],
-    needs: Needs,
-    own_values: bool,
+    statement: super::Statement,
 ) -> Result<(), ProxyError> {
+    let super::Statement {
+        payload,
+        needs,
+        own_values,
+    } = statement;
+    let sql = &payload[1..];
     if !shared.dictionary.fresh() {
         return Err(ProxyError::DictionaryStale);
     }

@@ -54,7 +54,7 @@ fn partly_done(error: ProxyError, change: &SchemaChange, failed: usize) -> Proxy
     }
 }
 
-pub(in crate::session) async fn schema_change(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,

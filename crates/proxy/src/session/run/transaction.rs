@@ -138,14 +138,14 @@ impl From<Refused> for ProxyError {
 }
 
 /// BEGIN, COMMIT, ROLLBACK, savepoints, as the planner read them.
-pub(in crate::session) async fn transaction_control(
+pub(in crate::session) async fn run(
     shared: &Arc<Shared>,
     client: &mut Client,
     backends: &mut Backends,
     control: TxControl,
-    payload: Bytes,
-    needs: Needs,
+    statement: super::Statement,
 ) -> Result<(), ProxyError> {
+    let super::Statement { payload, needs, .. } = statement;
     // BEGIN, COMMIT and ROLLBACK end what is in progress: no XA branch
     // opens for them.
     let ending = Needs {
