@@ -18,6 +18,7 @@ pub mod online;
 pub mod playground;
 pub mod server;
 pub mod session;
+pub mod sessions;
 pub mod sha2_auth;
 pub mod shared;
 pub mod spool;

@@ -6,16 +6,17 @@ use std::collections::{HashMap, HashSet};
 
 use hscale_planner::{client_charset_after, Autocommit, Kind, SessionChange, Summary, TxEffect};
 use hscale_transaction::{Opening, Reach, ServerStatus};
+use hscale_wire::command;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::StatusFlags;
 
+use super::backends::no_backslash_escapes;
 use super::client::Client;
+use super::may_change_session_variables;
 use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
-use super::{may_change_session_variables, no_backslash_escapes};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
 use crate::exec::{send, Command, RelayError};
-use hscale_wire::command;
 
 /// Why a client keeps its connection to one backend between statements.
 #[derive(Debug, Default)]
