@@ -12,8 +12,9 @@ use hscale_planner::{Dictionary, PhysicalId};
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::dictionary::DictionaryHandle;
-use crate::shared::DEFAULT_WAIT_TIMEOUT_S;
+/// MariaDB's default wait_timeout and interactive_timeout, until the main
+/// backend has told its own.
+pub const DEFAULT_WAIT_TIMEOUT_S: u64 = 28800;
 
 /// What other sessions may know of a session: enough to KILL it, and to
 /// close it when it stayed idle past its wait_timeout.
@@ -97,12 +98,17 @@ impl OnTables {
     /// newer, where a lease confirmed after an old snapshot was planned by
     /// says nothing of it (a process woken from a stop plans by its old
     /// snapshot while its refresh reads the new one).
-    pub fn planning(&self, handle: &DictionaryHandle) -> arc_swap::Guard<Arc<Dictionary>> {
+    /// `read` gives the lease's freshness, then the snapshot
+    /// (`DictionaryHandle::planned_by`).
+    pub fn planning(
+        &self,
+        read: impl FnOnce() -> (bool, arc_swap::Guard<Arc<Dictionary>>),
+    ) -> arc_swap::Guard<Arc<Dictionary>> {
         let before = self.planned.load(Ordering::Relaxed);
         self.planned.store(PLANNING, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        self.fresh.store(handle.fresh(), Ordering::Relaxed);
-        let dictionary = handle.snapshot();
+        let (fresh, dictionary) = read();
+        self.fresh.store(fresh, Ordering::Relaxed);
         self.planned
             .store(before.min(dictionary.version), Ordering::Release);
         dictionary
@@ -416,7 +422,6 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_kill_reaches_every_partition_of_a_scan_and_the_running_connection() {
@@ -439,8 +444,8 @@ mod tests {
     /// it ran on until it ends.
     #[test]
     fn a_session_is_on_a_fenced_table_while_its_statement_or_transaction_may_be() {
-        let second = Duration::from_secs(1);
-        let handle = DictionaryHandle::new("hscale".into(), second, second);
+        // The empty snapshot, version 0.
+        let snapshots = arc_swap::ArcSwap::from_pointee(Dictionary::new(0, Vec::new()));
         let sessions = Sessions::default();
         let on = &sessions.register(7, "app").on;
         let (p, q) = (
@@ -451,7 +456,7 @@ mod tests {
         let mut kept = SmallVec::new();
         assert!(!sessions.on_any(5, &fenced), "idle");
         // Planned by the empty snapshot (version 0), where it goes not yet known.
-        on.planning(&handle);
+        on.planning(|| (true, snapshots.load()));
         assert!(sessions.on_any(5, &fenced));
         on.runs_on(&[q]);
         assert!(!sessions.on_any(5, &fenced), "known to go elsewhere");
@@ -461,7 +466,7 @@ mod tests {
             !sessions.on_any(5, &fenced),
             "its transaction ran elsewhere"
         );
-        on.planning(&handle);
+        on.planning(|| (true, snapshots.load()));
         on.runs_on(&[p, q]);
         assert!(sessions.on_any(5, &fenced), "a statement on several tables");
         on.runs_on(&[p]);
@@ -473,7 +478,7 @@ mod tests {
         on.ended(true, &[p], &mut kept);
         assert_eq!(kept.as_slice(), [q, p]);
         assert!(sessions.on_any(5, &fenced), "its transaction ran on p");
-        on.planning(&handle);
+        on.planning(|| (true, snapshots.load()));
         on.waits();
         assert!(
             sessions.on_any(5, &fenced),
@@ -482,7 +487,7 @@ mod tests {
         on.ended(false, &[], &mut kept);
         assert!(kept.is_empty());
         assert!(!sessions.on_any(5, &fenced), "the transaction ended");
-        on.planning(&handle);
+        on.planning(|| (true, snapshots.load()));
         on.runs_on(&[]);
         assert!(!sessions.on_any(5, &fenced), "a statement on no partition");
     }

@@ -13,16 +13,14 @@ use crate::backend::accounts::Accounts;
 use crate::backend::{ConnKey, Pool};
 use crate::config::{Config, Transactions};
 use crate::dictionary::DictionaryHandle;
-pub use crate::sessions::{OnTables, SessionHandle, Sessions, IDLE_TICK_MS};
+pub use crate::sessions::{
+    OnTables, SessionHandle, Sessions, DEFAULT_WAIT_TIMEOUT_S, IDLE_TICK_MS,
+};
 
 pub struct User {
     pub password: PasswordHash,
     pub admin: bool,
 }
-
-/// MariaDB's default wait_timeout and interactive_timeout, until the main
-/// backend has told its own.
-pub const DEFAULT_WAIT_TIMEOUT_S: u64 = 28800;
 
 /// Answered to clients until the main backend has told its own version.
 /// MariaDB's largest max_allowed_packet, hscale's until the main backend

@@ -162,6 +162,12 @@ impl DictionaryHandle {
         logical_column(&self.current.load(), definition).map(|renamed| renamed.to_vec())
     }
 
+    /// The snapshot a statement of the session whose tables are `on` is
+    /// planned by (`OnTables::planning`: the fence's side of the protocol).
+    pub fn planned_by(&self, on: &crate::sessions::OnTables) -> arc_swap::Guard<Arc<Dictionary>> {
+        on.planning(|| (self.fresh(), self.snapshot()))
+    }
+
     /// Whether the snapshot was confirmed within the lease. The refresh
     /// loop's flag, and the clock: a process that was stopped (SIGSTOP, a
     /// paused VM) past its lease may run a client's statement before its

@@ -60,7 +60,7 @@ pub(in crate::session) fn plan_statement(
     backends: &Backends,
     sql: &[u8],
 ) -> Plan {
-    let dictionary = backends.handle.on.planning(&backends.shared.dictionary);
+    let dictionary = backends.shared.dictionary.planned_by(&backends.handle.on);
     plan(
         sql,
         &context(client, backends, &dictionary),

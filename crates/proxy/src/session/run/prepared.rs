@@ -389,7 +389,7 @@ pub(in crate::session) async fn prepare(
 
 /// Plans a statement being prepared, in the database it was prepared in.
 fn plan_template(client: &Client, backends: &Backends, sql: &[u8], db: Option<&str>) -> Plan {
-    let dictionary = backends.handle.on.planning(&backends.shared.dictionary);
+    let dictionary = backends.shared.dictionary.planned_by(&backends.handle.on);
     let ctx = Context {
         db,
         ..super::context(client, backends, &dictionary)
@@ -571,7 +571,7 @@ fn copies_with_values(
         .map(|i| literal(params.get(i).ok()?, client.charset))
         .collect::<Option<Vec<String>>>()?;
     let text = with_literals(statement.sql(), backends.quoting, &literals)?;
-    let dictionary = backends.handle.on.planning(&shared.dictionary);
+    let dictionary = shared.dictionary.planned_by(&backends.handle.on);
     let ctx = Context {
         db: statement.db(),
         ..super::context(client, backends, &dictionary)
@@ -744,7 +744,7 @@ async fn run_routed(
     let charset = client.charset;
     let mut waited_since = None;
     let execution = loop {
-        let dictionary = backends.handle.on.planning(&shared.dictionary);
+        let dictionary = shared.dictionary.planned_by(&backends.handle.on);
         let fresh = backends.handle.on.planned_fresh();
         let passed = backends.transaction_tables.clone();
         let routed = routed_mut(memo, id).expect("checked");
