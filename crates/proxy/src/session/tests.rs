@@ -118,110 +118,122 @@ async fn serve(
     sent: Sent,
     script: Arc<Mutex<Vec<(String, Answer)>>>,
 ) {
-    let mut stream = PacketStream::new(socket, 1 << 24);
-    let offered = CapabilityFlags::CLIENT_PROTOCOL_41
-        | CapabilityFlags::CLIENT_LONG_PASSWORD
-        | CapabilityFlags::CLIENT_LONG_FLAG
-        | CapabilityFlags::CLIENT_TRANSACTIONS
-        | CapabilityFlags::CLIENT_SECURE_CONNECTION
-        | CapabilityFlags::CLIENT_PLUGIN_AUTH
-        | CapabilityFlags::CLIENT_MULTI_STATEMENTS
-        | CapabilityFlags::CLIENT_MULTI_RESULTS;
-    let mut greeting = Vec::new();
-    Greeting {
-        server_version: "11.0.0-scripted",
-        connection_id: thread_id,
-        nonce: &[7; 20],
-        capabilities: offered,
-        collation: 45,
-        status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
-        auth_plugin: "mysql_native_password",
-    }
-    .write(&mut greeting);
-    if stream.send_packet(0, &greeting).await.is_err() {
-        return;
-    }
-    let Ok(Some(hello)) = stream.read_packet().await else {
-        return;
+    let mut connection = Scripted {
+        stream: PacketStream::new(socket, 1 << 24),
+        sent,
+        script,
+        in_transaction: false,
     };
-    let mut ok = Vec::new();
-    OkInfo {
-        status: StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
-        ..Default::default()
-    }
-    .write(OK_HEADER, &mut ok);
-    if stream.send_packet(hello.seq + 1, &ok).await.is_err() {
+    if connection.log_in(thread_id).await.is_none() {
         return;
     }
-    let mut in_transaction = false;
-    while let Ok(Some(packet)) = stream.read_packet().await {
+    while let Ok(Some(packet)) = connection.stream.read_packet().await {
         let (command, body) = packet.payload.split_first().unwrap_or((&0, &[]));
-        let mut seq = 1;
-        match *command {
+        let answered = match *command {
             hscale_wire::command::QUIT => return,
-            hscale_wire::command::QUERY => {
-                let text = String::from_utf8_lossy(body).into_owned();
-                let statements: Vec<&str> = text
-                    .split(';')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                for (i, statement) in statements.iter().enumerate() {
-                    sent.timeline
-                        .lock()
-                        .unwrap()
-                        .push((sent.id, statement.to_string()));
-                    let upper = statement.to_ascii_uppercase();
-                    let scripted = script
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .find(|(prefix, _)| upper.starts_with(prefix.as_str()))
-                        .map(|(_, answer)| answer.clone());
+            hscale_wire::command::QUERY => connection.answer_query(body).await,
+            _ => connection.send_ok(1, 0, false).await.map(drop),
+        };
+        if answered.is_none() {
+            return;
+        }
+    }
+}
+
+/// One connection to a scripted backend.
+struct Scripted {
+    stream: PacketStream<UnixStream>,
+    sent: Sent,
+    script: Arc<Mutex<Vec<(String, Answer)>>>,
+    in_transaction: bool,
+}
+
+impl Scripted {
+    /// The greeting, any login, its OK; `None` once the peer is gone.
+    async fn log_in(&mut self, thread_id: u32) -> Option<()> {
+        let offered = CapabilityFlags::CLIENT_PROTOCOL_41
+            | CapabilityFlags::CLIENT_LONG_PASSWORD
+            | CapabilityFlags::CLIENT_LONG_FLAG
+            | CapabilityFlags::CLIENT_TRANSACTIONS
+            | CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | CapabilityFlags::CLIENT_PLUGIN_AUTH
+            | CapabilityFlags::CLIENT_MULTI_STATEMENTS
+            | CapabilityFlags::CLIENT_MULTI_RESULTS;
+        let mut greeting = Vec::new();
+        Greeting {
+            server_version: "11.0.0-scripted",
+            connection_id: thread_id,
+            nonce: &[7; 20],
+            capabilities: offered,
+            collation: 45,
+            status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+            auth_plugin: "mysql_native_password",
+        }
+        .write(&mut greeting);
+        self.stream.send_packet(0, &greeting).await.ok()?;
+        let hello = self.stream.read_packet().await.ok()??;
+        self.send_ok(hello.seq + 1, 0, false).await.map(drop)
+    }
+
+    /// Each statement of the query, as the script says, in turn: an error
+    /// ends the query, as a server's does.
+    async fn answer_query(&mut self, body: &[u8]) -> Option<()> {
+        let text = String::from_utf8_lossy(body).into_owned();
+        let statements: Vec<&str> = text
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let mut seq = 1;
+        for (i, statement) in statements.iter().enumerate() {
+            let timeline = &self.sent.timeline;
+            timeline
+                .lock()
+                .unwrap()
+                .push((self.sent.id, statement.to_string()));
+            let upper = statement.to_ascii_uppercase();
+            let scripted = self
+                .script
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(prefix, _)| upper.starts_with(prefix.as_str()))
+                .map(|(_, answer)| answer.clone());
+            match scripted.unwrap_or(Answer::Ok { affected_rows: 0 }) {
+                Answer::Error { code, message } => {
                     let mut payload = Vec::new();
-                    match scripted.unwrap_or(Answer::Ok { affected_rows: 0 }) {
-                        Answer::Error { code, message } => {
-                            ErrorPacket::new(code, "HY000", message).write(&mut payload);
-                            let _ = stream.send_packet(seq, &payload).await;
-                            break;
-                        }
-                        Answer::Ok { affected_rows } => {
-                            in_transaction = transaction_after(&upper, in_transaction);
-                            let mut status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
-                            if in_transaction {
-                                status |= StatusFlags::SERVER_STATUS_IN_TRANS;
-                            }
-                            if i + 1 < statements.len() {
-                                status |= StatusFlags::SERVER_MORE_RESULTS_EXISTS;
-                            }
-                            OkInfo {
-                                affected_rows,
-                                status: status.bits(),
-                                ..Default::default()
-                            }
-                            .write(OK_HEADER, &mut payload);
-                            seq = match stream.send_packet(seq, &payload).await {
-                                Ok(next) => next,
-                                Err(_) => return,
-                            };
-                        }
-                    }
+                    ErrorPacket::new(code, "HY000", message).write(&mut payload);
+                    self.stream.send_packet(seq, &payload).await.ok()?;
+                    return Some(());
                 }
-            }
-            _ => {
-                let mut payload = Vec::new();
-                let mut status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
-                if in_transaction {
-                    status |= StatusFlags::SERVER_STATUS_IN_TRANS;
+                Answer::Ok { affected_rows } => {
+                    self.in_transaction = transaction_after(&upper, self.in_transaction);
+                    let more = i + 1 < statements.len();
+                    seq = self.send_ok(seq, affected_rows, more).await?;
                 }
-                OkInfo {
-                    status: status.bits(),
-                    ..Default::default()
-                }
-                .write(OK_HEADER, &mut payload);
-                let _ = stream.send_packet(seq, &payload).await;
             }
         }
+        Some(())
+    }
+
+    /// An OK with the connection's transaction status; the next sequence
+    /// number.
+    async fn send_ok(&mut self, seq: u8, affected_rows: u64, more: bool) -> Option<u8> {
+        let mut status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        if self.in_transaction {
+            status |= StatusFlags::SERVER_STATUS_IN_TRANS;
+        }
+        if more {
+            status |= StatusFlags::SERVER_MORE_RESULTS_EXISTS;
+        }
+        let mut payload = Vec::new();
+        OkInfo {
+            affected_rows,
+            status: status.bits(),
+            ..Default::default()
+        }
+        .write(OK_HEADER, &mut payload);
+        self.stream.send_packet(seq, &payload).await.ok()
     }
 }
 
