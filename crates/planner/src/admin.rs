@@ -61,6 +61,13 @@ pub enum AdminCommand {
         job: u64,
     },
     Status,
+    /// Every host of every backend: role, health, replication, lag.
+    ShowBackends,
+    /// A planned change of a backend's writer to one of its replicas.
+    Switchover {
+        backend: u32,
+        host: String,
+    },
     Refresh,
     /// The statement to explain, as written.
     Explain(String),
@@ -70,7 +77,7 @@ pub enum AdminCommand {
 pub enum AdminSyntax {
     #[error("HSCALE command syntax: {0}")]
     Syntax(String),
-    #[error("unknown HSCALE command '{0}'; the commands are SETUP_TABLE, ADD_PARTITION, DROP_PARTITION, MOVE_PARTITION, SPLIT_PARTITION, SHOW_MOVES, CANCEL_MOVE, SHOW_PARTITIONS, LOOKUP, SHOW_TABLES, STATUS, REFRESH, EXPLAIN")]
+    #[error("unknown HSCALE command '{0}'; the commands are SETUP_TABLE, ADD_PARTITION, DROP_PARTITION, MOVE_PARTITION, SPLIT_PARTITION, SHOW_MOVES, CANCEL_MOVE, SHOW_PARTITIONS, LOOKUP, SHOW_TABLES, SHOW_BACKENDS, SWITCHOVER, STATUS, REFRESH, EXPLAIN")]
     Unknown(String),
     #[error("{command} takes {expected}")]
     Arguments {
@@ -245,10 +252,16 @@ fn command(name: &str, args: &[Argument]) -> Result<AdminCommand, AdminSyntax> {
         ("SHOW_TABLES", 0) => AdminCommand::ShowTables,
         ("SHOW_MOVES", 0) => AdminCommand::ShowMoves,
         ("STATUS", 0) => AdminCommand::Status,
+        ("SHOW_BACKENDS", 0) => AdminCommand::ShowBackends,
+        ("SWITCHOVER", 2) => AdminCommand::Switchover {
+            backend: backend(&args[0])?,
+            host: text(1),
+        },
+        ("SWITCHOVER", _) => return Err(arity("SWITCHOVER", "(backend, 'host:port')")),
         ("REFRESH", 0) => AdminCommand::Refresh,
-        ("SHOW_TABLES" | "SHOW_MOVES" | "STATUS" | "REFRESH", _) => {
+        ("SHOW_TABLES" | "SHOW_MOVES" | "SHOW_BACKENDS" | "STATUS" | "REFRESH", _) => {
             return Err(arity(
-                "SHOW_TABLES, SHOW_MOVES, STATUS and REFRESH",
+                "SHOW_TABLES, SHOW_MOVES, SHOW_BACKENDS, STATUS and REFRESH",
                 "no arguments",
             ))
         }
@@ -320,6 +333,19 @@ mod tests {
             AdminCommand::ShowTables
         );
         assert_eq!(parse_admin("HSCALE STATUS;").unwrap(), AdminCommand::Status);
+        assert_eq!(
+            parse_admin("hscale show_backends").unwrap(),
+            AdminCommand::ShowBackends
+        );
+        assert!(parse_admin("HSCALE SHOW_BACKENDS(1)").is_err());
+        assert_eq!(
+            parse_admin("HSCALE SWITCHOVER(2, '10.0.0.7:3306')").unwrap(),
+            AdminCommand::Switchover {
+                backend: 2,
+                host: "10.0.0.7:3306".into()
+            }
+        );
+        assert!(parse_admin("HSCALE SWITCHOVER('10.0.0.7:3306')").is_err());
         assert_eq!(
             parse_admin("hscale show_moves").unwrap(),
             AdminCommand::ShowMoves

@@ -72,6 +72,10 @@ pub struct Summary {
     /// or one of hscale's user locks (`TableNames::guards`): only an admin
     /// may run it.
     pub names_guarded: bool,
+    /// The statement locks rows (FOR UPDATE, FOR SHARE, LOCK IN SHARE
+    /// MODE), advances a sequence (NEXTVAL, SETVAL) or sends its answer
+    /// elsewhere (INTO): a SELECT that only a primary may run.
+    pub locks_or_writes: bool,
 }
 
 impl Summary {
@@ -305,7 +309,9 @@ pub(crate) fn summarize_into(
         every_statement_plain: true,
         names_partitioned: false,
         names_guarded: false,
+        locks_or_writes: false,
     };
+    let mut previous_word: &[u8] = b"";
     let mut words = 0usize;
     let mut statement_words = 0usize;
     let mut first = Kind::Empty;
@@ -352,6 +358,8 @@ pub(crate) fn summarize_into(
                         asks_for_diagnostics(sql[..token.start].trim_ascii(), word);
                 }
                 note_function(word, after_statement_end, &mut s);
+                s.locks_or_writes |= locks_or_writes(previous_word, word);
+                previous_word = word;
                 // `@@global.port`: the prefix is its own token.
                 let global = b"@@global.";
                 s.own_values |= sql[..token.start].len() >= global.len()
@@ -482,6 +490,19 @@ fn mentions_lock_test(sql: &[u8]) -> bool {
     let lower = sql.to_ascii_lowercase();
     let has = |needle: &[u8]| lower.windows(needle.len()).any(|w| w == needle);
     has(b"is_used_lock") || has(b"is_free_lock")
+}
+
+/// `word`, after `previous`, makes a SELECT lock rows, write a sequence or
+/// send its rows elsewhere.
+fn locks_or_writes(previous: &[u8], word: &[u8]) -> bool {
+    let is = |w: &[u8], like: &[u8]| w.eq_ignore_ascii_case(like);
+    match word.len() {
+        4 => is(word, b"into"),
+        5 => is(word, b"share") && (is(previous, b"for") || is(previous, b"in")),
+        6 => (is(word, b"update") && is(previous, b"for")) || is(word, b"setval"),
+        7 => is(word, b"nextval"),
+        _ => false,
+    }
 }
 
 fn note_function(word: &[u8], in_later_statement: bool, s: &mut Summary) {
@@ -669,6 +690,30 @@ mod tests {
             1
         );
         assert_eq!(count("SELECT 1"), 0);
+    }
+
+    #[test]
+    fn selects_that_lock_or_write_are_told_apart_from_plain_reads() {
+        let locks = |sql: &str| summary(sql.as_bytes()).locks_or_writes;
+        for sql in [
+            "SELECT * FROM t WHERE id = 1 FOR UPDATE",
+            "select * from t for share",
+            "SELECT * FROM t LOCK IN SHARE MODE",
+            "SELECT NEXTVAL(s)",
+            "SELECT setval(s, 10)",
+            "SELECT a INTO @x FROM t",
+            "SELECT * FROM t INTO OUTFILE '/tmp/x'",
+        ] {
+            assert!(locks(sql), "{sql}");
+        }
+        for sql in [
+            "SELECT * FROM t WHERE id = 1",
+            "SELECT `update`, share FROM t",
+            "SELECT 'FOR UPDATE' FROM t",
+            "SELECT * FROM t /* for update */",
+        ] {
+            assert!(!locks(sql), "{sql}");
+        }
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub struct ProxyConfig {
     /// with mysql_native_password is served too.
     #[serde(default)]
     pub default_auth: DefaultAuth,
+    /// How often every backend host is checked: reachable, read_only,
+    /// GTID position, replication and lag (docs/replicas.md).
+    #[serde(default = "default_monitor_ms")]
+    pub monitor_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -133,6 +137,24 @@ pub struct UserConfig {
     /// user's own login proves (SHA1 of the password).
     #[serde(default)]
     pub backend_password: Option<String>,
+    /// Where this user's autocommitted reads go (docs/replicas.md).
+    #[serde(default)]
+    pub reads: Reads,
+    /// A replica whose lag is above this is not read.
+    #[serde(default = "default_max_lag_ms")]
+    pub max_lag_ms: u64,
+}
+
+/// Where a user's autocommitted reads go.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reads {
+    /// The writer, as every other statement.
+    #[default]
+    Primary,
+    /// A replica within `max_lag_ms` that applied the session's own
+    /// writes; the writer where there is none.
+    Replicas,
 }
 
 impl UserConfig {
@@ -171,6 +193,72 @@ pub struct BackendConfig {
     /// PEM file of the CA that signs the backend's certificate.
     #[serde(default)]
     pub tls_ca: Option<PathBuf>,
+    /// The other hosts of this backend's replica set (host:port): with
+    /// `address`, the writer is the one host whose read_only is off.
+    #[serde(default)]
+    pub replicas: Vec<String>,
+    /// Who makes a replica the writer when the writer is gone.
+    #[serde(default)]
+    pub failover: Failover,
+    /// With `failover = "auto"`: how long the writer must stay unreachable
+    /// before a replica is promoted.
+    #[serde(default = "default_failover_after_ms")]
+    pub failover_after_ms: u64,
+    /// How long statements that need this backend's writer wait for one
+    /// (a failover, or the host back) before they fail.
+    #[serde(default = "default_failover_wait_ms")]
+    pub failover_wait_ms: u64,
+    /// The account replicas log in to their primary with, which a
+    /// switchover gives each host it points at the new writer; by default
+    /// `user` and `password`.
+    #[serde(default)]
+    pub replication_user: Option<String>,
+    #[serde(default)]
+    pub replication_password: Option<String>,
+}
+
+impl BackendConfig {
+    /// A backend at `address` reached as `root` without a password, the
+    /// rest as a configuration file that names no more would have it.
+    pub fn root_at(id: u32, address: String) -> BackendConfig {
+        BackendConfig {
+            id,
+            address,
+            user: "root".into(),
+            password: String::new(),
+            max_connections: default_backend_connections(),
+            prepared_statements: default_prepared_statements(),
+            tls: BackendTls::Off,
+            tls_ca: None,
+            replicas: Vec::new(),
+            failover: Failover::External,
+            failover_wait_ms: default_failover_wait_ms(),
+            failover_after_ms: default_failover_after_ms(),
+            replication_user: None,
+            replication_password: None,
+        }
+    }
+
+    /// The configured primary first, then the replicas.
+    pub fn hosts(&self) -> Vec<String> {
+        std::iter::once(&self.address)
+            .chain(&self.replicas)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Who promotes a replica of a backend's replica set.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Failover {
+    /// A tool or a person (MaxScale, orchestrator, `SET GLOBAL read_only`):
+    /// hscale follows the host whose read_only is off.
+    #[default]
+    External,
+    /// hscale promotes the most advanced replica once the writer has been
+    /// unreachable for `failover_after_ms`.
+    Auto,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -351,10 +439,23 @@ pub fn default_login_timeout_ms() -> u64 {
     10_000
 }
 
+pub fn default_max_lag_ms() -> u64 {
+    1000
+}
+pub fn default_monitor_ms() -> u64 {
+    500
+}
+pub fn default_failover_after_ms() -> u64 {
+    3000
+}
+pub fn default_failover_wait_ms() -> u64 {
+    10_000
+}
+
 fn default_queue_timeout_ms() -> u64 {
     10_000
 }
-fn default_backend_connections() -> usize {
+pub fn default_backend_connections() -> usize {
     64
 }
 fn default_main_backend() -> u32 {
@@ -478,6 +579,9 @@ impl Config {
                 "needs tls_cert and tls_key".into(),
             );
         }
+        if self.proxy.monitor_ms == 0 {
+            report("proxy.monitor_ms".into(), "must be at least 1".into());
+        }
         if self.proxy.login_timeout_ms == 0 {
             report("proxy.login_timeout_ms".into(), "must be at least 1".into());
         }
@@ -543,6 +647,26 @@ impl Config {
             }
             if let Err(e) = crate::tls::connector(backend.tls, backend.tls_ca.as_deref()) {
                 report(format!("backends[{i}].tls_ca"), e.to_string());
+            }
+            if backend.failover == Failover::Auto && backend.id == self.dictionary.backend {
+                report(
+                    format!("backends[{i}].failover"),
+                    "\"auto\" is not built for the dictionary's backend yet, whose lock elects the instance that promotes: use \"external\" there (docs/replicas.md)".into(),
+                );
+            }
+            for (r, replica) in backend.replicas.iter().enumerate() {
+                if !replica.starts_with('/') && !has_port(replica) {
+                    report(
+                        format!("backends[{i}].replicas[{r}]"),
+                        format!("'{replica}' is neither host:port nor a socket path"),
+                    );
+                }
+                if backend.hosts()[..=r].contains(replica) {
+                    report(
+                        format!("backends[{i}].replicas[{r}]"),
+                        format!("'{replica}' is listed twice"),
+                    );
+                }
             }
         }
         if let (Some(cert), Some(key)) = (&self.proxy.tls_cert, &self.proxy.tls_key) {
@@ -715,6 +839,28 @@ level = "info"
             "{}",
             problems[0].message
         );
+    }
+
+    #[test]
+    fn a_replica_set_lists_each_host_once() {
+        let text = GOOD.replace(
+            "address = \"127.0.0.1:3307\"",
+            "address = \"127.0.0.1:3307\"\nreplicas = [\"127.0.0.1:3308\", \"127.0.0.1:3307\", \"nowhere\"]\nfailover_wait_ms = 500",
+        );
+        let config = Config::parse(&text).unwrap();
+        assert_eq!(config.backends[1].failover_wait_ms, 500);
+        assert_eq!(config.backends[1].hosts().len(), 4);
+        let problems = config.validate();
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["backends[1].replicas[1]", "backends[1].replicas[2]"]
+        );
+        let auto = GOOD.replace("id = 2", "id = 2\nfailover = \"auto\"");
+        assert_eq!(Config::parse(&auto).unwrap().validate(), vec![]);
+        let main = GOOD.replace("id = 1", "id = 1\nfailover = \"auto\"");
+        let problems = Config::parse(&main).unwrap().validate();
+        assert_eq!(problems[0].path, "backends[0].failover");
     }
 
     #[test]

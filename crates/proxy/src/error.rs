@@ -143,6 +143,7 @@ const ER_UNKNOWN_COM_ERROR: u16 = 1047;
 const ER_UNKNOWN_STMT_HANDLER: u16 = 1243;
 const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
 const ER_CONNECT_TO_FOREIGN_DATA_SOURCE: u16 = 1429;
+const ER_OPTION_PREVENTS_STATEMENT: u16 = 1290;
 const ER_NO_SUCH_THREAD: u16 = 1094;
 const ER_KILL_DENIED_ERROR: u16 = 1095;
 const ER_NOT_SUPPORTED_YET: u16 = 1235;
@@ -222,14 +223,18 @@ impl ProxyError {
                 Reply,
             ),
             ProxyError::Backend(e) => match e {
-                BackendError::Lost { .. } => (reply(CR_SERVER_LOST, "HY000", format!("hscale: {e}")), Reply),
+                BackendError::Lost { .. } | BackendError::WriterChanged { .. } => (reply(CR_SERVER_LOST, "HY000", format!("hscale: {e}")), Reply),
                 BackendError::PoolExhausted { .. } => (reply(ER_CON_COUNT_ERROR, "08004", format!("hscale: {e}")), Reply),
                 BackendError::Connect { .. }
                 | BackendError::ConnectTimeout { .. }
                 | BackendError::Login { .. }
                 | BackendError::NoSecret { .. }
                 | BackendError::Tls { .. }
-                | BackendError::AuthPlugin { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
+                | BackendError::AuthPlugin { .. }
+                | BackendError::NoWriter { .. }
+                | BackendError::Refused { .. } => (reply(ER_CONNECT_TO_FOREIGN_DATA_SOURCE, "HY000", format!("hscale: {e}")), Reply),
+                // As a read-only server answers a write.
+                BackendError::SplitBrain { .. } => (reply(ER_OPTION_PREVENTS_STATEMENT, "HY000", format!("hscale: {e}")), Reply),
             },
             ProxyError::BackendMidAnswer { .. } => (None, Close),
             ProxyError::NotSupported { what } => (

@@ -4,6 +4,9 @@
 //! backend, so memory stays bounded.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use bytes::Bytes;
 use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
@@ -427,4 +430,30 @@ pub async fn read_answer(conn: &mut BackendConn, payload: &[u8]) -> Result<Answe
         }
         rows.push(packet);
     }
+}
+
+/// Runs futures at once, each to its end; their outputs in their order.
+pub async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in running.iter_mut().zip(&mut outputs) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        match pending {
+            true => Poll::Pending,
+            false => Poll::Ready(()),
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future ended"))
+        .collect()
 }

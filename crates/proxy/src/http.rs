@@ -128,6 +128,38 @@ pub fn metrics(shared: &Shared) -> String {
         "Transactions ended with error 1213: their lock waits formed a cycle through several backends.",
         plain(c.deadlocks.load(Ordering::Relaxed)),
     );
+    let hosts: Vec<_> = shared
+        .pools
+        .iter()
+        .flat_map(|pool| pool.replicas().view(pool.id()))
+        .collect();
+    let label = |h: &crate::backend::replicas::HostView| {
+        format!(
+            "{{backend=\"{}\",host=\"{}\",role=\"{}\"}}",
+            h.backend, h.address, h.role
+        )
+    };
+    metric(
+        "hscale_backend_host_up",
+        "gauge",
+        "Whether the monitor's last check reached the backend host (1) or not (0), with its role.",
+        hosts
+            .iter()
+            .map(|h| (label(h), u64::from(h.health.reachable)))
+            .collect(),
+    );
+    metric(
+        "hscale_backend_host_lag_ms",
+        "gauge",
+        "How far a replica's applied transactions trail its source (Seconds_Behind_Master), in ms.",
+        hosts
+            .iter()
+            .filter_map(|h| {
+                let lag = h.health.replication.as_ref()?.lag_s?;
+                Some((label(h), lag * 1000))
+            })
+            .collect(),
+    );
     let xa = &shared.xa;
     metric(
         "hscale_xa_committed_total",

@@ -291,6 +291,9 @@ fn spawn(dir: &Path, port: u16, binlog: Binlog) -> Result<Child, LaunchError> {
                 "--binlog-row-image=FULL",
                 "--max-binlog-size=64M",
                 "--binlog-expire-logs-seconds=3600",
+                // A replica logs what it applies: promoted, it serves the
+                // others the same history (docs/replicas.md).
+                "--log-slave-updates",
                 // As MariaDB's own test runner: stored functions that write
                 // need no DETERMINISTIC with a binary log on.
                 "--log-bin-trust-function-creators=1",

@@ -47,6 +47,7 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
             tls_key: None,
             require_tls: false,
             default_auth: Default::default(),
+            monitor_ms: crate::config::default_monitor_ms(),
         },
         users: vec![UserConfig {
             name: "root".into(),
@@ -57,18 +58,12 @@ pub fn config_for(servers: &[LocalServer], port: u16, path: BackendPath) -> Conf
         backends: servers
             .iter()
             .enumerate()
-            .map(|(i, s)| BackendConfig {
-                id: i as u32 + 1,
-                address: match path {
+            .map(|(i, s)| {
+                let address = match path {
                     BackendPath::Unix => s.socket(),
                     BackendPath::Tcp => format!("127.0.0.1:{}", s.port),
-                },
-                user: "root".into(),
-                password: String::new(),
-                max_connections: 64,
-                prepared_statements: crate::config::default_prepared_statements(),
-                tls: Default::default(),
-                tls_ca: None,
+                };
+                BackendConfig::root_at(i as u32 + 1, address)
             })
             .collect(),
         dictionary: DictionaryConfig::default(),

@@ -95,6 +95,18 @@ pub async fn run(
     ));
     let idle = tokio::spawn(close_idle_sessions(shared.clone()));
     let deadlocks = tokio::spawn(crate::deadlocks::detect_loop(shared.clone()));
+    let monitors: Vec<_> = shared
+        .pools
+        .iter()
+        .map(|pool| {
+            let main = shared.main_pool().clone();
+            tokio::spawn(crate::backend::replicas::monitor(
+                pool.clone(),
+                shared.monitor,
+                main,
+            ))
+        })
+        .collect();
     let balancing = shared.clone();
     let balance = tokio::spawn(async move { balancing.balance.watch().await });
     let server = Server::new(listener, shared.clone(), workers);
@@ -108,6 +120,7 @@ pub async fn run(
     idle.abort();
     deadlocks.abort();
     balance.abort();
+    monitors.iter().for_each(|monitor| monitor.abort());
     server.workers.stop().await;
     crate::dictionary::leave(&shared).await;
     Ok(())

@@ -20,6 +20,9 @@ pub use crate::sessions::{
 pub struct User {
     pub password: PasswordHash,
     pub admin: bool,
+    /// Its autocommitted reads go to replicas within this lag
+    /// (`reads = "replicas"`); `None`: to the writer.
+    pub replica_lag: Option<Duration>,
 }
 
 /// Answered to clients until the main backend has told its own version.
@@ -50,6 +53,8 @@ pub struct Cluster {
     pub xa: crate::xa::Coordinator,
     /// How long a statement waits for a partition move on its table.
     pub lock_wait: Duration,
+    /// How often every backend host is checked (`backend::replicas`).
+    pub monitor: Duration,
     pub moves: crate::config::MovesConfig,
     /// The moves this instance runs: their heartbeats and their turns.
     pub running_moves: crate::online::running::RunningMoves,
@@ -207,6 +212,8 @@ impl Shared {
                     User {
                         password,
                         admin: u.admin,
+                        replica_lag: (u.reads == crate::config::Reads::Replicas)
+                            .then(|| Duration::from_millis(u.max_lag_ms)),
                     },
                 ))
             })
@@ -231,6 +238,7 @@ impl Shared {
                 running_moves: Default::default(),
                 background: Default::default(),
                 lock_wait: Duration::from_millis(config.dictionary.lock_wait_ms),
+                monitor: Duration::from_millis(config.proxy.monitor_ms.max(1)),
             }),
             hostname: host_name(),
             users,
@@ -321,12 +329,27 @@ impl Shared {
         let uptime = self.started.elapsed().as_secs().max(1);
         let questions = self.counters.questions.total();
         let open: usize = self.pools.iter().map(|p| p.open_connections()).sum();
-        format!(
+        let mut status = format!(
             "Uptime: {uptime}  Threads: {}  Questions: {questions}  Slow queries: 0  Opens: {}  Open tables: 0  Backend connections: {open}  Queries per second avg: {:.3}",
             self.counters.clients.load(Ordering::Relaxed),
             self.counters.connections.load(Ordering::Relaxed),
             questions as f64 / uptime as f64
-        )
+        );
+        // A line per backend host, as HSCALE SHOW_BACKENDS lists them.
+        for pool in &self.pools {
+            for host in pool.replicas().view(pool.id()) {
+                let lag = host.health.replication.as_ref().and_then(|r| r.lag_s);
+                status.push_str(&format!(
+                    "\nBackend {} {}: {}{}",
+                    host.backend,
+                    host.address,
+                    host.role,
+                    lag.map(|s| format!(", lag {} ms", s * 1000))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        status
     }
 }
 

@@ -139,6 +139,18 @@ fn serve_logs_categories_to_its_file_and_answers_http() {
     );
     assert!(metrics.contains("hscale_clients 1"), "{metrics}");
     assert!(http_get(http, "/status").contains("Uptime: "));
+    // The monitor's first check of the lone host of backend 1.
+    let up = format!(
+        "hscale_backend_host_up{{backend=\"1\",host=\"127.0.0.1:{}\",role=\"writer\"}} 1",
+        cluster().port(1)
+    );
+    hscale_testkit::wait_for("backend 1 up in /metrics", Duration::from_secs(20), || {
+        http_get(http, "/metrics").contains(&up).then_some(())
+    });
+    assert!(
+        http_get(http, "/status").contains("Backend 1 "),
+        "a line per backend host"
+    );
     assert!(http_get(http, "/nothing").starts_with("HTTP/1.1 404"));
     drop(conn);
     std::thread::sleep(Duration::from_millis(300));

@@ -234,6 +234,7 @@ fn kill_connection_ends_that_client_and_checks_ids_and_owners() {
         // Runs as hscale's own backend account: no account of its own exists.
         backend_user: Some("root".into()),
         backend_password: Some(String::new()),
+        ..Default::default()
     });
     let proxy = Proxy::start(config);
     let mut victim = proxy.connect(None);

@@ -53,6 +53,7 @@ fn setup(name: &str) -> (Proxy, String, Conn, Conn) {
         admin: false,
         backend_user: Some(account),
         backend_password: Some("secret".into()),
+        ..Default::default()
     });
     let proxy = Proxy::start(config);
     let mut admin = proxy.connect(Some(&db));

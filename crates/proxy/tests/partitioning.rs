@@ -868,6 +868,7 @@ fn non_admin_users_may_not_run_admin_commands() {
         // Runs as hscale's own backend account: no account of its own exists.
         backend_user: Some("root".into()),
         backend_password: Some(String::new()),
+        ..Default::default()
     });
     let proxy = Proxy::start(config);
     let mut c = hscale_testkit::connect(proxy.port, "app", "secret", Some(&db));

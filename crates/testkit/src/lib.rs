@@ -16,6 +16,7 @@ use mysql::{Conn, OptsBuilder};
 pub mod differential;
 pub mod order_entry;
 pub mod raw;
+pub mod replicas;
 pub mod tls;
 
 /// The servers every test of this binary shares.
@@ -200,15 +201,8 @@ impl Cluster {
         config.backends = addresses
             .iter()
             .enumerate()
-            .map(|(i, address)| hscale::config::BackendConfig {
-                id: i as u32 + 1,
-                address: address.clone(),
-                user: "root".into(),
-                password: String::new(),
-                max_connections: 64,
-                prepared_statements: hscale::config::default_prepared_statements(),
-                tls: Default::default(),
-                tls_ca: None,
+            .map(|(i, address)| {
+                hscale::config::BackendConfig::root_at(i as u32 + 1, address.clone())
             })
             .collect();
         config.proxy.listen = "127.0.0.1:0".into();
@@ -529,5 +523,30 @@ impl PeakRss {
         self.done.store(true, Ordering::Relaxed);
         self.sampler.join().expect("the sampler");
         (self.peak.load(Ordering::Relaxed) - self.baseline) / 1024
+    }
+}
+
+/// The code and message of the server error `sql` gets.
+pub fn error_of(conn: &mut Conn, sql: &str) -> (u16, String) {
+    match conn.query_drop(sql) {
+        Err(mysql::Error::MySqlError(e)) => (e.code, e.message),
+        other => panic!("{sql}: expected an error, got {other:?}"),
+    }
+}
+
+/// Runs `probe` until it returns `Some`, at most `limit`; panics with
+/// `what` after that.
+pub fn wait_for<T>(
+    what: &str,
+    limit: std::time::Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

@@ -131,12 +131,45 @@ pub async fn execute(
         }
         AdminCommand::ShowTables => Ok(show::tables(shared)),
         AdminCommand::Status => Ok(show::status(front)),
+        AdminCommand::ShowBackends => Ok(show::backends(shared)),
+        AdminCommand::Switchover { backend, host } => switchover(shared, backend, &host).await,
         AdminCommand::Refresh => {
             crate::dictionary::reload(shared).await?;
             Ok(AdminAnswer::done(0))
         }
         AdminCommand::Explain(statement) => show::explain(shared, caller, &statement),
     }
+}
+
+/// HSCALE SWITCHOVER: the old and new writer and the pause, as a row.
+async fn switchover(shared: &Cluster, backend: u32, host: &str) -> Result<AdminAnswer, ProxyError> {
+    let Some(pool) = shared.pools.iter().find(|p| p.id() == backend) else {
+        return Err(AdminError::Invalid(format!("there is no backend {backend}")).into());
+    };
+    let in_flight = || {
+        shared
+            .sessions
+            .all()
+            .iter()
+            .any(|(_, session)| session.running().is_some_and(|(b, _)| b == backend))
+    };
+    let switched = crate::backend::replicas::switchover(pool, host, in_flight)
+        .await
+        .map_err(AdminError::Invalid)?;
+    Ok(AdminAnswer::Rows {
+        columns: vec![
+            ("backend", ColumnType::Integer),
+            ("old_writer", ColumnType::Text),
+            ("new_writer", ColumnType::Text),
+            ("pause_ms", ColumnType::Integer),
+        ],
+        rows: vec![vec![
+            Some(backend.to_string()),
+            Some(switched.from),
+            Some(switched.to),
+            Some(switched.pause.as_millis().to_string()),
+        ]],
+    })
 }
 
 /// `db.table`, or `table` in the caller's database.

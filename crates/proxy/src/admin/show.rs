@@ -1,5 +1,5 @@
 //! The admin commands that only read: SHOW_PARTITIONS, SHOW_TABLES, LOOKUP,
-//! STATUS and EXPLAIN. They answer from this instance's memory and touch no
+//! STATUS, SHOW_BACKENDS and EXPLAIN. They answer from this instance's memory and touch no
 //! backend.
 
 use hscale_planner::{plan, Action, ClientCharset, Context, TableName, Value};
@@ -185,6 +185,55 @@ pub fn status(shared: &crate::shared::Shared) -> AdminAnswer {
     AdminAnswer::Rows {
         columns: vec![("name", Text), ("value", Text)],
         rows: all,
+    }
+}
+
+/// Every host of every backend as the monitor last saw it.
+pub fn backends(shared: &Cluster) -> AdminAnswer {
+    let mut rows = Vec::new();
+    for pool in &shared.pools {
+        for host in pool.replicas().view(pool.id()) {
+            let seen = &host.health;
+            let replication = seen.replication.as_ref();
+            let yes_no = |b: bool| some(if b { "Yes" } else { "No" });
+            rows.push(vec![
+                some(host.backend),
+                some(&host.address),
+                some(host.role),
+                yes_no(seen.reachable),
+                seen.checked
+                    .filter(|_| seen.reachable)
+                    .map(|_| u8::from(seen.read_only).to_string()),
+                Some(seen.gtid_binlog.clone()).filter(|g| !g.is_empty()),
+                Some(seen.gtid_slave.clone()).filter(|g| !g.is_empty()),
+                replication.map(|r| r.source.clone()),
+                replication.and_then(|r| yes_no(r.io_running && r.sql_running)),
+                replication
+                    .and_then(|r| r.lag_s)
+                    .map(|s| (s * 1000).to_string()),
+                seen.checked.map(|at| at.elapsed().as_millis().to_string()),
+                (host.role == "writer").then(|| pool.open_connections().to_string()),
+                seen.error.clone(),
+            ]);
+        }
+    }
+    AdminAnswer::Rows {
+        columns: vec![
+            ("backend", Integer),
+            ("host", Text),
+            ("role", Text),
+            ("reachable", Text),
+            ("read_only", Integer),
+            ("gtid_binlog_pos", Text),
+            ("gtid_slave_pos", Text),
+            ("replicates_from", Text),
+            ("replicating", Text),
+            ("lag_ms", Integer),
+            ("checked_ms_ago", Integer),
+            ("connections", Integer),
+            ("error", Text),
+        ],
+        rows,
     }
 }
 

@@ -13,7 +13,7 @@ use hscale_wire::frame::{read_lenenc, write_packet, FrameHeader, HEADER_LEN};
 use hscale_wire::packets::{
     parse_auth_switch, BackendHello, ErrorPacket, ServerGreeting, ERR_HEADER,
 };
-use hscale_wire::resultset::{is_result_end, parse_text_row};
+use hscale_wire::resultset::{column_names, is_result_end, parse_text_row};
 use hscale_wire::scan::{Completion, Expect, Progress, ResponseScanner};
 use hscale_wire::stream::PacketStream;
 use hscale_wire::{CapabilityFlags, StatusFlags, WireError};
@@ -102,6 +102,9 @@ pub struct BackendConn {
     /// The worker that opened it (`cores::current`): its socket is
     /// registered with that worker's reactor, and it idles in its list.
     pub core: usize,
+    /// The backend's writer it was opened to (`ReplicaSet::generation`):
+    /// once another host is the writer, it is never used again.
+    pub generation: u64,
     serial: u64,
     commands: u64,
     /// Commands written ahead of the next one, whose answers `send_command`
@@ -114,6 +117,8 @@ pub struct BackendConn {
 /// What a new connection logs in with: where, as whom, over TLS or not.
 pub struct Login<'a> {
     pub config: &'a BackendConfig,
+    /// The host of the backend's replica set it connects to.
+    pub address: &'a str,
     pub account: (&'a str, &'a Secret),
     pub tls: Option<&'a crate::tls::ToBackend>,
 }
@@ -135,12 +140,12 @@ impl BackendConn {
         timeout: Duration,
         permit: OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
-        let config = login.config;
+        let (backend, address) = (login.config.id, login.address);
         match tokio::time::timeout(timeout, Self::login(login, key, permit)).await {
             Ok(result) => result,
             Err(_) => Err(BackendError::ConnectTimeout {
-                backend: config.id,
-                address: config.address.clone(),
+                backend,
+                address: address.to_string(),
                 timeout_ms: timeout.as_millis() as u64,
             }),
         }
@@ -153,18 +158,20 @@ impl BackendConn {
     ) -> Result<Box<BackendConn>, BackendError> {
         let Login {
             config,
+            address,
             account: (user, secret),
             tls,
         } = login;
         let backend = config.id;
         let lost = |source: WireError| BackendError::Lost { backend, source };
-        let socket = BackendStream::connect(&config.address)
-            .await
-            .map_err(|source| BackendError::Connect {
-                backend,
-                address: config.address.clone(),
-                source,
-            })?;
+        let socket =
+            BackendStream::connect(address)
+                .await
+                .map_err(|source| BackendError::Connect {
+                    backend,
+                    address: address.to_string(),
+                    source,
+                })?;
         let mut stream = PacketStream::new(socket, MAX_PACKET);
         let greeting = stream
             .read_packet()
@@ -252,6 +259,7 @@ impl BackendConn {
             greeting_status: server.status,
             thread_id: server.connection_id,
             core: crate::cores::current(),
+            generation: 0,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             commands: 0,
             queued: 0,
@@ -640,6 +648,15 @@ impl BackendConn {
     /// commands): small answers only. The outer error is the connection
     /// failing; the inner one is the server refusing the query.
     pub async fn query(&mut self, sql: &str) -> Result<Result<Rows, ErrorPacket>, BackendError> {
+        Ok(self.query_named(sql).await?.map(|(_, rows)| rows))
+    }
+
+    /// `query`, with the names of the columns (SHOW statements whose
+    /// columns differ between server versions are read by name).
+    pub async fn query_named(
+        &mut self,
+        sql: &str,
+    ) -> Result<Result<(Vec<String>, Rows), ErrorPacket>, BackendError> {
         let backend = self.backend;
         let lost = |source: WireError| BackendError::Lost { backend, source };
         let mut command = Vec::with_capacity(sql.len() + 1);
@@ -654,12 +671,18 @@ impl BackendConn {
         let first = next_packet(stream, backend).await?;
         match first.payload.first() {
             Some(&ERR_HEADER) => return Ok(Err(ErrorPacket::parse(&first.payload).map_err(lost)?)),
-            Some(0x00) => return Ok(Ok(Vec::new())),
+            Some(0x00) => return Ok(Ok((Vec::new(), Vec::new()))),
             _ => {}
         }
         let malformed = || lost(WireError::Malformed { what: "result set" });
         let (columns, _) = read_lenenc(&first.payload).ok_or_else(malformed)?;
-        for _ in 0..columns + u64::from(!deprecate_eof) {
+        let mut names = Vec::with_capacity(columns as usize);
+        for _ in 0..columns {
+            let definition = next_packet(stream, backend).await?;
+            let (name, _) = column_names(&definition.payload).ok_or_else(malformed)?;
+            names.push(String::from_utf8_lossy(name).into_owned());
+        }
+        if !deprecate_eof {
             next_packet(stream, backend).await?;
         }
         let mut rows = Vec::new();
@@ -669,7 +692,7 @@ impl BackendConn {
                 return Ok(Err(ErrorPacket::parse(&packet.payload).map_err(lost)?));
             }
             if is_result_end(&packet.payload, deprecate_eof) {
-                return Ok(Ok(rows));
+                return Ok(Ok((names, rows)));
             }
             let values = parse_text_row(&packet.payload, columns as usize).ok_or_else(malformed)?;
             rows.push(values);

@@ -3,6 +3,7 @@
 pub mod accounts;
 mod conn;
 mod pool;
+pub mod replicas;
 mod statements;
 mod stream;
 
@@ -47,4 +48,12 @@ pub enum BackendError {
         waited_ms: u64,
         max: usize,
     },
+    #[error("backend {backend} has no writer (no reachable host with read_only off) after {waited_ms} ms: a failover did not end, or its hosts are down")]
+    NoWriter { backend: u32, waited_ms: u64 },
+    #[error("backend {backend} has two writers ({}: read_only is off on each); writes are refused until one is read-only", hosts.join(" and "))]
+    SplitBrain { backend: u32, hosts: Vec<String> },
+    #[error("backend {backend}'s writer changed while this session held a connection to the old one (a failover or switchover): what it ran there since its last commit is not on the new writer")]
+    WriterChanged { backend: u32 },
+    #[error("backend {backend} refused hscale's own query: {message}")]
+    Refused { backend: u32, message: String },
 }

@@ -35,6 +35,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::accounts::Accounts;
 use super::conn::Login;
+use super::replicas::ReplicaSet;
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
 use crate::tls::ToBackend;
@@ -146,9 +147,18 @@ pub struct Pool {
     pub config: BackendConfig,
     /// Who each connection logs in as, by its key's account.
     accounts: Arc<Accounts>,
-    /// How connections switch to TLS (`None`: they stay in clear), or why
-    /// the configured TLS could not be set up: then none is opened.
-    tls: Result<Option<ToBackend>, String>,
+    /// How connections to each host switch to TLS (`None`: they stay in
+    /// clear), or why the configured TLS could not be set up: then none is
+    /// opened.
+    tls: Vec<Result<Option<ToBackend>, String>>,
+    /// The backend's hosts, and which one is the writer the pool's
+    /// connections go to.
+    pub(super) replicas: ReplicaSet,
+    /// One permit per host, for the monitor's connection to it.
+    monitor_slots: Arc<Semaphore>,
+    /// A pool of its own per host of a replica set, for reads on replicas
+    /// (`reads = "replicas"`); empty for a lone host.
+    pub(super) readers: Vec<Arc<Pool>>,
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
@@ -162,7 +172,7 @@ pub struct Pool {
     /// moves), apart from the clients' so that they never take a client's place.
     own_slots: Arc<Semaphore>,
     returned: Notify,
-    connect_timeout: Duration,
+    pub(super) connect_timeout: Duration,
     queue_timeout: Duration,
 }
 
@@ -181,16 +191,40 @@ impl Pool {
         cores: usize,
     ) -> Pool {
         let slots = Arc::new(Semaphore::new(config.max_connections));
-        let tls = crate::tls::connector(config.tls, config.tls_ca.as_deref())
-            .and_then(|connector| {
-                let Some(connector) = connector else {
-                    return Ok(None);
-                };
-                let name = crate::tls::server_name(&config.address)?;
-                Ok(Some(ToBackend { connector, name }))
+        let hosts = config.hosts();
+        let tls = hosts
+            .iter()
+            .map(|address| {
+                crate::tls::connector(config.tls, config.tls_ca.as_deref())
+                    .and_then(|connector| {
+                        let Some(connector) = connector else {
+                            return Ok(None);
+                        };
+                        let name = crate::tls::server_name(address)?;
+                        Ok(Some(ToBackend { connector, name }))
+                    })
+                    .map_err(|e| e.to_string())
             })
-            .map_err(|e| e.to_string());
+            .collect();
+        let readers = match hosts.len() {
+            1 => Vec::new(),
+            _ => hosts
+                .iter()
+                .map(|host| {
+                    let alone = BackendConfig {
+                        address: host.clone(),
+                        replicas: Vec::new(),
+                        ..config.clone()
+                    };
+                    let timeouts = (connect_timeout, queue_timeout);
+                    Arc::new(Pool::new(alone, accounts.clone(), timeouts, cores))
+                })
+                .collect(),
+        };
         Pool {
+            readers,
+            monitor_slots: Arc::new(Semaphore::new(hosts.len())),
+            replicas: ReplicaSet::new(hosts),
             config,
             accounts,
             tls,
@@ -237,9 +271,12 @@ impl Pool {
         bucket: &Bucket,
         own: Option<ConnMark>,
     ) -> Result<Lease, BackendError> {
-        match take_idle(bucket, own) {
+        match take_idle(bucket, own, self.replicas.generation()) {
             Some(conn) => Ok(Lease { conn }),
-            None => self.acquire_slow(bucket).await,
+            // Boxed: opening a connection (a login, a wait for a writer)
+            // is rare, and its future large; unboxed, every statement's
+            // future would carry it and be copied whole at each call.
+            None => Box::pin(self.acquire_slow(bucket)).await,
         }
     }
 
@@ -272,7 +309,7 @@ impl Pool {
             // (which reads `waiting` under the list's lock the look took)
             // wakes this wait.
             returned.as_mut().enable();
-            if let Some(conn) = take_idle(bucket, None) {
+            if let Some(conn) = take_idle(bucket, None, self.replicas.generation()) {
                 return Ok(Lease { conn });
             }
             if let Some(conn) = self.borrow(bucket) {
@@ -309,7 +346,7 @@ impl Pool {
         key: ConnKey,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Lease, BackendError> {
-        let conn = self.connect(key, permit).await?;
+        let conn = self.connect(key, permit, &self.slots).await?;
         tracing::debug!(backend = self.config.id, "opened backend connection");
         Ok(Lease { conn })
     }
@@ -317,21 +354,103 @@ impl Pool {
     /// A new connection for hscale's own use, outside the clients' pool; it
     /// is closed when dropped.
     pub async fn open_own(&self, key: ConnKey) -> Result<Box<BackendConn>, BackendError> {
+        let permit = self.own_permit().await?;
+        self.connect(key, permit, &self.own_slots).await
+    }
+
+    async fn own_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BackendError> {
         let wait = self.own_slots.clone().acquire_owned();
-        let permit = tokio::time::timeout(self.queue_timeout, wait)
+        Ok(tokio::time::timeout(self.queue_timeout, wait)
             .await
             .map_err(|_| BackendError::PoolExhausted {
                 backend: self.config.id,
                 waited_ms: self.queue_timeout.as_millis() as u64,
                 max: OWN_CONNECTIONS,
             })?
-            .expect("the pool never closes its semaphore");
-        self.connect(key, permit).await
+            .expect("the pool never closes its semaphore"))
     }
 
-    /// Logs in as the key's account.
+    /// `open_own`, to one host of the replica set whatever its role.
+    pub(super) async fn open_own_to(
+        &self,
+        host: usize,
+        key: ConnKey,
+    ) -> Result<Box<BackendConn>, BackendError> {
+        let permit = self.own_permit().await?;
+        self.connect_to(host, key, permit).await
+    }
+
+    /// Logs in to the writer as the key's account. A writer of a replica
+    /// set that cannot be reached is gone: the statement waits for the next
+    /// one (the monitor sees it, a failover promotes a replica), as one
+    /// does while there is none, up to `failover_wait_ms`. `slots`: where
+    /// `permit` came from, for the next try's.
     async fn connect(
         &self,
+        key: ConnKey,
+        mut permit: tokio::sync::OwnedSemaphorePermit,
+        slots: &Arc<Semaphore>,
+    ) -> Result<Box<BackendConn>, BackendError> {
+        let started = Instant::now();
+        loop {
+            let (host, generation) = self.writer_host().await?;
+            let error = match self.connect_to(host, key, permit).await {
+                Ok(mut conn) => {
+                    conn.generation = generation;
+                    return Ok(conn);
+                }
+                Err(e) => e,
+            };
+            let unreachable = matches!(
+                error,
+                BackendError::Connect { .. } | BackendError::ConnectTimeout { .. }
+            );
+            if !unreachable || self.replicas.hosts.len() == 1 {
+                return Err(error);
+            }
+            Box::pin(self.replaced(generation, self.failover_wait(started))).await?;
+            permit = slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the pool never closes its semaphore");
+        }
+    }
+
+    /// What is left of the backend's `failover_wait_ms` since `started`.
+    fn failover_wait(&self, started: Instant) -> Duration {
+        Duration::from_millis(self.config.failover_wait_ms).saturating_sub(started.elapsed())
+    }
+
+    /// A connection of the monitor's to one host, whatever its role.
+    pub(super) async fn connect_monitor(
+        &self,
+        host: usize,
+        key: ConnKey,
+    ) -> Result<Box<BackendConn>, BackendError> {
+        let permit = self
+            .monitor_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the pool never closes its semaphore");
+        self.connect_to(host, key, permit).await
+    }
+
+    /// Whether a connection goes to the backend's writer now; one opened to
+    /// another host is never used again.
+    pub fn is_current(&self, conn: &BackendConn) -> bool {
+        conn.generation == self.replicas.generation()
+    }
+
+    /// The backend's hosts and the writer among them.
+    pub fn replicas(&self) -> &ReplicaSet {
+        &self.replicas
+    }
+
+    async fn connect_to(
+        &self,
+        host: usize,
         key: ConnKey,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Box<BackendConn>, BackendError> {
@@ -343,12 +462,15 @@ impl Pool {
                 user,
             })?;
         let account = (user.as_str(), &secret);
-        let tls = self.tls.as_ref().map_err(|reason| BackendError::Tls {
-            backend: self.config.id,
-            reason: reason.clone(),
-        })?;
+        let tls = self.tls[host]
+            .as_ref()
+            .map_err(|reason| BackendError::Tls {
+                backend: self.config.id,
+                reason: reason.clone(),
+            })?;
         let login = Login {
             config: &self.config,
+            address: &self.replicas.hosts[host],
             account,
             tls: tls.as_ref(),
         };
@@ -367,6 +489,13 @@ impl Pool {
         if conn.key != bucket.key {
             return self.release(conn);
         }
+        if !self.is_current(&conn) {
+            // A replica's goes back to its pool; one of an old writer closes.
+            if let Some(reader) = self.reader_of(&conn) {
+                reader.release(conn);
+            }
+            return;
+        }
         conn.idle_since = Instant::now();
         bucket.home(&conn).push(conn);
         if self.waiting.load(Ordering::SeqCst) > 0 {
@@ -379,10 +508,15 @@ impl Pool {
     /// session returned it unless it was borrowed.
     pub fn take_marked(&self, bucket: &Bucket, mark: ConnMark) -> Option<Box<BackendConn>> {
         if let Some(conn) = bucket.here().take_marked(mark) {
-            return Some(conn).filter(|conn| !is_dead(conn));
+            return Some(conn).filter(|conn| self.is_current(conn) && !is_dead(conn));
         }
-        let conn = bucket.others().find_map(|list| list.take_marked(mark))?;
-        self.move_here(conn)
+        if let Some(conn) = bucket.others().find_map(|list| list.take_marked(mark)) {
+            return self.move_here(conn);
+        }
+        // The session's last statement read a replica.
+        self.readers
+            .iter()
+            .find_map(|reader| reader.take_marked(&reader.bucket(bucket.key), mark))
     }
 
     /// Another worker's idle connection of the key, the oldest of the first
@@ -402,7 +536,7 @@ impl Pool {
     /// An idle connection of another worker's list, alive, registered with
     /// the calling worker's reactor; `None` where it is dead or cannot move.
     fn move_here(&self, mut conn: Box<BackendConn>) -> Option<Box<BackendConn>> {
-        if is_dead(&conn) {
+        if !self.is_current(&conn) || is_dead(&conn) {
             return None;
         }
         if let Err(e) = conn.stream.get_mut().rehome() {
@@ -461,10 +595,15 @@ impl Pool {
     }
 }
 
-/// An idle connection of the calling worker's list that is still alive.
-fn take_idle(bucket: &Bucket, mut own: Option<ConnMark>) -> Option<Box<BackendConn>> {
+/// An idle connection of the calling worker's list that is still alive and
+/// goes to the writer of `generation`.
+fn take_idle(
+    bucket: &Bucket,
+    mut own: Option<ConnMark>,
+    generation: u64,
+) -> Option<Box<BackendConn>> {
     while let Some(conn) = bucket.here().take(own.take()) {
-        if !is_dead(&conn) {
+        if conn.generation == generation && !is_dead(&conn) {
             return Some(conn);
         }
     }

@@ -9,9 +9,6 @@
 //! transaction the client ends.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 use hscale_transaction::{rollback_steps, Branch, Commit, Decision, Next, Recorded, Step, Went};
 use hscale_wire::scan::Completion;
@@ -196,7 +193,7 @@ impl super::Backends {
             });
         let mut first = None;
         let mut failed = Vec::new();
-        for outcome in all_at_once(work).await {
+        for outcome in crate::exec::all_at_once(work).await {
             if let Err((slot, e)) = outcome {
                 failed.push(slot);
                 first.get_or_insert(e);
@@ -251,32 +248,6 @@ impl super::Backends {
             }
         }
     }
-}
-
-/// Runs futures at once, each to its end; their outputs in their order.
-pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in running.iter_mut().zip(&mut outputs) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        match pending {
-            true => Poll::Pending,
-            false => Poll::Ready(()),
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|o| o.expect("every future ended"))
-        .collect()
 }
 
 /// Runs `first`, then COMMIT only if `first` succeeded: in one query where

@@ -124,7 +124,9 @@ impl Session {
             login.database.is_some(),
             shared.accounts.of_user(&login.user),
         );
-        let admin = shared.users.get(&login.user).is_some_and(|u| u.admin);
+        let user = shared.users.get(&login.user);
+        let admin = user.is_some_and(|u| u.admin);
+        let replica_lag = user.and_then(|u| u.replica_lag);
         let handle = shared.sessions.register(connection_id, &login.user);
         let mut session = Box::new(Session {
             shared: Arc::clone(&shared),
@@ -145,6 +147,7 @@ impl Session {
             memo: Memo::default(),
             backends: Backends::new(shared, handle, key),
         });
+        session.backends.replica_lag = replica_lag;
         session.backends.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
@@ -527,7 +530,9 @@ impl Session {
         };
         self.reset();
         self.client.user = request.user;
-        self.client.admin = shared.users.get(&self.client.user).is_some_and(|u| u.admin);
+        let user = shared.users.get(&self.client.user);
+        self.client.admin = user.is_some_and(|u| u.admin);
+        self.backends.replica_lag = user.and_then(|u| u.replica_lag);
         self.backends.handle.set_user(&self.client.user);
         if let Some(collation) = request.collation {
             self.client.collation = collation as u8;

@@ -44,6 +44,7 @@ const ENDING: Needs = Needs {
     previous_connection: false,
     diagnostics: false,
     reads_only: false,
+    replica_ok: false,
     logical_columns: false,
     reach: Reach {
         ends_transaction: true,
@@ -469,7 +470,7 @@ impl super::Backends {
             leases.insert(slot, (lease, Completion::default()));
         }
         let shared = self.shared.clone();
-        let answers = super::atomic::all_at_once(leases.iter_mut().map(|(&slot, (lease, _))| {
+        let answers = crate::exec::all_at_once(leases.iter_mut().map(|(&slot, (lease, _))| {
             let part = parts[slots
                 .iter()
                 .position(|&s| s == slot)

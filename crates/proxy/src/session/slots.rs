@@ -59,6 +59,10 @@ pub(super) struct Slot {
     /// The connection this session returned to the pool last, as it was
     /// then: the pool hands it back if no one used it since.
     pub returned: Option<ConnMark>,
+    /// Something other than a read ran on the backend's writer since a
+    /// replica was last seen to have applied it: the next read on a
+    /// replica waits for the writer's position first (read-your-writes).
+    pub wrote: bool,
 }
 
 /// Session state that a statement changed on `slot`'s connection and that
@@ -156,6 +160,10 @@ pub(super) enum Previous {
     Scattered { messages: bool, slot: usize },
 }
 
+/// How long a read on a replica waits for the replica to apply the
+/// session's own writes before the writer answers it instead.
+const REPLICA_WAIT_S: f64 = 0.05;
+
 /// What a command needs of the connection it runs on, beyond the session's state.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Needs {
@@ -169,6 +177,10 @@ pub(super) struct Needs {
     /// The command only reads: a deferred BEGIN may ride with it. Were that
     /// BEGIN to fail, the read ran outside the transaction and changed nothing.
     pub reads_only: bool,
+    /// A read that a replica may answer when the user reads from replicas
+    /// outside a transaction: it neither locks, nor writes, nor reads the
+    /// state of one connection.
+    pub replica_ok: bool,
     /// hscale wrote a partition's physical table into the statement: its
     /// answer's columns are given the partitioned table's name
     /// (`ColumnNames`).
@@ -184,6 +196,12 @@ impl Needs {
             previous_connection: summary.reads_previous_statement,
             diagnostics: summary.reads_diagnostics,
             reads_only: summary.kind == Kind::Select,
+            replica_ok: summary.kind == Kind::Select
+                && !summary.binds_connection()
+                && !summary.last_insert_id
+                && !summary.reads_previous_statement
+                && !summary.multi_statement
+                && !summary.locks_or_writes,
             logical_columns: false,
             reach: Reach {
                 // SET and USE begin no transaction with autocommit off (a
@@ -583,6 +601,7 @@ impl super::Backends {
             self.tx.set_recordable(slot, recordable);
         }
         let opening = self.tx.opening(slot, needs.reach)?;
+        self.let_go_of_a_replica(slot)?;
         let held = self.slots[slot].held.is_some();
         let mut lease = match self.slots[slot].held.take() {
             Some(conn) => Lease { conn },
@@ -605,17 +624,24 @@ impl super::Backends {
                 Previous::Scattered { .. } if needs.previous_connection && !needs.diagnostics => {
                     return Err(ProxyError::PreviousStatementScattered)
                 }
-                _ => {
-                    let s = &self.slots[slot];
-                    self.shared.pools[slot]
-                        .acquire(&s.bucket, s.returned)
-                        .await?
+                // Boxed, and only for a user who reads replicas: every
+                // statement's future stays the size it was without them.
+                _ if self.may_read_a_replica(needs, &opening) => {
+                    match Box::pin(self.replica_for(slot, needs, &opening)).await {
+                        Some(lease) => lease,
+                        None => self.writer_lease(slot, needs).await?,
+                    }
                 }
+                _ => self.writer_lease(slot, needs).await?,
             },
         };
-        self.handle
-            .set_running(lease.conn.backend, lease.conn.thread_id);
-        self.handle.hold(lease.conn.backend, lease.conn.thread_id);
+        // A replica's thread ids are not the writer's: KILL and the deadlock
+        // detector, which act on the writer, must not take one for another.
+        if self.shared.pools[slot].is_current(&lease.conn) {
+            self.handle
+                .set_running(lease.conn.backend, lease.conn.thread_id);
+            self.handle.hold(lease.conn.backend, lease.conn.thread_id);
+        }
         let xa = opening == Opening::XaStart;
         let queued = opening == Opening::QueuedBegin;
         let begin = match opening {
@@ -658,6 +684,84 @@ impl super::Backends {
             return Err(e);
         }
         Ok(lease)
+    }
+
+    /// A held connection that no longer goes to the backend's writer: a
+    /// replica's, whose read is over, goes back to its pool; one to an old
+    /// writer is an error, since the session's state there (a transaction,
+    /// locks, variables) stays with it.
+    fn let_go_of_a_replica(&mut self, slot: usize) -> Result<(), ProxyError> {
+        let pool = &self.shared.pools[slot];
+        let Some(conn) = self.slots[slot].held.take_if(|conn| !pool.is_current(conn)) else {
+            return Ok(());
+        };
+        if pool.reader_of(&conn).is_some() {
+            pool.release(conn);
+            return Ok(());
+        }
+        self.forget_connection_state(slot);
+        Err(crate::backend::BackendError::WriterChanged {
+            backend: conn.backend,
+        }
+        .into())
+    }
+
+    /// A connection to the writer from the pool, the session's own if no
+    /// one used it since.
+    async fn writer_lease(&mut self, slot: usize, needs: Needs) -> Result<Lease, ProxyError> {
+        self.slots[slot].wrote |= !needs.reads_only && self.replica_lag.is_some();
+        let s = &self.slots[slot];
+        Ok(self.shared.pools[slot]
+            .acquire(&s.bucket, s.returned)
+            .await?)
+    }
+
+    fn may_read_a_replica(&self, needs: Needs, opening: &Opening) -> bool {
+        self.replica_lag.is_some() && needs.replica_ok && *opening == Opening::Nothing
+    }
+
+    /// A connection to a replica for a read that may go there, one that
+    /// applied what the session wrote through the writer; `None`: the
+    /// writer answers.
+    async fn replica_for(&mut self, slot: usize, needs: Needs, opening: &Opening) -> Option<Lease> {
+        let max_lag = self.replica_lag?;
+        if !self.may_read_a_replica(needs, opening) {
+            return None;
+        }
+        let pool = self.shared.pools[slot].clone();
+        let wanted = match self.slots[slot].wrote {
+            true => Some(self.writer_position(slot).await?),
+            false => None,
+        };
+        let (reader, applied) = pool.reader(max_lag, wanted.as_deref())?;
+        let key = self.slots[slot].bucket.key;
+        let mut lease = reader.acquire(&reader.bucket(key), None).await.ok()?;
+        if let Some(wanted) = wanted.filter(|_| !applied) {
+            // A short wait: the writer answers sooner than a replica far behind.
+            let wait = format!("SELECT MASTER_GTID_WAIT('{wanted}', {REPLICA_WAIT_S})");
+            let reached = matches!(lease.conn.query(&wait).await, Ok(Ok(rows))
+                if rows.first().and_then(|r| r.first()).cloned().flatten().as_deref() == Some(b"0"));
+            if !reached {
+                reader.release(lease.conn);
+                return None;
+            }
+        }
+        self.slots[slot].wrote = false;
+        Some(lease)
+    }
+
+    /// The writer's GTID position now: what a replica must have applied to
+    /// show this session its own writes.
+    async fn writer_position(&mut self, slot: usize) -> Option<String> {
+        let pool = &self.shared.pools[slot];
+        let s = &self.slots[slot];
+        let mut lease = pool.acquire(&s.bucket, s.returned).await.ok()?;
+        let position = match lease.conn.query("SELECT @@global.gtid_binlog_pos").await {
+            Ok(Ok(rows)) => rows.first()?.first()?.clone(),
+            _ => None,
+        };
+        pool.release_to(&s.bucket, lease.conn);
+        position.map(|p| String::from_utf8_lossy(&p).into_owned())
     }
 
     /// The connection that ran the session's previous command, if no one used it

@@ -111,7 +111,10 @@ async fn run(conn: &mut BackendConn, payload: &[u8], expect: Expect) -> Result<(
 
 /// True when the error left the backend connection unusable.
 pub fn breaks_connection(error: &ProxyError) -> bool {
-    matches!(error, ProxyError::Backend(BackendError::Lost { .. }))
+    matches!(
+        error,
+        ProxyError::Backend(BackendError::Lost { .. } | BackendError::WriterChanged { .. })
+    )
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ async fn run_steps(
             // Its OK must report the first id hscale wrote in.
             Some(_) => {
                 let command = [Command::Raw(&payload)];
-                return crate::session::scatter::run_merged(
+                return Box::pin(crate::session::scatter::run_merged(
                     shared,
                     client,
                     memo,
@@ -189,7 +189,7 @@ async fn run_steps(
                     needs,
                     generated,
                     Vec::new(),
-                )
+                ))
                 .await;
             }
         }
@@ -208,9 +208,11 @@ async fn run_steps(
     let merge = route.merge.clone();
     let (slots, payloads, probes) = route_payloads(shared, client, backends, route, own_values)?;
     let commands: Vec<Command> = payloads.iter().map(|p| Command::Raw(p)).collect();
-    crate::session::scatter::run_merged(
+    // Boxed: a merge's future is several KB, which a statement routed to one
+    // partition would otherwise carry and copy at every call.
+    Box::pin(crate::session::scatter::run_merged(
         shared, client, memo, backends, merge, &slots, &commands, needs, generated, probes,
-    )
+    ))
     .await
 }
 
