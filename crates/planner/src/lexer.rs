@@ -76,6 +76,30 @@ pub struct Summary {
     /// MODE), advances a sequence (NEXTVAL, SETVAL) or sends its answer
     /// elsewhere (INTO): a SELECT that only a primary may run.
     pub locks_or_writes: bool,
+    /// A `/* hscale:replica */` or `/* hscale:primary */` comment: where
+    /// the statement's read goes, whatever the user's `reads` says.
+    pub reads_hint: Option<ReadsHint>,
+}
+
+/// Where a statement's comment asks its read to go (docs/replicas.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadsHint {
+    Replica,
+    Primary,
+}
+
+impl ReadsHint {
+    /// The hint a block comment's text (between `/*` and `*/`) gives.
+    fn of_comment(text: &[u8]) -> Option<ReadsHint> {
+        let text = text.strip_suffix(b"*/").unwrap_or(text).trim_ascii();
+        if text.eq_ignore_ascii_case(b"hscale:replica") {
+            Some(ReadsHint::Replica)
+        } else if text.eq_ignore_ascii_case(b"hscale:primary") {
+            Some(ReadsHint::Primary)
+        } else {
+            None
+        }
+    }
 }
 
 impl Summary {
@@ -192,6 +216,8 @@ pub(crate) struct Tokens<'a> {
     /// A string or quoted identifier ran to the end of the text: the server
     /// will refuse the statement.
     pub unterminated: bool,
+    /// The first comment that is a hint, if any.
+    pub reads_hint: Option<ReadsHint>,
 }
 
 impl<'a> Tokens<'a> {
@@ -201,6 +227,7 @@ impl<'a> Tokens<'a> {
             at: 0,
             quoting,
             unterminated: false,
+            reads_hint: None,
         }
     }
 }
@@ -246,7 +273,13 @@ impl Iterator for Tokens<'_> {
                         Some(b'M') if sql.get(start + 3) == Some(&b'!') => {
                             skip_digits(sql, start + 4)
                         }
-                        _ => skip_block_comment(sql, start),
+                        _ => {
+                            let end = skip_block_comment(sql, start);
+                            if self.reads_hint.is_none() {
+                                self.reads_hint = ReadsHint::of_comment(&sql[start + 2..end]);
+                            }
+                            end
+                        }
                     };
                     continue;
                 }
@@ -310,6 +343,7 @@ pub(crate) fn summarize_into(
         names_partitioned: false,
         names_guarded: false,
         locks_or_writes: false,
+        reads_hint: None,
     };
     let mut previous_word: &[u8] = b"";
     let mut words = 0usize;
@@ -317,7 +351,8 @@ pub(crate) fn summarize_into(
     let mut first = Kind::Empty;
     let mut first_is_create = false;
     let mut after_statement_end = false;
-    for token in Tokens::new(sql, quoting) {
+    let mut tokens = Tokens::new(sql, quoting);
+    for token in &mut tokens {
         sink(token);
         match token.kind {
             TokenKind::Symbol(b'(' | b')' | b',') => continue,
@@ -392,6 +427,7 @@ pub(crate) fn summarize_into(
         statement_words += 1;
     }
     s.kind = first;
+    s.reads_hint = tokens.reads_hint;
     s.reads_previous_statement |= s.reads_diagnostics;
     // Lock names, by value: `'hscale' '.admin'`, `0x6873...`, CONCAT(...).
     if check_guarded && (s.user_lock || mentions_lock_test(sql)) {
@@ -714,6 +750,27 @@ mod tests {
         ] {
             assert!(!locks(sql), "{sql}");
         }
+    }
+
+    #[test]
+    fn a_comment_hint_says_where_a_read_goes() {
+        let hint = |sql: &str| summary(sql.as_bytes()).reads_hint;
+        assert_eq!(
+            hint("SELECT /* hscale:replica */ * FROM t"),
+            Some(ReadsHint::Replica)
+        );
+        assert_eq!(
+            hint("/*HSCALE:PRIMARY*/ SELECT 1"),
+            Some(ReadsHint::Primary)
+        );
+        assert_eq!(
+            hint("SELECT 1 /* hscale:primary */ /* hscale:replica */"),
+            Some(ReadsHint::Primary)
+        );
+        assert_eq!(hint("SELECT '/* hscale:replica */'"), None);
+        assert_eq!(hint("SELECT 1 -- hscale:replica"), None);
+        assert_eq!(hint("SELECT /* hscale:replicas please */ 1"), None);
+        assert_eq!(hint("SELECT /*! hscale:replica */ 1"), None);
     }
 
     #[test]

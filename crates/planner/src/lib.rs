@@ -46,7 +46,8 @@ pub use federate::{
 pub use hashing::{ColumnKind, HashError, HashFunction, Value};
 pub use kill::{parse_kill, Kill, KillScope};
 pub use lexer::{
-    placeholders, sql_mode_has, summarize, target_database, with_literals, Kind, Quoting, Summary,
+    placeholders, sql_mode_has, summarize, target_database, with_literals, Kind, Quoting,
+    ReadsHint, Summary,
 };
 pub use load::{Field, Format, Line, Load, Placed};
 pub use lock::TableLocks;

@@ -20,9 +20,27 @@ pub use crate::sessions::{
 pub struct User {
     pub password: PasswordHash,
     pub admin: bool,
-    /// Its autocommitted reads go to replicas within this lag
-    /// (`reads = "replicas"`); `None`: to the writer.
-    pub replica_lag: Option<Duration>,
+    pub reads: ReplicaReads,
+}
+
+/// Where a user's autocommitted reads go (`[[users]] reads`, `max_lag_ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaReads {
+    /// `reads = "replicas"`: to replicas unless a statement's hint says
+    /// `hscale:primary`; otherwise only those hinted `hscale:replica`.
+    pub by_default: bool,
+    /// How far behind the writer a replica that answers may be.
+    pub max_lag: Duration,
+}
+
+impl Default for ReplicaReads {
+    /// A client hscale knows no `[[users]]` entry of (a backend account).
+    fn default() -> ReplicaReads {
+        ReplicaReads {
+            by_default: false,
+            max_lag: Duration::from_millis(crate::config::default_max_lag_ms()),
+        }
+    }
 }
 
 /// Answered to clients until the main backend has told its own version.
@@ -212,8 +230,10 @@ impl Shared {
                     User {
                         password,
                         admin: u.admin,
-                        replica_lag: (u.reads == crate::config::Reads::Replicas)
-                            .then(|| Duration::from_millis(u.max_lag_ms)),
+                        reads: ReplicaReads {
+                            by_default: u.reads == crate::config::Reads::Replicas,
+                            max_lag: Duration::from_millis(u.max_lag_ms),
+                        },
                     },
                 ))
             })

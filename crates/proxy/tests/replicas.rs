@@ -264,6 +264,25 @@ fn reads_go_to_replicas_in_step_and_see_the_sessions_own_writes() {
         assert!(ids == [0, 1001] || ids == [0, 1002], "{ids:?}");
     }
 
+    // A comment decides for its statement, text or prepared, whatever the
+    // user's `reads`.
+    let hinted = |hint: &str| {
+        format!("SELECT /* hscale:{hint} */ id FROM t WHERE id = 0 OR id > 1000 ORDER BY id")
+    };
+    for _ in 0..5 {
+        for ids in [
+            primary.query::<u32, _>(hinted("replica")).unwrap(),
+            primary.exec::<u32, _, _>(hinted("replica"), ()).unwrap(),
+        ] {
+            assert!(ids == [0, 1001] || ids == [0, 1002], "{ids:?}");
+        }
+        assert_eq!(reader.query::<u32, _>(hinted("primary")).unwrap(), [0]);
+        assert_eq!(
+            reader.exec::<u32, _, _>(hinted("primary"), ()).unwrap(),
+            [0]
+        );
+    }
+
     // What may not go to a replica stays on the writer.
     let locking: Vec<u32> = reader
         .query("SELECT id FROM t WHERE id > 1000 FOR UPDATE")

@@ -57,8 +57,8 @@ pub(super) struct Backends {
     /// sql_mode NO_AUTO_VALUE_ON_ZERO: a 0 given for an AUTO_INCREMENT
     /// column is kept, not replaced by an id.
     pub(super) no_auto_value_on_zero: bool,
-    /// The user reads from replicas within this lag (`reads = "replicas"`).
-    pub(super) replica_lag: Option<std::time::Duration>,
+    /// Where the user's reads go.
+    pub(super) reads: crate::shared::ReplicaReads,
 }
 
 impl Backends {
@@ -93,7 +93,7 @@ impl Backends {
             tx,
             quoting: Quoting::default(),
             no_auto_value_on_zero: false,
-            replica_lag: None,
+            reads: Default::default(),
         }
     }
 }

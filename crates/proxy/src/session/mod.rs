@@ -126,7 +126,7 @@ impl Session {
         );
         let user = shared.users.get(&login.user);
         let admin = user.is_some_and(|u| u.admin);
-        let replica_lag = user.and_then(|u| u.replica_lag);
+        let reads = user.map(|u| u.reads).unwrap_or_default();
         let handle = shared.sessions.register(connection_id, &login.user);
         let mut session = Box::new(Session {
             shared: Arc::clone(&shared),
@@ -147,7 +147,7 @@ impl Session {
             memo: Memo::default(),
             backends: Backends::new(shared, handle, key),
         });
-        session.backends.replica_lag = replica_lag;
+        session.backends.reads = reads;
         session.backends.start_sql_mode();
         session.set_default_wait_timeout();
         let result = session.start(login.database, login.next_seq).await;
@@ -532,7 +532,7 @@ impl Session {
         self.client.user = request.user;
         let user = shared.users.get(&self.client.user);
         self.client.admin = user.is_some_and(|u| u.admin);
-        self.backends.replica_lag = user.and_then(|u| u.replica_lag);
+        self.backends.reads = user.map(|u| u.reads).unwrap_or_default();
         self.backends.handle.set_user(&self.client.user);
         if let Some(collation) = request.collation {
             self.client.collation = collation as u8;

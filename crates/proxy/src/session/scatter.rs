@@ -45,6 +45,7 @@ const ENDING: Needs = Needs {
     diagnostics: false,
     reads_only: false,
     replica_ok: false,
+    reads_hint: None,
     logical_columns: false,
     reach: Reach {
         ends_transaction: true,

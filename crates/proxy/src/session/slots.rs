@@ -4,7 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hscale_planner::{client_charset_after, Autocommit, Kind, SessionChange, Summary, TxEffect};
+use hscale_planner::{
+    client_charset_after, Autocommit, Kind, ReadsHint, SessionChange, Summary, TxEffect,
+};
 use hscale_transaction::{Opening, Reach, ServerStatus};
 use hscale_wire::command;
 use hscale_wire::scan::{Completion, Expect};
@@ -181,6 +183,8 @@ pub(super) struct Needs {
     /// outside a transaction: it neither locks, nor writes, nor reads the
     /// state of one connection.
     pub replica_ok: bool,
+    /// The statement's comment says where its read goes.
+    pub reads_hint: Option<ReadsHint>,
     /// hscale wrote a partition's physical table into the statement: its
     /// answer's columns are given the partitioned table's name
     /// (`ColumnNames`).
@@ -202,6 +206,7 @@ impl Needs {
                 && !summary.reads_previous_statement
                 && !summary.multi_statement
                 && !summary.locks_or_writes,
+            reads_hint: summary.reads_hint,
             logical_columns: false,
             reach: Reach {
                 // SET and USE begin no transaction with autocommit off (a
@@ -709,7 +714,7 @@ impl super::Backends {
     /// A connection to the writer from the pool, the session's own if no
     /// one used it since.
     async fn writer_lease(&mut self, slot: usize, needs: Needs) -> Result<Lease, ProxyError> {
-        self.slots[slot].wrote |= !needs.reads_only && self.replica_lag.is_some();
+        self.slots[slot].wrote |= !needs.reads_only;
         let s = &self.slots[slot];
         Ok(self.shared.pools[slot]
             .acquire(&s.bucket, s.returned)
@@ -717,14 +722,19 @@ impl super::Backends {
     }
 
     fn may_read_a_replica(&self, needs: Needs, opening: &Opening) -> bool {
-        self.replica_lag.is_some() && needs.replica_ok && *opening == Opening::Nothing
+        let wanted = match needs.reads_hint {
+            Some(ReadsHint::Replica) => true,
+            Some(ReadsHint::Primary) => false,
+            None => self.reads.by_default,
+        };
+        wanted && needs.replica_ok && *opening == Opening::Nothing
     }
 
     /// A connection to a replica for a read that may go there, one that
     /// applied what the session wrote through the writer; `None`: the
     /// writer answers.
     async fn replica_for(&mut self, slot: usize, needs: Needs, opening: &Opening) -> Option<Lease> {
-        let max_lag = self.replica_lag?;
+        let max_lag = self.reads.max_lag;
         if !self.may_read_a_replica(needs, opening) {
             return None;
         }
