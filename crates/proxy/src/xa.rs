@@ -423,18 +423,21 @@ fn carried(in_dictionary: Option<Decision>, in_part: Option<Decision>) -> Option
 /// One pass of recovery; the number of prepared branches it left
 /// unresolved (their owner is running, or a backend did not answer).
 pub async fn recover(shared: &Cluster, connections: &mut Connections) -> Result<u64, ProxyError> {
-    // A connection that failed is not used again.
+    // A connection that failed is not used again, nor one to a writer the
+    // backend no longer has.
     let mut dictionary = match connections.dictionary.take() {
-        Some(conn) => conn,
-        None => crate::dictionary::own_connection(shared, shared.main).await?,
+        Some(conn) if shared.pools[shared.main].is_current(&conn) => conn,
+        _ => crate::dictionary::own_connection(shared, shared.main).await?,
     };
     let mut backends = std::mem::take(&mut connections.backends);
     let mut branches: Vec<(usize, Vec<Xid>)> = Vec::new();
     let mut left = 0u64;
     for slot in 0..shared.pools.len() {
+        // One to a writer the backend no longer has would see its
+        // branches, which are the new writer's to resolve.
         let conn = match backends.remove(&slot) {
-            Some(conn) => Ok(conn),
-            None => crate::dictionary::own_connection(shared, slot).await,
+            Some(conn) if shared.pools[slot].is_current(&conn) => Ok(conn),
+            _ => crate::dictionary::own_connection(shared, slot).await,
         };
         let conn = match conn {
             // A plain part's commit writes its decision there.

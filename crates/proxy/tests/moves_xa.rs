@@ -89,14 +89,6 @@ fn transfers(mut conn: Conn, seed: u64, stop: Arc<AtomicBool>) -> std::thread::J
     })
 }
 
-fn job_phase(main: &mut Conn, db: &str) -> Option<(u64, String, Option<String>)> {
-    main.exec_first(
-        "SELECT id, phase, last_error FROM hscale.moves WHERE db = ? ORDER BY id DESC LIMIT 1",
-        (db,),
-    )
-    .unwrap()
-}
-
 /// What a run does, and the statement of its job: the rows go to the
 /// backend of the transfers' other branch, or to the third backend.
 fn work_of(rng: &mut impl Rng) -> (&'static str, &'static str) {
@@ -126,19 +118,10 @@ fn work_of(rng: &mut impl Rng) -> (&'static str, &'static str) {
 
 #[test]
 fn transfers_over_two_backends_lose_and_invent_nothing_while_partitions_move() {
-    let runs: u64 = std::env::var("HSCALE_XA_MOVE_RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(5);
     // A third backend, which no transfer writes before a job moves rows
     // there.
     hscale_testkit::cluster_of(3);
-    let seed = hscale_testkit::seed("HSCALE_XA_MOVE_SEED");
-    let mut ran = Vec::new();
-    for run in 0..runs {
-        ran.push(xa_move_run(run, seed.wrapping_add(run)));
-    }
-    println!("runs: {ran:?}");
+    hscale_testkit::seeded_runs("XA_MOVE", 5, xa_move_run);
 }
 
 /// One run; what it did.
@@ -169,14 +152,9 @@ fn xa_move_run(run: u64, seed: u64) -> String {
     ] {
         admin.query_drop(sql).unwrap();
     }
-    let values: Vec<String> = (1..=ACCOUNTS)
-        .map(|id| format!("({id}, {OPENING})"))
-        .collect();
-    admin
-        .query_drop(format!("INSERT INTO accounts VALUES {}", values.join(", ")))
-        .unwrap();
+    hscale_testkit::open_accounts(&mut admin, ACCOUNTS, OPENING);
     let mut main = cluster().direct(1, None);
-    let earlier = job_phase(&mut main, &db).map_or(0, |(id, _, _)| id);
+    let earlier = hscale_testkit::last_job(&mut main, &db).map_or(0, |(id, _, _)| id);
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4u64)
@@ -196,7 +174,7 @@ fn xa_move_run(run: u64, seed: u64) -> String {
     let mut on_mover = mover.connect(&db);
     let job_client = std::thread::spawn(move || on_mover.query_drop(job_sql));
     let started = Instant::now();
-    while job_phase(&mut main, &db).is_none_or(|(id, _, _)| id <= earlier) {
+    while hscale_testkit::last_job(&mut main, &db).is_none_or(|(id, _, _)| id <= earlier) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "no job: {context}"
@@ -226,7 +204,7 @@ fn xa_move_run(run: u64, seed: u64) -> String {
                 }
             }
         }
-        let ended = job_phase(&mut main, &db)
+        let ended = hscale_testkit::last_job(&mut main, &db)
             .is_some_and(|(_, phase, _)| matches!(phase.as_str(), "done" | "failed" | "cancelled"));
         if ended {
             break;
@@ -247,10 +225,10 @@ fn xa_move_run(run: u64, seed: u64) -> String {
         assert!(
             killing.elapsed() < Duration::from_secs(180),
             "the job does not end: {:?}, {context}",
-            job_phase(&mut main, &db)
+            hscale_testkit::last_job(&mut main, &db)
         );
     }
-    let (job, phase, error) = job_phase(&mut main, &db).unwrap();
+    let (job, phase, error) = hscale_testkit::last_job(&mut main, &db).unwrap();
     assert_eq!(phase, "done", "job {job}: {error:?}, {context}");
     drop(mover);
     let _ = job_client.join();

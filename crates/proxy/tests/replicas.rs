@@ -360,27 +360,77 @@ fn a_switchover_under_writes_fails_no_statement_and_loses_no_write() {
     wait_for("writes on the primary", Duration::from_secs(30), || {
         (written(0) >= 50).then_some(())
     });
-    let switched: Vec<mysql::Row> = proxy
-        .connect(None)
-        .query(format!("HSCALE SWITCHOVER(2, '{}')", set.address(1)))
-        .unwrap();
-    let pause_ms: u64 = switched[0].get("pause_ms").unwrap();
-    let before = written(1);
-    wait_for("writes on the new writer", Duration::from_secs(30), || {
-        (written(1) >= before + 50).then_some(())
-    });
+    // Round the set: 0 -> 1 -> 2 -> 0 ...
+    let switchovers: usize = std::env::var("HSCALE_SWITCHOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    let mut pauses_ms = Vec::new();
+    let mut writer = 0;
+    for _ in 0..switchovers {
+        // The replicas follow the writer, both threads running: a
+        // switchover takes no host that does not.
+        wait_for(
+            "the replicas following the writer",
+            Duration::from_secs(20),
+            || {
+                let rows: Vec<mysql::Row> =
+                    proxy.connect(None).query("HSCALE SHOW_BACKENDS").unwrap();
+                let following = rows
+                    .iter()
+                    .filter(|r| r.get::<u32, _>("backend") == Some(2))
+                    .filter(|r| r.get::<String, _>("host") != Some(set.address(writer)))
+                    .all(|r| {
+                        r.get::<Option<String>, _>("replicates_from").flatten()
+                            == Some(set.address(writer))
+                            && r.get::<Option<String>, _>("replicating")
+                                .flatten()
+                                .as_deref()
+                                == Some("Yes")
+                    });
+                following.then_some(())
+            },
+        );
+        let next = (writer + 1) % 3;
+        let switched: Vec<mysql::Row> = proxy
+            .connect(None)
+            .query(format!("HSCALE SWITCHOVER(2, '{}')", set.address(next)))
+            .unwrap();
+        pauses_ms.push(switched[0].get::<u64, _>("pause_ms").unwrap());
+        let before = written(next);
+        wait_for("writes on the new writer", Duration::from_secs(30), || {
+            (written(next) >= before + 50).then_some(())
+        });
+        writer = next;
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut acknowledged = 0;
+    let mut acknowledged = Vec::new();
     for writer in writers {
         let (ids, errors) = writer.join().unwrap();
         assert!(errors.is_empty(), "statements failed: {errors:?}");
-        acknowledged += ids.len() as u64;
+        acknowledged.extend(ids);
     }
-    println!("switchover paused writes for {pause_ms} ms; {acknowledged} inserts");
-    assert_eq!(written(1), acknowledged, "every acknowledged insert, once");
-    wait_for_roles(&proxy, &set, ["replica", "writer", "replica"]);
-    for host in [0, 2] {
-        set.catch_up(host, 1);
+    // What the clients saw: the longest time without an acknowledged
+    // insert, the switchovers' pauses included.
+    let mut at: Vec<std::time::Instant> = acknowledged.iter().map(|&(_, at)| at).collect();
+    at.sort();
+    let longest_gap = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+    println!(
+        "switchover: pause_ms={pauses_ms:?} longest_gap_ms={} inserts={}",
+        longest_gap.as_millis(),
+        acknowledged.len()
+    );
+    let acknowledged = acknowledged.len() as u64;
+    assert_eq!(
+        written(writer),
+        acknowledged,
+        "every acknowledged insert, once"
+    );
+    let mut roles = ["replica"; 3];
+    roles[writer] = "writer";
+    wait_for_roles(&proxy, &set, roles);
+    for host in (0..3).filter(|&h| h != writer) {
+        set.catch_up(host, writer);
         assert_eq!(
             written(host),
             acknowledged,
@@ -390,13 +440,15 @@ fn a_switchover_under_writes_fails_no_statement_and_loses_no_write() {
 }
 
 /// Autocommitted inserts of `writers` clients until `stop`: each one's
-/// acknowledged ids and its errors.
+/// acknowledged ids, with when, and its errors.
+type Inserted = (Vec<(u32, std::time::Instant)>, Vec<String>);
+
 fn insert_until(
     port: u16,
     db: &'static str,
     writers: u32,
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<std::thread::JoinHandle<(Vec<u32>, Vec<String>)>> {
+) -> Vec<std::thread::JoinHandle<Inserted>> {
     (0..writers)
         .map(|w| {
             let stop = stop.clone();
@@ -406,7 +458,7 @@ fn insert_until(
                 let mut id = w * 1_000_000;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match conn.exec_drop("INSERT INTO t VALUES (?, 0)", (id,)) {
-                        Ok(()) => acknowledged.push(id),
+                        Ok(()) => acknowledged.push((id, std::time::Instant::now())),
                         Err(e) => errors.push(e.to_string()),
                     }
                     id += 1;
@@ -454,6 +506,7 @@ fn a_killed_writer_is_replaced_by_the_most_advanced_replica_and_no_acknowledged_
     let mut acknowledged = Vec::new();
     for writer in writers {
         let (ids, errors) = writer.join().unwrap();
+        let ids = ids.into_iter().map(|(id, _)| id);
         // Statements on their way when the server died, or on connections
         // it had (before hscale saw them closed), are lost with their
         // answers (2013); none fails for want of a writer.

@@ -378,6 +378,24 @@ impl Serve {
     pub fn start(binary: &str, name: &str, failpoint: &str, more: &str, schema: &str) -> Serve {
         let port = hscale::mariadb::free_port().unwrap();
         let config = serve_config(name, port, more, schema, 2000);
+        Serve::run(binary, port, config, failpoint)
+    }
+
+    /// A process with the configuration `configured` writes for the port
+    /// it listens on, in the scratch folder `name`.
+    pub fn with_config(
+        binary: &str,
+        name: &str,
+        failpoint: &str,
+        configured: impl FnOnce(u16) -> String,
+    ) -> Serve {
+        let port = hscale::mariadb::free_port().unwrap();
+        let config = scratch(name).join("hscale.toml");
+        std::fs::write(&config, configured(port)).expect("the config");
+        Serve::run(binary, port, config, failpoint)
+    }
+
+    fn run(binary: &str, port: u16, config: PathBuf, failpoint: &str) -> Serve {
         let child = std::process::Command::new(binary)
             .args(["serve", "--config", config.to_str().unwrap()])
             .env("HSCALE_FAILPOINT", failpoint)
@@ -392,9 +410,14 @@ impl Serve {
 
     /// A client, once the process listens.
     pub fn connect(&self, db: &str) -> Conn {
+        self.connect_as("root", "", db)
+    }
+
+    /// A client of `user`, once the process listens.
+    pub fn connect_as(&self, user: &str, password: &str, db: &str) -> Conn {
         let started = std::time::Instant::now();
         loop {
-            match try_connect(self.port, "root", "", Some(db)) {
+            match try_connect(self.port, user, password, Some(db)) {
                 Ok(conn) => return conn,
                 Err(e) => {
                     assert!(
@@ -454,6 +477,39 @@ pub fn scratch_server(name: &str) -> (LocalServer, PathBuf) {
     std::fs::create_dir_all(&server_dir).expect("server dir");
     let server = LocalServer::start(&server_dir, &template).expect("a server of the test's own");
     (server, dir)
+}
+
+/// Runs `run(index, seed)` `HSCALE_<NAME>_RUNS` times (`default` unless
+/// set), each with a seed drawn from `HSCALE_<NAME>_SEED` (`seed`), and
+/// prints what each run said it did.
+pub fn seeded_runs(name: &str, default: u64, mut run: impl FnMut(u64, u64) -> String) {
+    let runs: u64 = std::env::var(format!("HSCALE_{name}_RUNS"))
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default);
+    let seed = seed(&format!("HSCALE_{name}_SEED"));
+    let ran: Vec<String> = (0..runs).map(|i| run(i, seed.wrapping_add(i))).collect();
+    println!("runs: {ran:#?}");
+}
+
+/// Accounts 1 to `accounts` with `opening` each, in `accounts (id,
+/// balance)`: the bank of the transfer tests.
+pub fn open_accounts(conn: &mut Conn, accounts: i64, opening: i64) {
+    let values: Vec<String> = (1..=accounts)
+        .map(|id| format!("({id}, {opening})"))
+        .collect();
+    conn.query_drop(format!("INSERT INTO accounts VALUES {}", values.join(", ")))
+        .unwrap();
+}
+
+/// The last move job of `db` in the dictionary `main` holds: its id, phase
+/// and last error.
+pub fn last_job(main: &mut Conn, db: &str) -> Option<(u64, String, Option<String>)> {
+    main.exec_first(
+        "SELECT id, phase, last_error FROM hscale.moves WHERE db = ? ORDER BY id DESC LIMIT 1",
+        (db,),
+    )
+    .unwrap()
 }
 
 /// A random test's seed: the environment variable `var` when set (to replay

@@ -224,7 +224,7 @@ impl Pool {
         Pool {
             readers,
             monitor_slots: Arc::new(Semaphore::new(hosts.len())),
-            replicas: ReplicaSet::new(hosts),
+            replicas: ReplicaSet::new(hosts, config.failover == crate::config::Failover::Auto),
             config,
             accounts,
             tls,
@@ -441,6 +441,16 @@ impl Pool {
     /// another host is never used again.
     pub fn is_current(&self, conn: &BackendConn) -> bool {
         conn.generation == self.replicas.generation()
+    }
+
+    /// `is_current`, as the error of a writer change where it is not.
+    pub fn ensure_current(&self, conn: &BackendConn) -> Result<(), BackendError> {
+        match self.is_current(conn) {
+            true => Ok(()),
+            false => Err(BackendError::WriterChanged {
+                backend: conn.backend,
+            }),
+        }
     }
 
     /// The backend's hosts and the writer among them.

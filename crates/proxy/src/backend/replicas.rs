@@ -84,15 +84,20 @@ pub struct ReplicaSet {
     /// back.
     switching: AtomicBool,
     /// Hosts a failover left behind: never the writer again, made
-    /// read-only whenever seen writable, until hscale restarts.
+    /// read-only whenever seen writable, until they replicate from the
+    /// writer (rejoined) or hscale restarts.
     fenced: Mutex<Vec<bool>>,
+    /// `failover = "auto"`: a writer that went away and was replaced is
+    /// fenced by every instance that saw it, not only the one that
+    /// promoted its successor.
+    fences_lost_writer: bool,
     /// The host that was the writer last, and since when it has been
     /// unreachable (`failover = "auto"`).
     lost: Mutex<(Option<usize>, Option<Instant>)>,
 }
 
 impl ReplicaSet {
-    pub fn new(hosts: Vec<String>) -> ReplicaSet {
+    pub fn new(hosts: Vec<String>, fences_lost_writer: bool) -> ReplicaSet {
         let count = hosts.len();
         // A lone host is the writer whatever its checks say, as a backend
         // was before replica sets: nothing could take its place.
@@ -111,6 +116,7 @@ impl ReplicaSet {
             monitor: tokio::sync::Mutex::new((0..count).map(|_| None).collect()),
             switching: AtomicBool::new(false),
             fenced: Mutex::new(vec![false; count]),
+            fences_lost_writer,
             lost: Mutex::new((None, None)),
             hosts,
         }
@@ -136,6 +142,10 @@ impl ReplicaSet {
     /// Records what a check of every host saw and elects the writer.
     fn record(&self, seen: Vec<Health>) {
         if self.hosts.len() > 1 && !self.switching.load(Ordering::Acquire) {
+            let previous = self.writer();
+            if let Writer::At { host: writer, .. } = previous {
+                self.unfence_rejoined(&seen, writer);
+            }
             let fenced = self.fenced();
             let candidates: Vec<Health> = (0..seen.len())
                 .map(|h| match fenced[h] {
@@ -143,10 +153,17 @@ impl ReplicaSet {
                     false => seen[h].clone(),
                 })
                 .collect();
-            let writer = elect(&candidates, &self.writer());
+            let writer = elect(&candidates, &previous);
             let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
             match writer {
-                Writer::At { host, .. } => *lost = (Some(host), None),
+                Writer::At { host, .. } => {
+                    if let (Some(gone), Some(_)) = *lost {
+                        if gone != host && self.fences_lost_writer {
+                            self.fence(gone);
+                        }
+                    }
+                    *lost = (Some(host), None);
+                }
                 _ => {
                     if let (Some(last), None) = *lost {
                         if !seen[last].reachable {
@@ -159,6 +176,32 @@ impl ReplicaSet {
             self.publish(writer);
         }
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+    }
+
+    fn fence(&self, host: usize) {
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        if !fenced[host] {
+            tracing::warn!(host = %self.hosts[host], "fenced: the writer it was went away and another host took its place");
+            fenced[host] = true;
+        }
+    }
+
+    /// A fenced host seen read-only and replicating from the writer, both
+    /// threads running, was rejoined (by hand: it had to apply what the
+    /// writer has, so it holds nothing the others lack): it counts again.
+    fn unfence_rejoined(&self, seen: &[Health], writer: usize) {
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        for host in 0..fenced.len() {
+            let rejoined = seen[host].reachable
+                && seen[host].read_only
+                && seen[host].replication.as_ref().is_some_and(|r| {
+                    r.io_running && r.sql_running && r.source == self.hosts[writer]
+                });
+            if fenced[host] && rejoined {
+                tracing::warn!(host = %self.hosts[host], "rejoined: a replica of the writer again");
+                fenced[host] = false;
+            }
+        }
     }
 
     fn fenced(&self) -> Vec<bool> {
@@ -400,7 +443,7 @@ pub struct Switched {
 /// `in_flight`: whether a statement of this instance may still be on its
 /// way to the old writer on a connection taken before the pause began.
 pub async fn switchover(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     to: &str,
     in_flight: impl Fn() -> bool,
 ) -> Result<Switched, String> {
@@ -471,7 +514,7 @@ fn first_value(rows: &super::Rows) -> Option<String> {
 }
 
 async fn hand_over(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     from: usize,
     target: usize,
     address: (&str, &str),
@@ -486,7 +529,41 @@ async fn hand_over(
         run(&mut old, "SET GLOBAL read_only = 0").await?;
         return Err(format!("{e}; the writer stays"));
     }
-    follow(pool, target, address, &[]).await
+    follow(pool, target, address, &[]).await?;
+    acknowledged_soon(pool, target).await;
+    Ok(())
+}
+
+/// How long a new writer that commits semi-synchronously is given to see
+/// a replica that acknowledges its commits.
+const ACKNOWLEDGER_WAIT: Duration = Duration::from_millis(1000);
+
+/// Returns once `target` has a replica that acknowledges its commits, if
+/// it commits semi-synchronously (at most `ACKNOWLEDGER_WAIT`): a replica
+/// pointed at it registers a moment after its START SLAVE, and a commit
+/// made before then waits `rpl_semi_sync_master_timeout` for an
+/// acknowledgement no one sends (2 s and more; 10 s by default).
+async fn acknowledged_soon(pool: &Pool, target: usize) {
+    let Ok(mut conn) = open(pool, target).await else {
+        return;
+    };
+    let ask = "SELECT @@global.rpl_semi_sync_master_enabled, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS')";
+    let deadline = Instant::now() + ACKNOWLEDGER_WAIT;
+    while Instant::now() < deadline {
+        let Ok(rows) = run(&mut conn, ask).await else {
+            return;
+        };
+        let value = |column: usize| {
+            let value = rows.first()?.get(column)?.as_ref()?;
+            Some(String::from_utf8_lossy(value).into_owned())
+        };
+        let semi_sync = value(0).as_deref() == Some("1");
+        let clients: u64 = value(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        if !semi_sync || clients > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn open(pool: &Pool, host: usize) -> Result<Box<BackendConn>, String> {
@@ -512,10 +589,14 @@ async fn promote(pool: &Pool, target: usize, position: &str) -> Result<(), Strin
     Ok(())
 }
 
-/// Every host but `target` and `skip` replicates from `target`; one that
-/// is down now follows once a tool or a person points it there.
+/// Every host but `target` and `skip` replicates from `target`, all at
+/// once; one that is down now follows once a tool or a person points it
+/// there. Answers once one of them follows: the new writer's
+/// semi-synchronous commits need one replica to acknowledge them, and a
+/// replica's STOP SLAVE can take seconds (a semi-synchronous replica of a
+/// former writer, 2 s on MariaDB 10.11), which writes need not wait for.
 async fn follow(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     target: usize,
     (host, port): (&str, &str),
     skip: &[usize],
@@ -534,18 +615,36 @@ async fn follow(
         password.replace('\'', "''"),
     );
     let others = (0..pool.replicas.hosts.len()).filter(|h| *h != target && !skip.contains(h));
+    let (done, mut followed) = tokio::sync::mpsc::unbounded_channel();
     for other in others {
-        let Ok(mut conn) = open(pool, other).await else {
-            continue;
-        };
-        for sql in ["STOP SLAVE", &change, "START SLAVE"] {
-            if let Err(e) = run(&mut conn, sql).await {
-                let host = &pool.replicas.hosts[other];
-                tracing::warn!(backend = config.id, host = %host, "pointing at the new writer: {e}");
-            }
+        let (pool, change, done) = (pool.clone(), change.clone(), done.clone());
+        // Spawned, not only awaited: none is left stopped half-way.
+        tokio::spawn(async move {
+            let _ = done.send(point_at(&pool, other, &change).await);
+        });
+    }
+    drop(done);
+    while let Some(pointed) = followed.recv().await {
+        if pointed {
+            break;
         }
     }
     Ok(())
+}
+
+/// `host` replicates as `change` says; whether it does.
+async fn point_at(pool: &Pool, host: usize, change: &str) -> bool {
+    let Ok(mut conn) = open(pool, host).await else {
+        return false;
+    };
+    for sql in ["STOP SLAVE", change, "START SLAVE"] {
+        if let Err(e) = run(&mut conn, sql).await {
+            let address = &pool.replicas.hosts[host];
+            tracing::warn!(backend = pool.config.id, host = %address, "pointing at the new writer: {e}");
+            return false;
+        }
+    }
+    true
 }
 
 /// Checks the backend's hosts every `period`, as long as the process serves.
@@ -588,7 +687,7 @@ async fn fence(pool: &Pool) {
 /// transactions, once it applied them, and points the others at it; the
 /// lost writer is fenced. One instance does it: the one that holds the
 /// backend's failover lock on the main backend.
-async fn fail_over(pool: &Pool, lost: usize, main: &Pool) -> Result<(), String> {
+async fn fail_over(pool: &Arc<Pool>, lost: usize, main: &Pool) -> Result<(), String> {
     let mut lock = main
         .open_own(ConnKey::service())
         .await
@@ -618,12 +717,10 @@ async fn fail_over(pool: &Pool, lost: usize, main: &Pool) -> Result<(), String> 
         .as_ref()
         .map(|r| r.received.clone())
         .unwrap_or_default();
-    pool.replicas
-        .fenced
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())[lost] = true;
+    pool.replicas.fence(lost);
     promote(pool, target, &received).await?;
     follow(pool, target, (host, port), &[lost]).await?;
+    acknowledged_soon(pool, target).await;
     check(pool).await;
     Ok(())
 }
@@ -755,6 +852,7 @@ mod tests {
         Health {
             reachable,
             read_only,
+            checked: Some(Instant::now()),
             ..Health::default()
         }
     }
@@ -840,11 +938,59 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_that_went_and_was_replaced_stays_fenced_until_it_replicates_from_the_new_one() {
+        let set = ReplicaSet::new(vec!["a:1".into(), "b:1".into()], true);
+        let at = |set: &ReplicaSet| match set.writer() {
+            Writer::At { host, .. } => Some(host),
+            _ => None,
+        };
+        set.record(vec![host(true, false), host(true, true)]);
+        assert_eq!(at(&set), Some(0));
+        set.record(vec![host(false, false), host(true, true)]);
+        assert_eq!(set.writer(), Writer::None);
+        // Another instance promoted b.
+        set.record(vec![host(false, false), host(true, false)]);
+        assert_eq!(at(&set), Some(1));
+        // a restarts writable: not a split brain, not the writer.
+        set.record(vec![host(true, false), host(true, false)]);
+        assert_eq!(at(&set), Some(1));
+        assert_eq!(set.view(2)[0].role, "fenced");
+        let replicating_from = |source: &str, sql_running: bool| Health {
+            replication: Some(Replication {
+                source: source.into(),
+                io_running: true,
+                sql_running,
+                ..Replication::default()
+            }),
+            ..host(true, true)
+        };
+        for not_rejoined in [
+            replicating_from("c:1", true),
+            replicating_from("b:1", false),
+        ] {
+            set.record(vec![not_rejoined, host(true, false)]);
+            assert_eq!(set.view(2)[0].role, "fenced");
+        }
+        set.record(vec![replicating_from("b:1", true), host(true, false)]);
+        assert_eq!(set.view(2)[0].role, "replica");
+        assert_eq!(at(&set), Some(1));
+
+        // Without automatic failover, hscale only follows: the old writer
+        // back writable is a split brain.
+        let external = ReplicaSet::new(vec!["a:1".into(), "b:1".into()], false);
+        external.record(vec![host(true, false), host(true, true)]);
+        external.record(vec![host(false, false), host(true, true)]);
+        external.record(vec![host(false, false), host(true, false)]);
+        external.record(vec![host(true, false), host(true, false)]);
+        assert_eq!(external.writer(), Writer::Several(vec![0, 1]));
+    }
+
+    #[test]
     fn a_lone_host_is_the_writer_before_any_check() {
-        let set = ReplicaSet::new(vec!["127.0.0.1:3306".into()]);
+        let set = ReplicaSet::new(vec!["127.0.0.1:3306".into()], false);
         assert!(matches!(set.writer(), Writer::At { host: 0, .. }));
         assert_ne!(set.generation(), 0);
-        let pair = ReplicaSet::new(vec!["a:1".into(), "b:1".into()]);
+        let pair = ReplicaSet::new(vec!["a:1".into(), "b:1".into()], false);
         assert_eq!(pair.writer(), Writer::Unknown);
         assert_eq!(pair.generation(), 0);
     }

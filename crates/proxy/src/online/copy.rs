@@ -40,6 +40,10 @@ pub struct Checkpoint {
     /// to hold those transactions again, applying nothing up to `applied`.
     pub undecided_from: Option<BinlogPosition>,
     pub rows_copied: u64,
+    /// The `@@server_id` of the source host whose binary log `applied` and
+    /// `undecided_from` are positions in: after a failover or switchover
+    /// of the source's backend they mean nothing on its new writer.
+    pub source_server: Option<u64>,
 }
 
 /// How long a move waits for XA transactions prepared on its source before
@@ -141,7 +145,7 @@ impl ChunkCopy {
         watched: Watched,
         source_slot: usize,
     ) -> Result<ChunkCopy, ProxyError> {
-        let source = raw_connection(shared, source_slot).await?;
+        let mut source = raw_connection(shared, source_slot).await?;
         let mut writers = Vec::with_capacity(parts.len());
         for part in parts {
             let conn = raw_connection(shared, part.slot).await?;
@@ -161,6 +165,7 @@ impl ChunkCopy {
             exec(conn, &format!("CREATE DATABASE IF NOT EXISTS {schema}")).await?;
             exec(conn, &format!("CREATE TABLE IF NOT EXISTS {checkpoints} (job BIGINT UNSIGNED NOT NULL, part TINYINT UNSIGNED NOT NULL, epoch BIGINT UNSIGNED NOT NULL, copied_key LONGTEXT NULL, copy_done BOOLEAN NOT NULL, applied VARCHAR(600) NULL, undecided_from VARCHAR(600) NULL, rows_copied BIGINT UNSIGNED NOT NULL, PRIMARY KEY (job, part)) ENGINE=InnoDB")).await?;
             exec(conn, &format!("ALTER TABLE {checkpoints} ADD COLUMN IF NOT EXISTS undecided_from VARCHAR(600) NULL AFTER applied")).await?;
+            exec(conn, &format!("ALTER TABLE {checkpoints} ADD COLUMN IF NOT EXISTS source_server BIGINT UNSIGNED NULL")).await?;
             exec(conn, &format!("INSERT INTO {checkpoints} (job, part, epoch, copy_done, rows_copied) VALUES ({job}, {part}, {epoch}, FALSE, 0) ON DUPLICATE KEY UPDATE epoch = IF(epoch <= {epoch}, {epoch}, epoch)")).await?;
             let held = exec(
                 conn,
@@ -174,7 +179,7 @@ impl ChunkCopy {
         let dest = &mut writers[0].conn;
         let rows = exec(
             dest,
-            &format!("SELECT copied_key, copy_done, applied, rows_copied, undecided_from FROM {checkpoints} WHERE job = {job} AND part = 0"),
+            &format!("SELECT copied_key, copy_done, applied, rows_copied, undecided_from, source_server FROM {checkpoints} WHERE job = {job} AND part = 0"),
         )
         .await?;
         let checkpoint = match rows.first() {
@@ -191,6 +196,27 @@ impl ChunkCopy {
                     .as_deref()
                     .and_then(|p| BinlogPosition::parse(&String::from_utf8_lossy(p))),
                 rows_copied: store::text(&rows, 0, 3).parse().unwrap_or(0),
+                source_server: store::text(&rows, 0, 5).parse().ok(),
+            },
+        };
+        let server = store::text(&exec(&mut source, "SELECT @@server_id").await?, 0, 0)
+            .parse()
+            .ok();
+        let positioned = checkpoint.applied.is_some() || checkpoint.undecided_from.is_some();
+        // A checkpoint from before the column had none: its source is as
+        // it was (no replica sets then).
+        let elsewhere = checkpoint.source_server.is_some() && checkpoint.source_server != server;
+        let checkpoint = match positioned && elsewhere {
+            true => {
+                tracing::warn!(job, "the move's source has another writer than its checkpoint's binlog positions are on: the copy starts again");
+                Checkpoint {
+                    source_server: server,
+                    ..Checkpoint::default()
+                }
+            }
+            false => Checkpoint {
+                source_server: server,
+                ..checkpoint
             },
         };
         let follower = Follower::new(Undecided::new(writers.len()), None);
@@ -228,8 +254,9 @@ impl ChunkCopy {
             p.as_ref()
                 .map_or("NULL".into(), |p| text_literal(&p.to_string()))
         };
+        let source_server = c.source_server.map_or("NULL".into(), |s| s.to_string());
         format!(
-            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {}, undecided_from = {}, rows_copied = {} WHERE job = {} AND part = 0",
+            "UPDATE {} SET copied_key = {key}, copy_done = {}, applied = {}, undecided_from = {}, rows_copied = {}, source_server = {source_server} WHERE job = {} AND part = 0",
             self.checkpoints,
             c.copy_done,
             position(&c.applied),
@@ -237,6 +264,19 @@ impl ChunkCopy {
             c.rows_copied,
             self.job
         )
+    }
+
+    /// Every connection of the copy reaches its backend's writer of now: a
+    /// host a failover or switchover replaced may take the service
+    /// account's writes (read_only does not stop it) and they would be
+    /// lost. The job then waits and resumes on the new writers.
+    pub fn on_current_writers(&self, shared: &Cluster) -> Result<(), ProxyError> {
+        let conns = std::iter::once((self.source_slot, &self.source))
+            .chain(self.writers.iter().map(|w| (w.part.slot, &w.conn)));
+        for (slot, conn) in conns {
+            shared.pools[slot].ensure_current(conn)?;
+        }
+        Ok(())
     }
 
     /// Starts a write transaction on part `i`, which goes on only while
@@ -328,6 +368,7 @@ impl ChunkCopy {
     /// sides there, copying it again if they differ. False when the copy
     /// is complete.
     pub async fn copy_chunk(&mut self, shared: &Cluster, rows: usize) -> Result<bool, ProxyError> {
+        self.on_current_writers(shared)?;
         if self.dump.is_none() && self.checkpoint.applied.is_none() {
             self.first_dump_from = Some(self.before_undecided().await?);
         }

@@ -767,7 +767,8 @@ async fn run(shared: Arc<Cluster>, job: Job, resumed: Option<String>) -> Result<
                 Err(e) if unreachable(&e) => e,
                 outcome => return outcome,
             };
-            // A server that went away (crashed, restarted) is waited for:
+            // A server that went away (crashed, restarted), or a backend
+            // between writers (a failover, a switchover), is waited for:
             // the job goes on from its checkpoint when it is back, as a
             // takeover would, and a fence it held is undone meanwhile.
             tracing::warn!(job = job.id, "the move waits for a backend: {lost}");
@@ -818,15 +819,23 @@ async fn run(shared: Arc<Cluster>, job: Job, resumed: Option<String>) -> Result<
 /// How long a job waits after it lost a server before it tries again.
 const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
-/// A server of the job's could not be reached or went away mid-command, or
-/// this instance has no connection to spare for it: the job waits rather
-/// than fail.
+/// A server of the job's could not be reached or went away mid-command, its
+/// backend has no writer or a new one, or this instance has no connection
+/// to spare for it: the job waits rather than fail.
 fn unreachable(e: &ProxyError) -> bool {
-    use crate::backend::BackendError::{Connect, ConnectTimeout, Lost, PoolExhausted};
+    use crate::backend::BackendError::{
+        Connect, ConnectTimeout, Lost, NoWriter, PoolExhausted, SplitBrain, WriterChanged,
+    };
     matches!(
         e,
         ProxyError::Backend(
-            Connect { .. } | ConnectTimeout { .. } | Lost { .. } | PoolExhausted { .. }
+            Connect { .. }
+                | ConnectTimeout { .. }
+                | Lost { .. }
+                | PoolExhausted { .. }
+                | WriterChanged { .. }
+                | NoWriter { .. }
+                | SplitBrain { .. }
         ) | ProxyError::BackendMidAnswer { .. }
     )
 }
@@ -1662,6 +1671,7 @@ async fn drive(shared: &Cluster, job: &Job) -> Result<u64, ProxyError> {
         shared.dictionary.refresh + crate::dictionary::FENCE_POLL,
     );
     loop {
+        copy.on_current_writers(shared)?;
         let end = binlog::end_of_log(copy.source()).await?;
         let lag = copy.lag_bytes(&end);
         progress(
@@ -1789,6 +1799,7 @@ async fn fence_and_switch(
     mut copy: Option<&mut ChunkCopy>,
 ) -> Result<u64, ProxyError> {
     let retired = job.retired(shared);
+    let source_pool = &shared.pools[slot(shared, job.source)?];
     let mut source = rows_connection(shared, slot(shared, job.source)?).await?;
     exec(&mut source, "SET SESSION lock_wait_timeout = 1").await?;
     for attempt in 1..=FENCE_ATTEMPTS {
@@ -1812,8 +1823,10 @@ async fn fence_and_switch(
             )),
             true => {
                 if let Some(copy) = copy.as_deref_mut() {
+                    copy.on_current_writers(shared)?;
                     copy.fence_rename = Some(retired.name.clone());
                 }
+                source_pool.ensure_current(&source)?;
                 let rename = rename(&job.source_place(), &retired);
                 match source.query(&rename).await? {
                     Ok(_) => Ok(()),
@@ -1855,6 +1868,11 @@ async fn fence_and_switch(
             exec(&mut conn, &merge).await?;
             exec(&mut conn, &format!("DROP TABLE {}", stage.qualified())).await?;
         }
+        // The rows reached the writers the dictionary is about to name.
+        if let Some(copy) = copy.as_deref() {
+            copy.on_current_writers(shared)?;
+        }
+        source_pool.ensure_current(&source)?;
         let fence_ms = started.elapsed().as_millis();
         let mut switch = switch_statements(shared, job);
         switch.push(format!(

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Replica sets (issue 57): how long writes stop when a backend's primary dies
+# or is switched over, measured from the clients' side with real servers, in
+# one run:
+#   failover    crates/proxy/tests/failover_xa.rs, --failovers runs: bank
+#               transfers over a plain backend and a replica set of three
+#               MariaDB servers (GTID, semi-sync AFTER_SYNC) through two
+#               hscale instances; the primary is SIGKILLed at a seeded moment
+#               and hscale promotes a replica (failover = "auto"). Per run:
+#               from the kill to the first acknowledged transfer on the
+#               replica set begun after it (resumed_ms), and the slowest
+#               transfer on the plain backend alone meanwhile
+#               (other_backend_longest_ms). hscale's defaults: monitor_ms 500,
+#               failover_after_ms 3000 (target: median <= 5 s).
+#   switchover  crates/proxy/tests/replicas.rs, --switchovers planned
+#               switchovers round the set under two inserting clients: each
+#               one's pause as HSCALE SWITCHOVER answers it, and the longest
+#               time the clients went without an acknowledged insert
+#               (target: <= 1 s).
+# The correctness checks of both tests hold in every run (nothing
+# acknowledged lost, no branch left prepared).
+#
+#   bench/failover.sh [--failovers N] [--switchovers N] [--monitor-ms MS]
+#                     [--failover-after-ms MS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FAILOVERS=10
+SWITCHOVERS=10
+MONITOR_MS=500
+FAILOVER_AFTER_MS=3000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --failovers) FAILOVERS=$2; shift 2 ;;
+    --switchovers) SWITCHOVERS=$2; shift 2 ;;
+    --monitor-ms) MONITOR_MS=$2; shift 2 ;;
+    --failover-after-ms) FAILOVER_AFTER_MS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "machine: $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GiB; $(mariadbd --version 2>/dev/null | head -1)"
+echo "release build; monitor_ms=$MONITOR_MS failover_after_ms=$FAILOVER_AFTER_MS"
+
+HSCALE_FAILOVER_RUNS=$FAILOVERS HSCALE_MONITOR_MS=$MONITOR_MS \
+  HSCALE_FAILOVER_AFTER_MS=$FAILOVER_AFTER_MS \
+  cargo test --release -q -p hscale-proxy --test failover_xa -- --nocapture \
+  >"$out/failover.log" 2>&1 || { tail -50 "$out/failover.log"; exit 1; }
+HSCALE_SWITCHOVERS=$SWITCHOVERS \
+  cargo test --release -q -p hscale-proxy --test replicas switchover -- --nocapture \
+  >"$out/switchover.log" 2>&1 || { tail -50 "$out/switchover.log"; exit 1; }
+
+# median and max of the numbers on stdin
+stats() {
+  sort -n | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "none"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "median %d, max %d (of %d)", m, v[NR], NR }'
+}
+
+resumed=$(sed -n 's/^failover: resumed_ms=\([0-9]*\).*/\1/p' "$out/failover.log")
+others=$(sed -n 's/^failover: .*other_backend_longest_ms=\([0-9]*\).*/\1/p' "$out/failover.log")
+echo "failover: writes to the failed backend resumed after the kill (ms): $(echo "$resumed" | stats)"
+echo "failover: slowest transfer on the other backend meanwhile (ms): $(echo "$others" | stats)"
+line=$(grep '^switchover:' "$out/switchover.log")
+pauses=$(echo "$line" | sed 's/.*pause_ms=\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d ' ')
+echo "switchover: pause as HSCALE SWITCHOVER answers it (ms): $(echo "$pauses" | stats)"
+echo "switchover: longest time the clients went without an insert (ms): $(echo "$line" | sed 's/.*longest_gap_ms=\([0-9]*\).*/\1/')"
