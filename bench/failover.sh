@@ -40,6 +40,8 @@ while [ $# -gt 0 ]; do
 done
 
 out=$(mktemp -d)
+# A failed run's log stays, named.
+failed() { grep -E -B1 -A6 "^run [0-9]+:|panicked" "$1" | grep -v WARN | tail -40; echo "log: $1"; trap - EXIT; exit 1; }
 trap 'rm -rf "$out"' EXIT
 
 echo "machine: $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GiB; $(mariadbd --version 2>/dev/null | head -1)"
@@ -48,10 +50,10 @@ echo "release build; monitor_ms=$MONITOR_MS failover_after_ms=$FAILOVER_AFTER_MS
 HSCALE_FAILOVER_RUNS=$FAILOVERS HSCALE_MONITOR_MS=$MONITOR_MS \
   HSCALE_FAILOVER_AFTER_MS=$FAILOVER_AFTER_MS \
   cargo test --release -q -p hscale-proxy --test failover_xa -- --nocapture \
-  >"$out/failover.log" 2>&1 || { tail -50 "$out/failover.log"; exit 1; }
+  >"$out/failover.log" 2>&1 || failed "$out/failover.log"
 HSCALE_SWITCHOVERS=$SWITCHOVERS \
   cargo test --release -q -p hscale-proxy --test replicas switchover -- --nocapture \
-  >"$out/switchover.log" 2>&1 || { tail -50 "$out/switchover.log"; exit 1; }
+  >"$out/switchover.log" 2>&1 || failed "$out/switchover.log"
 
 # median and max of the numbers on stdin
 stats() {

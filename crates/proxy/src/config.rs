@@ -648,12 +648,6 @@ impl Config {
             if let Err(e) = crate::tls::connector(backend.tls, backend.tls_ca.as_deref()) {
                 report(format!("backends[{i}].tls_ca"), e.to_string());
             }
-            if backend.failover == Failover::Auto && backend.id == self.dictionary.backend {
-                report(
-                    format!("backends[{i}].failover"),
-                    "\"auto\" is not built for the dictionary's backend yet, whose lock elects the instance that promotes: use \"external\" there (docs/replicas.md)".into(),
-                );
-            }
             for (r, replica) in backend.replicas.iter().enumerate() {
                 if !replica.starts_with('/') && !has_port(replica) {
                     report(
@@ -859,8 +853,7 @@ level = "info"
         let auto = GOOD.replace("id = 2", "id = 2\nfailover = \"auto\"");
         assert_eq!(Config::parse(&auto).unwrap().validate(), vec![]);
         let main = GOOD.replace("id = 1", "id = 1\nfailover = \"auto\"");
-        let problems = Config::parse(&main).unwrap().validate();
-        assert_eq!(problems[0].path, "backends[0].failover");
+        assert_eq!(Config::parse(&main).unwrap().validate(), vec![]);
     }
 
     #[test]

@@ -38,7 +38,12 @@ pub async fn refresh_loop(shared: Arc<Shared>) {
         if let Some(c) = conn.as_mut() {
             match dictionary::reload_with(&shared, c, Load::WhenChanged).await {
                 Ok(()) => {
-                    if crate::online::fencing_soon(&shared, c).await {
+                    if crate::online::fencing_soon(&shared, c).await
+                        || shared
+                            .dictionary
+                            .switchover_soon
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                    {
                         next = next.min(FENCE_POLL);
                     }
                     if dictionary::acknowledging(&shared) {

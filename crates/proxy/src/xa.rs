@@ -478,6 +478,8 @@ pub async fn recover(shared: &Cluster, connections: &mut Connections) -> Result<
     }
     let instance = &shared.dictionary.instance;
     let alive = alive_instances(shared, &mut dictionary).await?;
+    // Until then a stale heartbeat may be the dictionary's absence.
+    let stale_means_dead = shared.dictionary.fresh_for(shared.dictionary.lease);
     let gtrids: HashSet<String> = branches
         .iter()
         .flat_map(|(_, xids)| xids.iter().map(Xid::gtrid))
@@ -536,7 +538,8 @@ pub async fn recover(shared: &Cluster, connections: &mut Connections) -> Result<
             };
             let found = Found {
                 in_flight,
-                owner_alive: xid.instance != *instance && alive.contains(&xid.instance),
+                owner_alive: xid.instance != *instance
+                    && (alive.contains(&xid.instance) || !stale_means_dead),
                 decision,
             };
             let mut resolution = resolve(found);

@@ -9,7 +9,9 @@
 //! exactly once and every refused one is not, no XA branch stays prepared,
 //! and the old primary, restarted, is fenced and never written. In some
 //! runs a partition moves off or onto the replica set meanwhile: the move
-//! waits for the new writer, starts its copy again there, and ends.
+//! waits for the new writer, starts its copy again there, and ends. In
+//! others the replica set is the dictionary's backend (backend 1): the
+//! decisions, leases and recovery fail over with it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,10 +59,26 @@ struct Transfer {
 }
 
 impl Transfer {
-    /// Whether it writes the replica set (odd ids, accounts and transfers,
-    /// are there but while a move takes them elsewhere).
-    fn on_replica_set(&self) -> bool {
-        self.from % 2 == 1 || self.to % 2 == 1 || self.id % 2 == 1
+    /// Whether it writes `backend`: even ids, accounts and transfers, are
+    /// on backend 1, odd ones on backend 2 (but while a move takes them
+    /// elsewhere).
+    fn writes(&self, backend: u32) -> bool {
+        let odd = u32::from(backend == 2);
+        [self.from, self.to, self.id as i64]
+            .iter()
+            .any(|id| id.rem_euclid(2) as u32 == odd)
+    }
+}
+
+/// Which backend the replica set is: 2, or 1 (the dictionary's).
+#[derive(Clone, Copy)]
+struct Layout {
+    set: u32,
+}
+
+impl Layout {
+    fn plain(self) -> u32 {
+        3 - self.set
     }
 }
 
@@ -159,14 +177,15 @@ fn setting(var: &str, test_value: u64) -> u64 {
         .unwrap_or(test_value)
 }
 
-/// The configuration of one instance: backend 1 the cluster's first
-/// server (the dictionary's), backend 2 the replica set, failing over by
-/// itself a second after its writer goes (`HSCALE_FAILOVER_AFTER_MS`), its
-/// hosts checked every 50 ms (`HSCALE_MONITOR_MS`).
-fn instance_config(set: &ReplicaSet, db: &str, port: u16) -> String {
+/// The configuration of one instance: the cluster's first server and the
+/// replica set as `layout` numbers them (backend 1 the dictionary's), the
+/// set failing over by itself a second after its writer goes
+/// (`HSCALE_FAILOVER_AFTER_MS`), its hosts checked every 50 ms
+/// (`HSCALE_MONITOR_MS`).
+fn instance_config(set: &ReplicaSet, layout: Layout, db: &str, port: u16) -> String {
     let monitor_ms = setting("HSCALE_MONITOR_MS", 50);
     let failover_after_ms = setting("HSCALE_FAILOVER_AFTER_MS", 1000);
-    let main = &cluster().config().backends[0];
+    let plain = &cluster().config().backends[0];
     let replicas: Vec<String> = (1..set.servers.len())
         .map(|h| format!("\"{}\"", set.address(h)))
         .collect();
@@ -186,12 +205,12 @@ name = "{db}"
 password = "{PASSWORD}"
 
 [[backends]]
-id = 1
-address = "{main}"
+id = {plain_id}
+address = "{plain}"
 user = "root"
 
 [[backends]]
-id = 2
+id = {set_id}
 address = "{primary}"
 replicas = [{replicas}]
 user = "root"
@@ -210,7 +229,9 @@ lease_ms = 2000
 [log]
 level = "warn"
 "#,
-        main = main.address,
+        plain = plain.address,
+        plain_id = layout.plain(),
+        set_id = layout.set,
         primary = set.address(0),
         replicas = replicas.join(", "),
     )
@@ -236,11 +257,11 @@ fn prepared(conn: &mut Conn) -> Vec<String> {
         .collect()
 }
 
-/// Backend 2's roles as an instance lists them.
-fn roles(instance: &Serve, db: &str) -> Vec<String> {
+/// The replica set's roles as an instance lists them.
+fn roles(instance: &Serve, layout: Layout, db: &str) -> Vec<String> {
     let rows: Vec<mysql::Row> = instance.connect(db).query("HSCALE SHOW_BACKENDS").unwrap();
     rows.into_iter()
-        .filter(|r| r.get::<u32, _>("backend") == Some(2))
+        .filter(|r| r.get::<u32, _>("backend") == Some(layout.set))
         .map(|r| r.get("role").unwrap())
         .collect()
 }
@@ -258,13 +279,20 @@ fn failover_run(run: u64, seed: u64) -> String {
     // The replica set's part may carry the decision (a plain part, with the
     // grant), else every part is an XA branch and the dictionary has it.
     let carried_there = rng.random_bool(0.5);
+    let layout = Layout {
+        set: [1, 2, 2][rng.random_range(0..3)],
+    };
+    // Moves keep their jobs in the dictionary, read here from backend 1
+    // when it is no replica set.
     let moving = [
         None,
         Some("HSCALE MOVE_PARTITION('accounts', 'p1', 1)"),
         Some("HSCALE MOVE_PARTITION('accounts', '(default)', 2)"),
-    ][rng.random_range(0..3)];
+    ][rng.random_range(0..3)]
+    .filter(|_| layout.set == 2);
     let context = format!(
-        "seed {seed} (HSCALE_FAILOVER_SEED={seed} HSCALE_FAILOVER_RUNS=1), {failpoint}, kill after {kill_after} transfers, decision carried on the replica set: {carried_there}, {moving:?}"
+        "seed {seed} (HSCALE_FAILOVER_SEED={seed} HSCALE_FAILOVER_RUNS=1), {failpoint}, kill after {kill_after} transfers, replica set is backend {}, decision carried on the replica set: {carried_there}, {moving:?}",
+        layout.set
     );
     println!("run {run}: {context}");
     let db = format!("failover_xa_{run}");
@@ -276,22 +304,28 @@ fn failover_run(run: u64, seed: u64) -> String {
         .query_drop(format!("CREATE DATABASE `{db}`"))
         .unwrap();
     set.account(&db, PASSWORD, &db);
-    let mut main = cluster().direct(1, Some(&db));
-    main.query_drop("CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
+    // The default tables' backend.
+    let mut first = match layout.set {
+        1 => set.direct(0, Some(&db)),
+        _ => cluster().direct(1, Some(&db)),
+    };
+    first
+        .query_drop("CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
         .unwrap();
-    main.query_drop("CREATE TABLE transfers (id BIGINT PRIMARY KEY, amount INT NOT NULL)")
+    first
+        .query_drop("CREATE TABLE transfers (id BIGINT PRIMARY KEY, amount INT NOT NULL)")
         .unwrap();
 
     let binary = env!("CARGO_BIN_EXE_hscale");
     let pausing = Serve::with_config(binary, &format!("{db}_a"), failpoint, |port| {
-        instance_config(&set, &db, port)
+        instance_config(&set, layout, &db, port)
     });
     let plain = Serve::with_config(binary, &format!("{db}_b"), "", |port| {
-        instance_config(&set, &db, port)
+        instance_config(&set, layout, &db, port)
     });
     let mut admin = plain.connect(&db);
     for table in ["accounts", "transfers"] {
-        // Even ids on backend 1, odd ones on the replica set.
+        // Even ids on backend 1, odd ones on backend 2.
         for sql in [
             format!("HSCALE SETUP_TABLE('{table}', 'id', '{table}_default', 1, 'MOD(2)')"),
             format!("HSCALE ADD_PARTITION('{table}', 'p1', 1, 2)"),
@@ -302,7 +336,7 @@ fn failover_run(run: u64, seed: u64) -> String {
     hscale_testkit::open_accounts(&mut admin, ACCOUNTS, OPENING);
     for instance in [&pausing, &plain] {
         wait_for("the replica set's roles", Duration::from_secs(20), || {
-            (roles(instance, &db) == ["writer", "replica", "replica"]).then_some(())
+            (roles(instance, layout, &db) == ["writer", "replica", "replica"]).then_some(())
         });
     }
     if carried_there {
@@ -367,7 +401,7 @@ fn failover_run(run: u64, seed: u64) -> String {
         .map(|(_, phase, _)| phase);
     set.servers[0].kill();
     let (writer, seen_after) = wait_for("a promoted replica", Duration::from_secs(30), || {
-        let roles = roles(&plain, &db);
+        let roles = roles(&plain, layout, &db);
         let writer = roles
             .iter()
             .position(|r| r == "writer")
@@ -405,17 +439,17 @@ fn failover_run(run: u64, seed: u64) -> String {
     }
 
     // Writes to the replica set resume with the new writer: the first
-    // transfer there begun after the kill; and on backend 1 alone none
-    // waited meanwhile.
+    // transfer there begun after the kill; and on the plain backend alone
+    // none waited meanwhile (but where it needs the dictionary, on the set).
     let timed = || all.acknowledged.iter().zip(&all.timed);
     let resumed = timed()
-        .filter(|(t, (start, _))| *start >= killed && t.on_replica_set())
+        .filter(|(t, (start, _))| *start >= killed && t.writes(layout.set))
         .map(|(_, (_, end))| *end - killed)
         .min()
         .expect("a transfer on the replica set after the kill");
     let elsewhere = timed()
         .filter(|(t, (start, end))| {
-            !t.on_replica_set() && *end >= killed && *start <= killed + resumed
+            !t.writes(layout.set) && *end >= killed && *start <= killed + resumed
         })
         .map(|(_, (start, end))| *end - *start)
         .max();
@@ -530,7 +564,8 @@ fn failover_run(run: u64, seed: u64) -> String {
         "the old primary was written: {context}"
     );
     format!(
-        "{failpoint}/carried there: {carried_there}/{moving:?} at {phase_at_kill:?}: writer {writer} seen {seen_after:?} after the kill, writes resumed after {resumed:?} (backend 1 alone: {elsewhere:?} at most), with {inherited} branches prepared; {} acknowledged, {} refused, {} unknown ({} committed)",
+        "{failpoint}/set is backend {}/carried there: {carried_there}/{moving:?} at {phase_at_kill:?}: writer {writer} seen {seen_after:?} after the kill, writes resumed after {resumed:?} (plain backend alone: {elsewhere:?} at most), with {inherited} branches prepared; {} acknowledged, {} refused, {} unknown ({} committed)",
+        layout.set,
         all.acknowledged.len(),
         all.refused.len(),
         all.unknown.len(),

@@ -28,6 +28,18 @@ fn proxy_with(
     reads: Reads,
     more: impl FnOnce(&mut hscale::config::BackendConfig),
 ) -> Proxy {
+    prepare(set, db);
+    let proxy = Proxy::start(config_for(set, db, failover_wait_ms, reads, more));
+    let mut admin = proxy.connect(Some(db));
+    admin
+        .query_drop("HSCALE SETUP_TABLE('t', 'id', 't_default', 2, 'MOD(2)')")
+        .unwrap();
+    proxy
+}
+
+/// The database `db` with `t` on the set and the cluster, and its user on
+/// both.
+fn prepare(set: &ReplicaSet, db: &str) {
     cluster().database(db);
     cluster().account(db, "app-pw", db, None);
     let mut primary = set.direct(0, None);
@@ -40,6 +52,17 @@ fn proxy_with(
         ))
         .unwrap();
     set.account(db, "app-pw", db);
+}
+
+/// The configuration of an instance over the cluster's first server and
+/// the set.
+fn config_for(
+    set: &ReplicaSet,
+    db: &str,
+    failover_wait_ms: u64,
+    reads: Reads,
+    more: impl FnOnce(&mut hscale::config::BackendConfig),
+) -> Config {
     let mut config: Config = cluster().config();
     config.backends.truncate(1);
     let mut backend = set.backend(2);
@@ -54,12 +77,7 @@ fn proxy_with(
         max_lag_ms: 5000,
         ..Default::default()
     });
-    let proxy = Proxy::start(config);
-    let mut admin = proxy.connect(Some(db));
-    admin
-        .query_drop("HSCALE SETUP_TABLE('t', 'id', 't_default', 2, 'MOD(2)')")
-        .unwrap();
-    proxy
+    config
 }
 
 /// A replica set of three named `db`, hscale over it, and the writer and
@@ -355,7 +373,7 @@ fn a_switchover_under_writes_fails_no_statement_and_loses_no_write() {
     let db = "replicas_switch";
     let (set, proxy) = started(db, 10_000, Reads::Primary);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writers = insert_until(proxy.port, db, 2, &stop);
+    let writers = insert_until(proxy.port, db, &[(db, "app-pw"); 2], &stop);
     let written = |host: usize| count(&mut set.direct(host, None), db);
     wait_for("writes on the primary", Duration::from_secs(30), || {
         (written(0) >= 50).then_some(())
@@ -439,21 +457,69 @@ fn a_switchover_under_writes_fails_no_statement_and_loses_no_write() {
     }
 }
 
-/// Autocommitted inserts of `writers` clients until `stop`: each one's
-/// acknowledged ids, with when, and its errors.
+#[test]
+fn a_switchover_holds_every_instances_statements_so_none_reaches_the_old_writer() {
+    let db = "replicas_two";
+    let (set, first) = started(db, 10_000, Reads::Primary);
+    let second = Proxy::start(config_for(&set, db, 10_000, Reads::Primary, |_| {}));
+    wait_for_roles(&second, &set, ["writer", "replica", "replica"]);
+    // Through the other instance: an account read_only refuses, and one
+    // it does not stop (SUPER), whose writes would stay on the old writer.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers = insert_until(second.port, db, &[(db, "app-pw"), ("root", "")], &stop);
+    let written = |host: usize| count(&mut set.direct(host, None), db);
+    wait_for("writes on the primary", Duration::from_secs(30), || {
+        (written(0) >= 100).then_some(())
+    });
+    let switched: Vec<mysql::Row> = first
+        .connect(None)
+        .query(format!("HSCALE SWITCHOVER(2, '{}')", set.address(1)))
+        .unwrap();
+    let pause_ms: u64 = switched[0].get("pause_ms").unwrap();
+    let before = written(1);
+    wait_for("writes on the new writer", Duration::from_secs(30), || {
+        (written(1) >= before + 100).then_some(())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acknowledged = 0;
+    for writer in writers {
+        let (ids, errors) = writer.join().unwrap();
+        assert!(errors.is_empty(), "statements failed: {errors:?}");
+        acknowledged += ids.len() as u64;
+    }
+    println!("switchover through another instance: pause_ms={pause_ms}, {acknowledged} inserts");
+    assert_eq!(
+        written(1),
+        acknowledged,
+        "every acknowledged insert, once, on the new writer"
+    );
+    for host in [0, 2] {
+        set.catch_up(host, 1);
+        assert_eq!(
+            written(host),
+            acknowledged,
+            "host {host} follows the new writer"
+        );
+    }
+}
+
+/// Autocommitted inserts of a client per account of `writers` (user and
+/// password) until `stop`: each one's acknowledged ids, with when, and its
+/// errors.
 type Inserted = (Vec<(u32, std::time::Instant)>, Vec<String>);
 
 fn insert_until(
     port: u16,
     db: &'static str,
-    writers: u32,
+    writers: &[(&'static str, &'static str)],
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<Inserted>> {
-    (0..writers)
-        .map(|w| {
+    (0u32..)
+        .zip(writers.iter().copied())
+        .map(|(w, (user, password))| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let mut conn = hscale_testkit::connect(port, db, "app-pw", Some(db));
+                let mut conn = hscale_testkit::connect(port, user, password, Some(db));
                 let (mut acknowledged, mut errors) = (Vec::new(), Vec::new());
                 let mut id = w * 1_000_000;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -479,7 +545,7 @@ fn a_killed_writer_is_replaced_by_the_most_advanced_replica_and_no_acknowledged_
     });
     wait_for_roles(&proxy, &set, ["writer", "replica", "replica"]);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writers = insert_until(proxy.port, db, 2, &stop);
+    let writers = insert_until(proxy.port, db, &[(db, "app-pw"); 2], &stop);
     let written = |set: &ReplicaSet, host: usize| count(&mut set.direct(host, None), db);
     wait_for("writes on the primary", Duration::from_secs(30), || {
         (written(&set, 0) >= 50).then_some(())

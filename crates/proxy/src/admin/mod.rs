@@ -12,6 +12,8 @@ pub mod schema;
 mod setup_table;
 mod show;
 
+use std::time::Duration;
+
 use hscale_planner::admin::{parse_admin, AdminCommand};
 use hscale_planner::{Dictionary, PartitionedTable, TableName};
 use hscale_wire::resultset::ColumnType;
@@ -153,9 +155,15 @@ async fn switchover(shared: &Cluster, backend: u32, host: &str) -> Result<AdminA
             .iter()
             .any(|(_, session)| session.running().is_some_and(|(b, _)| b == backend))
     };
-    let switched = crate::backend::replicas::switchover(pool, host, in_flight)
-        .await
-        .map_err(AdminError::Invalid)?;
+    hold_everywhere(shared, backend).await?;
+    let switched = crate::backend::replicas::switchover(pool, host, in_flight).await;
+    if let Err(e) = release_everywhere(shared, backend).await {
+        tracing::warn!(
+            backend,
+            "a switchover's hold is lifted when it expires: {e}"
+        );
+    }
+    let switched = switched.map_err(AdminError::Invalid)?;
     Ok(AdminAnswer::Rows {
         columns: vec![
             ("backend", ColumnType::Integer),
@@ -170,6 +178,52 @@ async fn switchover(shared: &Cluster, backend: u32, host: &str) -> Result<AdminA
             Some(switched.pause.as_millis().to_string()),
         ]],
     })
+}
+
+/// Every live instance holds the statements that need `backend`'s writer
+/// before a switchover makes it read-only: a statement one of them sent to
+/// the old writer afterwards would fail there with 1290, or, run as an
+/// account that read_only does not stop, be written where no replica reads
+/// it. Announced first, so that they poll often, then asked for; an
+/// instance that does not follow within its budget ends the switchover
+/// before anything changed.
+async fn hold_everywhere(shared: &Cluster, backend: u32) -> Result<(), ProxyError> {
+    let handle = &shared.dictionary;
+    let mut conn = own_connection(shared, shared.main).await?;
+    let phases = [
+        ("announced", handle.refresh * 2 + Duration::from_millis(500)),
+        ("pausing", Duration::from_millis(1000)),
+    ];
+    for (phase, budget) in phases {
+        let record = format!(
+            "REPLACE INTO {}.switchovers VALUES ({backend}, {}, '{phase}', NOW(6))",
+            store::ident(&handle.schema),
+            store::text_literal(&handle.instance)
+        );
+        store::change(&mut conn, &handle.schema, &[record]).await?;
+        crate::dictionary::reload(shared).await?;
+        let version = store::read_version(&mut conn, &handle.schema).await?;
+        if !crate::dictionary::all_instances_loaded(shared, &mut conn, version, budget).await? {
+            release_everywhere(shared, backend).await?;
+            return Err(AdminError::Invalid(format!(
+                "an instance of hscale did not hold backend {backend}'s statements within {budget:?} (HSCALE STATUS lists them): nothing was switched"
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The switchover of `backend` is over: every instance finds its writer.
+async fn release_everywhere(shared: &Cluster, backend: u32) -> Result<(), ProxyError> {
+    let handle = &shared.dictionary;
+    let mut conn = own_connection(shared, shared.main).await?;
+    let forget = format!(
+        "DELETE FROM {}.switchovers WHERE backend = {backend}",
+        store::ident(&handle.schema)
+    );
+    store::change(&mut conn, &handle.schema, &[forget]).await?;
+    crate::dictionary::reload(shared).await
 }
 
 /// `db.table`, or `table` in the caller's database.

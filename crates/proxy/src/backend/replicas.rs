@@ -83,6 +83,9 @@ pub struct ReplicaSet {
     /// so that the old writer, still writable for a moment, is not taken
     /// back.
     switching: AtomicBool,
+    /// Another instance's switchover holds the backend's statements until
+    /// then (it lifts the hold when done; a hold outlives no switchover).
+    held_until: Mutex<Option<Instant>>,
     /// Hosts a failover left behind: never the writer again, made
     /// read-only whenever seen writable, until they replicate from the
     /// writer (rejoined) or hscale restarts.
@@ -115,6 +118,7 @@ impl ReplicaSet {
             health: Mutex::new(vec![Health::default(); count]),
             monitor: tokio::sync::Mutex::new((0..count).map(|_| None).collect()),
             switching: AtomicBool::new(false),
+            held_until: Mutex::new(None),
             fenced: Mutex::new(vec![false; count]),
             fences_lost_writer,
             lost: Mutex::new((None, None)),
@@ -141,7 +145,7 @@ impl ReplicaSet {
 
     /// Records what a check of every host saw and elects the writer.
     fn record(&self, seen: Vec<Health>) {
-        if self.hosts.len() > 1 && !self.switching.load(Ordering::Acquire) {
+        if self.hosts.len() > 1 && !self.switching.load(Ordering::Acquire) && !self.held() {
             let previous = self.writer();
             if let Writer::At { host: writer, .. } = previous {
                 self.unfence_rejoined(&seen, writer);
@@ -176,6 +180,25 @@ impl ReplicaSet {
             self.publish(writer);
         }
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+    }
+
+    fn held(&self) -> bool {
+        let held = self.held_until.lock().unwrap_or_else(|e| e.into_inner());
+        held.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Another instance's switchover holds the backend's statements (they
+    /// wait for a writer, as during this instance's own), or lifts its
+    /// hold; whether that changed anything.
+    pub fn hold(&self, held: bool) -> bool {
+        let mut until = self.held_until.lock().unwrap_or_else(|e| e.into_inner());
+        let was = until.is_some_and(|until| Instant::now() < until);
+        *until = held.then(|| Instant::now() + HOLD_AT_MOST);
+        drop(until);
+        if held && !was {
+            self.publish(Writer::None);
+        }
+        held != was
     }
 
     fn fence(&self, host: usize) {
@@ -421,6 +444,11 @@ pub fn gtid_covers(have: &str, wanted: &str) -> bool {
 /// How long a switchover waits for the new writer to apply the old one's
 /// last transaction before it gives up and leaves the old one the writer.
 const CATCH_UP_S: u64 = 10;
+
+/// The longest another instance's switchover holds this one's statements
+/// (its own checks allow 10 s to catch up): past it, the switchover's
+/// instance is taken for dead and the hosts are checked again.
+const HOLD_AT_MOST: Duration = Duration::from_secs(30);
 
 /// How long a switchover waits for the statements in flight on the old
 /// writer before it makes it read-only.
@@ -686,18 +714,11 @@ async fn fence(pool: &Pool) {
 /// Promotes the replica that received most of the lost writer's
 /// transactions, once it applied them, and points the others at it; the
 /// lost writer is fenced. One instance does it: the one that holds the
-/// backend's failover lock on the main backend.
-async fn fail_over(pool: &Arc<Pool>, lost: usize, main: &Pool) -> Result<(), String> {
-    let mut lock = main
-        .open_own(ConnKey::service())
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = format!("hscale_failover_{}", pool.config.id);
-    if first_value(&run(&mut lock, &format!("SELECT GET_LOCK('{name}', 0)")).await?).as_deref()
-        != Some("1")
-    {
+/// backend's failover lock (`elected`).
+async fn fail_over(pool: &Arc<Pool>, lost: usize, main: &Arc<Pool>) -> Result<(), String> {
+    let Some(_lock) = elected(pool, lost, main).await? else {
         return Ok(());
-    }
+    };
     // Another instance may have done it meanwhile.
     check(pool).await;
     if pool.replicas.lost_for(Duration::ZERO) != Some(lost) {
@@ -725,6 +746,42 @@ async fn fail_over(pool: &Arc<Pool>, lost: usize, main: &Pool) -> Result<(), Str
     Ok(())
 }
 
+/// Whether this instance takes the backend's failover lock
+/// (`GET_LOCK('hscale_failover_<id>')`): on the main backend, where every
+/// instance meets; for the main backend itself, whose writer is the one
+/// lost, on a majority of its other hosts, so that two instances never
+/// both hold it. The lock lives as long as the connections returned.
+async fn elected(
+    pool: &Arc<Pool>,
+    lost: usize,
+    main: &Arc<Pool>,
+) -> Result<Option<Vec<Box<BackendConn>>>, String> {
+    let take = format!("SELECT GET_LOCK('hscale_failover_{}', 0)", pool.config.id);
+    if !Arc::ptr_eq(pool, main) {
+        let mut lock = main
+            .open_own(ConnKey::service())
+            .await
+            .map_err(|e| e.to_string())?;
+        let taken = first_value(&run(&mut lock, &take).await?).as_deref() == Some("1");
+        return Ok(taken.then(|| vec![lock]));
+    }
+    let others: Vec<usize> = (0..pool.replicas.hosts.len())
+        .filter(|&h| h != lost)
+        .collect();
+    let mut held = Vec::new();
+    for &host in &others {
+        let Ok(mut conn) = open(pool, host).await else {
+            continue;
+        };
+        if let Ok(rows) = run(&mut conn, &take).await {
+            if first_value(&rows).as_deref() == Some("1") {
+                held.push(conn);
+            }
+        }
+    }
+    Ok((held.len() * 2 > others.len()).then_some(held))
+}
+
 /// The reachable replica whose received position covers the most others'
 /// (with semi-synchronous replication, every acknowledged commit is in one
 /// replica's relay log at least).
@@ -742,6 +799,14 @@ pub fn most_advanced(health: &[Health], lost: usize) -> Option<usize> {
                 .count()
         })
         .map(|&(h, _)| h)
+}
+
+/// Checks the hosts now, in the background: after another instance's
+/// switchover lifted its hold, the new writer is found at once rather
+/// than at the next period.
+pub fn check_soon(pool: &Arc<Pool>) {
+    let pool = pool.clone();
+    tokio::spawn(async move { check(&pool).await });
 }
 
 /// Checks every host at once, then elects the writer.

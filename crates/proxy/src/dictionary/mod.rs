@@ -106,6 +106,12 @@ pub struct DictionaryHandle {
     /// Whether the last read is within the lease, as the refresh loop last
     /// saw (`fresh` reads the clock too).
     fresh: AtomicBool,
+    /// `now_ms` of the read that made the dictionary fresh after it was
+    /// not (or first): see `fresh_for`.
+    fresh_since_ms: AtomicU64,
+    /// A switchover is under way (announced or pausing): the refresh polls
+    /// often, so that the pause it asks for starts soon.
+    pub switchover_soon: AtomicBool,
     /// `coarse_ms` when the handle was made.
     started_ms: u64,
     pub schema: String,
@@ -129,6 +135,8 @@ impl DictionaryHandle {
             current: ArcSwap::from_pointee(Dictionary::default().guarding_schema(&schema)),
             last_read_ms: AtomicU64::new(0),
             fresh: AtomicBool::new(false),
+            fresh_since_ms: AtomicU64::new(0),
+            switchover_soon: AtomicBool::new(false),
             started_ms: coarse_ms(),
             schema,
             refresh,
@@ -207,7 +215,21 @@ impl DictionaryHandle {
     /// the heartbeat written during it.
     fn confirmed(&self, asked: u64) {
         self.last_read_ms.store(asked, Ordering::Release);
-        self.fresh.store(true, Ordering::Release);
+        if !self.fresh.swap(true, Ordering::AcqRel) {
+            self.fresh_since_ms.store(asked, Ordering::Release);
+        }
+    }
+
+    /// Whether the dictionary has been read within every lease for `span`
+    /// at least: after it was away (its backend failing over), every live
+    /// instance's heartbeat is stale until its next read, and none may be
+    /// taken for dead before each had a lease to write one.
+    pub fn fresh_for(&self, span: Duration) -> bool {
+        self.fresh()
+            && self
+                .now_ms()
+                .saturating_sub(self.fresh_since_ms.load(Ordering::Acquire))
+                >= span.as_millis() as u64
     }
 
     /// Serves `dictionary` as if a read had just found it: for the
@@ -282,11 +304,30 @@ pub async fn reload_with(
     let version = store::read_version(conn, &handle.schema).await?;
     if load == Load::Always || version != handle.snapshot().version {
         handle.install(store::load(conn, handle).await?);
+        let switchovers = store::switchovers(conn, &handle.schema, &handle.instance).await?;
+        follow_switchovers(shared, &switchovers);
     }
     let acknowledged = acknowledged(shared);
     store::heartbeat(conn, &handle.schema, &handle.instance, acknowledged).await?;
     handle.confirmed(asked);
     Ok(())
+}
+
+/// Holds the statements of each backend another instance switches over
+/// now, before this instance's heartbeat tells it has loaded the version
+/// that asked for it, and lets go of the others (checking their hosts at
+/// once for the new writer).
+fn follow_switchovers(shared: &Cluster, switchovers: &[(u32, bool)]) {
+    shared
+        .dictionary
+        .switchover_soon
+        .store(!switchovers.is_empty(), Ordering::Relaxed);
+    for pool in &shared.pools {
+        let held = switchovers.contains(&(pool.id(), true));
+        if pool.replicas().hold(held) && !held {
+            crate::backend::replicas::check_soon(pool);
+        }
+    }
 }
 
 /// The version this instance's heartbeat tells others it routes by: the

@@ -109,6 +109,10 @@ pub async fn ensure_schema(
         // 'copying' until every copy is made, then 'ready'.
         format!("CREATE TABLE IF NOT EXISTS {s}.reference_tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, backends VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, PRIMARY KEY (db, name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
+        // A switchover under way (HSCALE SWITCHOVER), by backend, and the
+        // instance that runs it: 'announced', then 'pausing' while every
+        // other instance holds the backend's statements.
+        format!("CREATE TABLE IF NOT EXISTS {s}.switchovers (backend INT UNSIGNED NOT NULL PRIMARY KEY, instance VARCHAR(64) NOT NULL, phase VARCHAR(16) NOT NULL, started DATETIME(6) NOT NULL) {options}"),
         // Online moves (MOVE_PARTITION, splits): one row per job, owned by
         // the instance that runs it; its progress as of its last chunk. A
         // split names the value it takes and the partition it goes to. The
@@ -119,6 +123,28 @@ pub async fn ensure_schema(
         exec(conn, &sql).await?;
     }
     Ok(())
+}
+
+/// The switchovers other instances than `instance` run, by backend:
+/// whether each pauses the backend's statements now. One that ran longer
+/// than a switchover can (its instance died) counts no more.
+pub async fn switchovers(
+    conn: &mut BackendConn,
+    schema: &str,
+    instance: &str,
+) -> Result<Vec<(u32, bool)>, ProxyError> {
+    let rows = exec(
+        conn,
+        &format!(
+            "SELECT backend, phase = 'pausing' FROM {}.switchovers WHERE instance <> {} AND started > NOW(6) - INTERVAL 60 SECOND",
+            ident(schema),
+            text_literal(instance)
+        ),
+    )
+    .await?;
+    Ok((0..rows.len())
+        .filter_map(|r| Some((text(&rows, r, 0).parse().ok()?, text(&rows, r, 1) == "1")))
+        .collect())
 }
 
 pub async fn read_version(conn: &mut BackendConn, schema: &str) -> Result<u64, ProxyError> {

@@ -164,7 +164,7 @@ pub(in crate::session) async fn plan_waiting(
     backends: &mut Backends,
     mut plan: impl FnMut(&Client, &mut Memo, &Backends) -> Plan,
 ) -> Result<Plan, ProxyError> {
-    let mut waited_since = None;
+    let (mut waited_since, mut dictionary_since) = (None, None);
     loop {
         let planned = plan(client, memo, backends);
         // HSCALE commands by others get their own refusal.
@@ -172,6 +172,20 @@ pub(in crate::session) async fn plan_waiting(
             return Err(ProxyError::Guarded {
                 user: client.user.clone(),
             });
+        }
+        let on_partitions = matches!(
+            planned.action,
+            Action::Route(_)
+                | Action::Federate(_)
+                | Action::Load(_)
+                | Action::Generate(_)
+                | Action::Template(_)
+        );
+        if on_partitions
+            && !backends.handle.on.planned_fresh()
+            && backends.wait_for_dictionary(&mut dictionary_since).await
+        {
+            continue;
         }
         let Action::Wait(table) = &planned.action else {
             backends.note_tables(&planned.action);
@@ -182,6 +196,24 @@ pub(in crate::session) async fn plan_waiting(
 }
 
 impl crate::session::Backends {
+    /// A statement on partitions planned while the dictionary's lease has
+    /// lapsed waits (and is planned again) while its backend may be failing
+    /// over, as statements wait for their own backend's new writer: up to
+    /// its `failover_wait_ms`, where it has replicas. False: it waits no
+    /// more, and gets the stale dictionary's refusal.
+    pub(super) async fn wait_for_dictionary(&self, since: &mut Option<std::time::Instant>) -> bool {
+        let main = self.shared.main_pool();
+        if main.replicas().hosts.len() < 2 {
+            return false;
+        }
+        let since = since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= Duration::from_millis(main.config.failover_wait_ms) {
+            return false;
+        }
+        tokio::time::sleep(WAIT_STEP).await;
+        true
+    }
+
     /// Notes which partitions' tables a planned statement goes to, for the
     /// fences of moves (see `OnTables`). Statements on a whole table
     /// (LOCK TABLES, LOAD DATA, maintenance) wait for any fence on it, and

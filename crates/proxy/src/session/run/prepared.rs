@@ -742,7 +742,7 @@ async fn run_routed(
     let refusal = |error: PlanError| ProxyError::Unroutable(error.refusal(Some(table.clone())));
     let main_backend = shared.main_backend();
     let charset = client.charset;
-    let mut waited_since = None;
+    let (mut waited_since, mut dictionary_since) = (None, None);
     let execution = loop {
         let dictionary = shared.dictionary.planned_by(&backends.handle.on);
         let fresh = backends.handle.on.planned_fresh();
@@ -758,7 +758,11 @@ async fn run_routed(
                     .map_err(PlanError::Refuse)
             });
         match routing {
-            Routing::Run(_) if !fresh => return Err(ProxyError::DictionaryStale),
+            Routing::Run(_) if !fresh => {
+                if !backends.wait_for_dictionary(&mut dictionary_since).await {
+                    return Err(ProxyError::DictionaryStale);
+                }
+            }
             Routing::Run(execution) => {
                 let tables = &mut backends.statement_tables;
                 tables.clear();
