@@ -1,17 +1,17 @@
 //! Failover under two-phase transfers (issue 57): bank transfers between
-//! accounts on a plain backend and on a replica set of three (GTID,
+//! accounts on two backends, each a replica set of three (GTID,
 //! semi-synchronous), through two `hscale serve` instances, one of them
 //! pausing in every two-phase commit (after its PREPARE, or after its
-//! decision) so that the kill lands inside commits. The replica set's
-//! primary is killed (SIGKILL) at a seeded moment; one instance promotes
-//! the most advanced replica. Then, checked on the backends directly:
+//! decision) so that the kill lands inside commits. One backend's primary
+//! is killed (SIGKILL) at a seeded moment; one instance promotes the most
+//! advanced replica. Then, checked on the backends directly:
 //! money is neither made nor lost, every acknowledged transfer is there
 //! exactly once and every refused one is not, no XA branch stays prepared,
 //! and the old primary, restarted, is fenced and never written. In some
-//! runs a partition moves off or onto the replica set meanwhile: the move
-//! waits for the new writer, starts its copy again there, and ends. In
-//! others the replica set is the dictionary's backend (backend 1): the
-//! decisions, leases and recovery fail over with it.
+//! runs a partition moves off or onto backend 2 meanwhile: the move waits
+//! for the new writer, starts its copy again there, and ends. In others
+//! the primary killed is backend 1's, the dictionary's: the decisions,
+//! leases and recovery fail over with it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hscale_testkit::replicas::ReplicaSet;
-use hscale_testkit::{cluster, wait_for, Serve};
+use hscale_testkit::{wait_for, Serve};
 use mysql::prelude::Queryable;
 use mysql::Conn;
 use rand::{Rng, SeedableRng};
@@ -67,18 +67,6 @@ impl Transfer {
         [self.from, self.to, self.id as i64]
             .iter()
             .any(|id| id.rem_euclid(2) as u32 == odd)
-    }
-}
-
-/// Which backend the replica set is: 2, or 1 (the dictionary's).
-#[derive(Clone, Copy)]
-struct Layout {
-    set: u32,
-}
-
-impl Layout {
-    fn plain(self) -> u32 {
-        3 - self.set
     }
 }
 
@@ -168,7 +156,7 @@ fn transfers(
     })
 }
 
-/// A setting the benchmark (bench/failover.sh) gives as hscale's defaults;
+/// A setting the benchmark (bench/replicas.sh) gives as hscale's defaults;
 /// the test's own value is shorter, to run fast.
 fn setting(var: &str, test_value: u64) -> u64 {
     std::env::var(var)
@@ -177,17 +165,34 @@ fn setting(var: &str, test_value: u64) -> u64 {
         .unwrap_or(test_value)
 }
 
-/// The configuration of one instance: the cluster's first server and the
-/// replica set as `layout` numbers them (backend 1 the dictionary's), the
-/// set failing over by itself a second after its writer goes
-/// (`HSCALE_FAILOVER_AFTER_MS`), its hosts checked every 50 ms
-/// (`HSCALE_MONITOR_MS`).
-fn instance_config(set: &ReplicaSet, layout: Layout, db: &str, port: u16) -> String {
+/// The configuration of one instance over the two replica sets, backends
+/// 1 (the dictionary's) and 2, each failing over by itself a second after
+/// its writer goes (`HSCALE_FAILOVER_AFTER_MS`), their hosts checked every
+/// 50 ms (`HSCALE_MONITOR_MS`).
+fn instance_config(sets: &[ReplicaSet; 2], db: &str, port: u16) -> String {
     let monitor_ms = setting("HSCALE_MONITOR_MS", 50);
     let failover_after_ms = setting("HSCALE_FAILOVER_AFTER_MS", 1000);
-    let plain = &cluster().config().backends[0];
-    let replicas: Vec<String> = (1..set.servers.len())
-        .map(|h| format!("\"{}\"", set.address(h)))
+    let backends: String = (1u32..)
+        .zip(sets)
+        .map(|(id, set)| {
+            let replicas: Vec<String> = (1..set.servers.len())
+                .map(|h| format!("\"{}\"", set.address(h)))
+                .collect();
+            format!(
+                r#"[[backends]]
+id = {id}
+address = "{primary}"
+replicas = [{replicas}]
+user = "root"
+failover = "auto"
+failover_after_ms = {failover_after_ms}
+failover_wait_ms = 20000
+
+"#,
+                primary = set.address(0),
+                replicas = replicas.join(", "),
+            )
+        })
         .collect();
     format!(
         r#"[proxy]
@@ -204,21 +209,7 @@ admin = true
 name = "{db}"
 password = "{PASSWORD}"
 
-[[backends]]
-id = {plain_id}
-address = "{plain}"
-user = "root"
-
-[[backends]]
-id = {set_id}
-address = "{primary}"
-replicas = [{replicas}]
-user = "root"
-failover = "auto"
-failover_after_ms = {failover_after_ms}
-failover_wait_ms = 20000
-
-[moves]
+{backends}[moves]
 rows_per_s = 1000
 
 [dictionary]
@@ -228,12 +219,7 @@ lease_ms = 2000
 
 [log]
 level = "warn"
-"#,
-        plain = plain.address,
-        plain_id = layout.plain(),
-        set_id = layout.set,
-        primary = set.address(0),
-        replicas = replicas.join(", "),
+"#
     )
 }
 
@@ -257,11 +243,11 @@ fn prepared(conn: &mut Conn) -> Vec<String> {
         .collect()
 }
 
-/// The replica set's roles as an instance lists them.
-fn roles(instance: &Serve, layout: Layout, db: &str) -> Vec<String> {
+/// A backend's roles as an instance lists them.
+fn roles(instance: &Serve, backend: u32, db: &str) -> Vec<String> {
     let rows: Vec<mysql::Row> = instance.connect(db).query("HSCALE SHOW_BACKENDS").unwrap();
     rows.into_iter()
-        .filter(|r| r.get::<u32, _>("backend") == Some(layout.set))
+        .filter(|r| r.get::<u32, _>("backend") == Some(backend))
         .map(|r| r.get("role").unwrap())
         .collect()
 }
@@ -276,52 +262,49 @@ fn failover_run(run: u64, seed: u64) -> String {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let failpoint = ["xa_after_prepare:200", "xa_after_decision:200"][rng.random_range(0..2)];
     let kill_after: u64 = rng.random_range(5..60);
-    // The replica set's part may carry the decision (a plain part, with the
+    // Backend 1's primary is the dictionary's.
+    let victim: u32 = [1, 2, 2][rng.random_range(0..3)];
+    // Backend 2's part may carry the decision (a plain part, with the
     // grant), else every part is an XA branch and the dictionary has it.
-    let carried_there = rng.random_bool(0.5);
-    let layout = Layout {
-        set: [1, 2, 2][rng.random_range(0..3)],
-    };
-    // Moves keep their jobs in the dictionary, read here from backend 1
-    // when it is no replica set.
+    let carried = rng.random_bool(0.5);
+    // Moves keep their jobs in the dictionary, read here from backend 1's
+    // primary, which lives in these runs.
     let moving = [
         None,
         Some("HSCALE MOVE_PARTITION('accounts', 'p1', 1)"),
         Some("HSCALE MOVE_PARTITION('accounts', '(default)', 2)"),
     ][rng.random_range(0..3)]
-    .filter(|_| layout.set == 2);
+    .filter(|_| victim == 2);
     let context = format!(
-        "seed {seed} (HSCALE_FAILOVER_SEED={seed} HSCALE_FAILOVER_RUNS=1), {failpoint}, kill after {kill_after} transfers, replica set is backend {}, decision carried on the replica set: {carried_there}, {moving:?}",
-        layout.set
+        "seed {seed} (HSCALE_FAILOVER_SEED={seed} HSCALE_FAILOVER_RUNS=1), {failpoint}, backend {victim}'s primary killed after {kill_after} transfers, decision carried on backend 2: {carried}, {moving:?}"
     );
     println!("run {run}: {context}");
     let db = format!("failover_xa_{run}");
-    let mut set = ReplicaSet::start(&db, 3);
-    cluster().database(&db);
-    cluster().account(&db, PASSWORD, &db, None);
-    let mut primary = set.direct(0, None);
-    primary
-        .query_drop(format!("CREATE DATABASE `{db}`"))
-        .unwrap();
-    set.account(&db, PASSWORD, &db);
+    let mut sets = [
+        ReplicaSet::start(&format!("{db}_1"), 3),
+        ReplicaSet::start(&format!("{db}_2"), 3),
+    ];
+    for set in &sets {
+        set.direct(0, None)
+            .query_drop(format!("CREATE DATABASE `{db}`"))
+            .unwrap();
+        set.account(&db, PASSWORD, &db);
+    }
     // The default tables' backend.
-    let mut first = match layout.set {
-        1 => set.direct(0, Some(&db)),
-        _ => cluster().direct(1, Some(&db)),
-    };
-    first
-        .query_drop("CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
-        .unwrap();
-    first
-        .query_drop("CREATE TABLE transfers (id BIGINT PRIMARY KEY, amount INT NOT NULL)")
-        .unwrap();
+    let mut first = sets[0].direct(0, Some(&db));
+    for table in [
+        "accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)",
+        "transfers (id BIGINT PRIMARY KEY, amount INT NOT NULL)",
+    ] {
+        first.query_drop(format!("CREATE TABLE {table}")).unwrap();
+    }
 
     let binary = env!("CARGO_BIN_EXE_hscale");
     let pausing = Serve::with_config(binary, &format!("{db}_a"), failpoint, |port| {
-        instance_config(&set, layout, &db, port)
+        instance_config(&sets, &db, port)
     });
     let plain = Serve::with_config(binary, &format!("{db}_b"), "", |port| {
-        instance_config(&set, layout, &db, port)
+        instance_config(&sets, &db, port)
     });
     let mut admin = plain.connect(&db);
     for table in ["accounts", "transfers"] {
@@ -335,31 +318,34 @@ fn failover_run(run: u64, seed: u64) -> String {
     }
     hscale_testkit::open_accounts(&mut admin, ACCOUNTS, OPENING);
     for instance in [&pausing, &plain] {
-        wait_for("the replica set's roles", Duration::from_secs(20), || {
-            (roles(instance, layout, &db) == ["writer", "replica", "replica"]).then_some(())
-        });
+        for backend in [1, 2] {
+            wait_for("the replica sets' roles", Duration::from_secs(20), || {
+                (roles(instance, backend, &db) == ["writer", "replica", "replica"]).then_some(())
+            });
+        }
     }
-    if carried_there {
+    if carried {
         // Recovery makes the table on its first pass.
+        let mut second = sets[1].direct(0, None);
         wait_for("the decisions table", Duration::from_secs(20), || {
-            let tables: Vec<String> = primary
+            let tables: Vec<String> = second
                 .query("SHOW TABLES FROM hscale LIKE 'xa_decisions'")
                 .ok()?;
             (!tables.is_empty()).then_some(())
         });
         for host in ["localhost", "127.0.0.1"] {
-            primary
+            second
                 .query_drop(format!(
                     "GRANT INSERT ON hscale.xa_decisions TO '{db}'@'{host}'"
                 ))
                 .unwrap();
         }
         for host in 1..3 {
-            set.catch_up(host, 0);
+            sets[1].catch_up(host, 0);
         }
     }
 
-    let mut dictionary = cluster().direct(1, None);
+    let mut dictionary = sets[0].direct(0, None);
     let job = moving.map(|sql| {
         let mut on_plain = plain.connect(&db);
         let job = std::thread::spawn(move || on_plain.query_drop(sql));
@@ -399,17 +385,24 @@ fn failover_run(run: u64, seed: u64) -> String {
         .as_ref()
         .and_then(|_| hscale_testkit::last_job(&mut dictionary, &db))
         .map(|(_, phase, _)| phase);
-    set.servers[0].kill();
+    let lost = &mut sets[victim as usize - 1];
+    lost.servers[0].kill();
     let (writer, seen_after) = wait_for("a promoted replica", Duration::from_secs(30), || {
-        let roles = roles(&plain, layout, &db);
+        let roles = roles(&plain, victim, &db);
         let writer = roles
             .iter()
             .position(|r| r == "writer")
             .filter(|&w| w != 0)?;
         Some((writer, killed.elapsed()))
     });
+    // The writers now, by backend.
+    let writers = match victim {
+        1 => [writer, 0],
+        _ => [0, writer],
+    };
+    let on_writer = |backend: usize, db: Option<&str>| sets[backend].direct(writers[backend], db);
     // The lost writer's prepared branches, replicated: recovery's to end.
-    let inherited = prepared(&mut set.direct(writer, None)).len();
+    let inherited = prepared(&mut on_writer(victim as usize - 1, None)).len();
     let at_failover = done.load(Ordering::Relaxed);
     wait_for(
         "transfers after the failover",
@@ -438,18 +431,19 @@ fn failover_run(run: u64, seed: u64) -> String {
         all.errors.extend(outcomes.errors);
     }
 
-    // Writes to the replica set resume with the new writer: the first
-    // transfer there begun after the kill; and on the plain backend alone
-    // none waited meanwhile (but where it needs the dictionary, on the set).
+    // Writes to the failed backend resume with its new writer: the first
+    // transfer there begun after the kill; and on the other backend alone
+    // none waited meanwhile (but where it needs the dictionary, on
+    // backend 1).
     let timed = || all.acknowledged.iter().zip(&all.timed);
     let resumed = timed()
-        .filter(|(t, (start, _))| *start >= killed && t.writes(layout.set))
+        .filter(|(t, (start, _))| *start >= killed && t.writes(victim))
         .map(|(_, (_, end))| *end - killed)
         .min()
-        .expect("a transfer on the replica set after the kill");
+        .expect("a transfer on the failed backend after the kill");
     let elsewhere = timed()
         .filter(|(t, (start, end))| {
-            !t.writes(layout.set) && *end >= killed && *start <= killed + resumed
+            !t.writes(victim) && *end >= killed && *start <= killed + resumed
         })
         .map(|(_, (start, end))| *end - *start)
         .max();
@@ -459,26 +453,33 @@ fn failover_run(run: u64, seed: u64) -> String {
         elsewhere.map_or(0, |e| e.as_millis())
     );
 
-    // Recovery resolves every branch, the lost primary's on the new writer.
-    let survivors: Vec<usize> = (1..3).collect();
+    // Recovery resolves every branch, the lost primary's on the new writer,
+    // and the replicas follow.
     wait_for("no branch prepared", Duration::from_secs(30), || {
-        let mut left = prepared(&mut cluster().direct(1, None));
-        left.extend(prepared(&mut set.direct(writer, None)));
+        let mut left = prepared(&mut on_writer(0, None));
+        left.extend(prepared(&mut on_writer(1, None)));
         left.is_empty().then_some(())
     });
-    for &host in &survivors {
-        if host != writer {
-            set.catch_up(host, writer);
+    for (backend, set) in sets.iter().enumerate() {
+        let alive = (0..3).filter(|&h| !(backend + 1 == victim as usize && h == 0));
+        for host in alive.filter(|&h| h != writers[backend]) {
+            set.catch_up(host, writers[backend]);
             assert!(
                 prepared(&mut set.direct(host, None)).is_empty(),
-                "a branch prepared on replica {host}: {context}"
+                "a branch prepared on backend {} host {host}: {context}",
+                backend + 1
             );
         }
     }
 
-    // On the backends directly: the transfers that committed, each once.
-    let mut recorded = physical(&mut cluster().direct(1, None), &db, "transfers");
-    recorded.extend(physical(&mut set.direct(writer, None), &db, "transfers"));
+    // On the backends' writers directly: the transfers that committed,
+    // each once.
+    let on_both = |prefix: &str| {
+        let mut rows = physical(&mut on_writer(0, None), &db, prefix);
+        rows.extend(physical(&mut on_writer(1, None), &db, prefix));
+        rows
+    };
+    let recorded = on_both("transfers");
     let committed: HashSet<u64> = recorded.iter().map(|&(id, _)| id as u64).collect();
     assert_eq!(
         committed.len(),
@@ -515,8 +516,7 @@ fn failover_run(run: u64, seed: u64) -> String {
         *expected.get_mut(&t.from).unwrap() -= t.amount;
         *expected.get_mut(&t.to).unwrap() += t.amount;
     }
-    let mut balances = physical(&mut cluster().direct(1, None), &db, "accounts");
-    balances.extend(physical(&mut set.direct(writer, None), &db, "accounts"));
+    let balances = on_both("accounts");
     let count = balances.len();
     let balances: BTreeMap<i64, i64> = balances.into_iter().collect();
     assert_eq!(count, balances.len(), "an account in two tables: {context}");
@@ -534,16 +534,17 @@ fn failover_run(run: u64, seed: u64) -> String {
 
     // The old primary comes back writable: fenced, made read-only, and no
     // transfer reaches it.
-    set.servers[0].restart().unwrap();
+    let lost = &mut sets[victim as usize - 1];
+    lost.servers[0].restart().unwrap();
     let position = |set: &ReplicaSet| -> String {
         set.direct(0, None)
             .query_first("SELECT @@global.gtid_binlog_pos")
             .unwrap()
             .unwrap()
     };
-    let left_at = position(&set);
+    let left_at = position(lost);
     wait_for("the old primary read-only", Duration::from_secs(30), || {
-        let read_only: u8 = set
+        let read_only: u8 = lost
             .direct(0, None)
             .query_first("SELECT @@read_only")
             .ok()??;
@@ -559,13 +560,12 @@ fn failover_run(run: u64, seed: u64) -> String {
             .unwrap();
     }
     assert_eq!(
-        position(&set),
+        position(lost),
         left_at,
         "the old primary was written: {context}"
     );
     format!(
-        "{failpoint}/set is backend {}/carried there: {carried_there}/{moving:?} at {phase_at_kill:?}: writer {writer} seen {seen_after:?} after the kill, writes resumed after {resumed:?} (plain backend alone: {elsewhere:?} at most), with {inherited} branches prepared; {} acknowledged, {} refused, {} unknown ({} committed)",
-        layout.set,
+        "{failpoint}/backend {victim} failed/carried: {carried}/{moving:?} at {phase_at_kill:?}: writer {writer} seen {seen_after:?} after the kill, writes resumed after {resumed:?} (the other backend alone: {elsewhere:?} at most), with {inherited} branches prepared; {} acknowledged, {} refused, {} unknown ({} committed)",
         all.acknowledged.len(),
         all.refused.len(),
         all.unknown.len(),

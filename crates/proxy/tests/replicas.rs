@@ -428,14 +428,9 @@ fn a_switchover_under_writes_fails_no_statement_and_loses_no_write() {
         assert!(errors.is_empty(), "statements failed: {errors:?}");
         acknowledged.extend(ids);
     }
-    // What the clients saw: the longest time without an acknowledged
-    // insert, the switchovers' pauses included.
-    let mut at: Vec<std::time::Instant> = acknowledged.iter().map(|&(_, at)| at).collect();
-    at.sort();
-    let longest_gap = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
     println!(
         "switchover: pause_ms={pauses_ms:?} longest_gap_ms={} inserts={}",
-        longest_gap.as_millis(),
+        longest_gap(&acknowledged).as_millis(),
         acknowledged.len()
     );
     let acknowledged = acknowledged.len() as u64;
@@ -481,13 +476,17 @@ fn a_switchover_holds_every_instances_statements_so_none_reaches_the_old_writer(
         (written(1) >= before + 100).then_some(())
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut acknowledged = 0;
+    let mut inserted = Vec::new();
     for writer in writers {
         let (ids, errors) = writer.join().unwrap();
         assert!(errors.is_empty(), "statements failed: {errors:?}");
-        acknowledged += ids.len() as u64;
+        inserted.extend(ids);
     }
-    println!("switchover through another instance: pause_ms={pause_ms}, {acknowledged} inserts");
+    let acknowledged = inserted.len() as u64;
+    println!(
+        "switchover through another instance: pause_ms={pause_ms} longest_gap_ms={} inserts={acknowledged}",
+        longest_gap(&inserted).as_millis()
+    );
     assert_eq!(
         written(1),
         acknowledged,
@@ -501,6 +500,14 @@ fn a_switchover_holds_every_instances_statements_so_none_reaches_the_old_writer(
             "host {host} follows the new writer"
         );
     }
+}
+
+/// What clients saw: the longest time without an acknowledged insert, the
+/// switchovers' pauses included.
+fn longest_gap(acknowledged: &[(u32, std::time::Instant)]) -> Duration {
+    let mut at: Vec<std::time::Instant> = acknowledged.iter().map(|&(_, at)| at).collect();
+    at.sort();
+    at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
 
 /// Autocommitted inserts of a client per account of `writers` (user and
@@ -611,6 +618,20 @@ fn a_killed_writer_is_replaced_by_the_most_advanced_replica_and_no_acknowledged_
     );
     insert(&mut app(&proxy, db), 5_000_000..5_000_010);
     assert_eq!(written(&set, 0), left_behind, "the fenced host was written");
+
+    // An instance started later reads the fence from the dictionary: the
+    // old primary, writable again, is no second writer for it.
+    drop(proxy);
+    set.set_read_only(0, false);
+    let later = Proxy::start(config_for(&set, db, 20_000, Reads::Primary, |backend| {
+        backend.failover = hscale::config::Failover::Auto;
+    }));
+    wait_for("the fence read", Duration::from_secs(20), || {
+        let roles: Vec<String> = roles(&later).into_iter().map(|(_, role)| role).collect();
+        (roles[0] == "fenced" && roles[new_writer] == "writer").then_some(())
+    });
+    insert(&mut app(&later, db), 6_000_000..6_000_010);
+    assert_eq!(written(&set, 0), left_behind, "the fenced host was written");
 }
 
 /// Restarts the killed host 0 and counts its rows.
@@ -618,4 +639,109 @@ fn written_on_restart(set: &mut ReplicaSet) -> u64 {
     set.servers[0].restart().unwrap();
     let db = "replicas_auto";
     count(&mut set.direct(0, None), db)
+}
+
+/// A number from sysbench's report: the rate on the line that starts with
+/// `label` (`queries: 12345 (1234.56 per sec.)`).
+fn per_second(report: &str, label: &str) -> f64 {
+    report
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .and_then(|l| l.split('(').nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {label} rate in:\n{report}"))
+}
+
+/// Not a test: `bench/replicas.sh` runs it (`--ignored`) for its numbers.
+/// sysbench oltp_read_only, autocommitted (`--skip_trx`), against the
+/// primary directly, then through hscale as a user whose reads go to the
+/// primary and as one whose reads go to the two replicas, side by side;
+/// `HSCALE_READS_SECONDS` each (10), `HSCALE_READS_THREADS` clients (8).
+#[test]
+#[ignore]
+fn oltp_read_only_over_replicas() {
+    let seconds = std::env::var("HSCALE_READS_SECONDS").unwrap_or_else(|_| "10".into());
+    let threads = std::env::var("HSCALE_READS_THREADS").unwrap_or_else(|_| "8".into());
+    let db = "replicas_reads_bench";
+    let set = ReplicaSet::start(db, 3);
+    let mut primary = set.direct(0, None);
+    primary
+        .query_drop(format!("CREATE DATABASE `{db}`"))
+        .unwrap();
+    set.account(db, "app-pw", db);
+    set.account("reader", "app-pw", db);
+    let run = |port: u16, user: &str, command: &str| {
+        let args = [
+            "oltp_read_only".to_string(),
+            "--db-driver=mysql".into(),
+            "--mysql-host=127.0.0.1".into(),
+            format!("--mysql-port={port}"),
+            format!("--mysql-user={user}"),
+            format!(
+                "--mysql-password={}",
+                if user == "root" { "" } else { "app-pw" }
+            ),
+            format!("--mysql-db={db}"),
+            "--tables=4".into(),
+            "--table-size=10000".into(),
+            "--skip_trx=on".into(),
+            format!("--threads={threads}"),
+            format!("--time={seconds}"),
+            command.into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        hscale_testkit::run_program("sysbench", &args)
+    };
+    run(set.servers[0].port, "root", "prepare");
+    for replica in 1..3 {
+        set.catch_up(replica, 0);
+    }
+    // The replica set is the only backend: sysbench's tables are plain
+    // tables there.
+    let mut config: Config = cluster().config();
+    config.backends = vec![set.backend(1)];
+    config.proxy.monitor_ms = 100;
+    for (name, reads) in [(db, Reads::Primary), ("reader", Reads::Replicas)] {
+        config.users.push(UserConfig {
+            name: name.into(),
+            password: "app-pw".into(),
+            reads,
+            max_lag_ms: 5000,
+            ..Default::default()
+        });
+    }
+    let proxy = Proxy::start(config);
+    wait_for("the replicas in step", Duration::from_secs(20), || {
+        let rows: Vec<mysql::Row> = proxy.connect(None).query("HSCALE SHOW_BACKENDS").unwrap();
+        let replicas = rows
+            .iter()
+            .filter(|r| r.get::<String, _>("role").as_deref() == Some("replica"))
+            .count();
+        (replicas == 2).then_some(())
+    });
+    let direct = per_second(&run(set.servers[0].port, "root", "run"), "queries:");
+    let on_primary = per_second(&run(proxy.port, db, "run"), "queries:");
+    let selects = || -> Vec<u64> {
+        (0..3)
+            .map(|host| {
+                let row: Option<(String, u64)> = set
+                    .direct(host, None)
+                    .query_first("SHOW GLOBAL STATUS LIKE 'Com_select'")
+                    .unwrap();
+                row.unwrap().1
+            })
+            .collect()
+    };
+    let before = selects();
+    let on_replicas = per_second(&run(proxy.port, "reader", "run"), "queries:");
+    let answered: Vec<u64> = selects().iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(
+        answered[1] + answered[2] > answered[0],
+        "the replicas answered fewer SELECTs than the primary: {answered:?}"
+    );
+    println!(
+        "reads: direct_qps={direct:.0} primary_qps={on_primary:.0} replicas_qps={on_replicas:.0} replicas_to_primary={:.2} selects_by_host={answered:?}",
+        on_replicas / on_primary
+    );
 }

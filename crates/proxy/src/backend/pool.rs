@@ -159,6 +159,10 @@ pub struct Pool {
     /// A pool of its own per host of a replica set, for reads on replicas
     /// (`reads = "replicas"`); empty for a lone host.
     pub(super) readers: Vec<Arc<Pool>>,
+    /// Where the next choice of a replica starts among equals: clients
+    /// that start together (each sees no connection open anywhere yet) are
+    /// spread over the replicas rather than all sent to the first.
+    pub(super) next_reader: AtomicUsize,
     buckets: RwLock<HashMap<ConnKey, Bucket>>,
     /// One permit per open connection.
     slots: Arc<Semaphore>,
@@ -223,6 +227,7 @@ impl Pool {
         };
         Pool {
             readers,
+            next_reader: AtomicUsize::new(0),
             monitor_slots: Arc::new(Semaphore::new(hosts.len())),
             replicas: ReplicaSet::new(hosts, config.failover == crate::config::Failover::Auto),
             config,

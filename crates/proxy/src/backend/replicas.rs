@@ -88,8 +88,12 @@ pub struct ReplicaSet {
     held_until: Mutex<Option<Instant>>,
     /// Hosts a failover left behind: never the writer again, made
     /// read-only whenever seen writable, until they replicate from the
-    /// writer (rejoined) or hscale restarts.
+    /// writer (rejoined).
     fenced: Mutex<Vec<bool>>,
+    /// Fences this instance set or lifted (host, fenced) that the
+    /// dictionary does not have yet (`hscale.fenced_hosts`, where every
+    /// instance, one started later too, reads them).
+    fence_changes: Mutex<Vec<(usize, bool)>>,
     /// `failover = "auto"`: a writer that went away and was replaced is
     /// fenced by every instance that saw it, not only the one that
     /// promoted its successor.
@@ -120,6 +124,7 @@ impl ReplicaSet {
             switching: AtomicBool::new(false),
             held_until: Mutex::new(None),
             fenced: Mutex::new(vec![false; count]),
+            fence_changes: Mutex::new(Vec::new()),
             fences_lost_writer,
             lost: Mutex::new((None, None)),
             hosts,
@@ -206,6 +211,49 @@ impl ReplicaSet {
         if !fenced[host] {
             tracing::warn!(host = %self.hosts[host], "fenced: the writer it was went away and another host took its place");
             fenced[host] = true;
+            self.fence_changed(host, true);
+        }
+    }
+
+    fn fence_changed(&self, host: usize, fenced: bool) {
+        self.fence_changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((host, fenced));
+    }
+
+    /// The fences set (true) or lifted since the last call, by address.
+    pub fn take_fence_changes(&self) -> Vec<(String, bool)> {
+        let changes =
+            std::mem::take(&mut *self.fence_changes.lock().unwrap_or_else(|e| e.into_inner()));
+        changes
+            .into_iter()
+            .map(|(host, fenced)| (self.hosts[host].clone(), fenced))
+            .collect()
+    }
+
+    /// Changes `take_fence_changes` gave that did not reach the dictionary:
+    /// given again next time.
+    pub fn fence_changes_back(&self, changes: Vec<(String, bool)>) {
+        let mut pending = self.fence_changes.lock().unwrap_or_else(|e| e.into_inner());
+        let again = changes.into_iter().filter_map(|(address, fenced)| {
+            Some((self.hosts.iter().position(|h| *h == address)?, fenced))
+        });
+        let later = std::mem::take(&mut *pending);
+        pending.extend(again);
+        pending.extend(later);
+    }
+
+    /// Hosts the dictionary says an instance fenced: fenced here too. A
+    /// fence is lifted only where a host is seen rejoined, which every
+    /// instance sees for itself.
+    pub fn fenced_elsewhere(&self, addresses: &[String]) {
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        for (host, address) in self.hosts.iter().enumerate() {
+            if addresses.contains(address) && !fenced[host] {
+                tracing::warn!(host = %address, "fenced, as the dictionary says");
+                fenced[host] = true;
+            }
         }
     }
 
@@ -223,6 +271,7 @@ impl ReplicaSet {
             if fenced[host] && rejoined {
                 tracing::warn!(host = %self.hosts[host], "rejoined: a replica of the writer again");
                 fenced[host] = false;
+                self.fence_changed(host, false);
             }
         }
     }
@@ -395,7 +444,10 @@ impl Pool {
             _ => None,
         };
         let health = self.replicas.health();
-        (0..self.readers.len())
+        let hosts = self.readers.len();
+        let first = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        (0..hosts)
+            .map(|i| (first + i) % hosts)
             .filter(|&host| Some(host) != writer)
             .filter(|&host| {
                 let seen = &health[host];
@@ -1020,6 +1072,9 @@ mod tests {
         set.record(vec![host(true, false), host(true, false)]);
         assert_eq!(at(&set), Some(1));
         assert_eq!(set.view(2)[0].role, "fenced");
+        // For the dictionary, once.
+        assert_eq!(set.take_fence_changes(), [("a:1".to_string(), true)]);
+        assert_eq!(set.take_fence_changes(), []);
         let replicating_from = |source: &str, sql_running: bool| Health {
             replication: Some(Replication {
                 source: source.into(),
@@ -1039,6 +1094,14 @@ mod tests {
         set.record(vec![replicating_from("b:1", true), host(true, false)]);
         assert_eq!(set.view(2)[0].role, "replica");
         assert_eq!(at(&set), Some(1));
+        assert_eq!(set.take_fence_changes(), [("a:1".to_string(), false)]);
+
+        // An instance that did not see the failover reads the fence.
+        let later = ReplicaSet::new(vec!["a:1".into(), "b:1".into()], true);
+        later.fenced_elsewhere(&["a:1".to_string()]);
+        later.record(vec![host(true, false), host(true, false)]);
+        assert_eq!(at(&later), Some(1));
+        assert_eq!(later.take_fence_changes(), []);
 
         // Without automatic failover, hscale only follows: the old writer
         // back writable is a split brain.

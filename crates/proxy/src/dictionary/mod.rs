@@ -306,11 +306,56 @@ pub async fn reload_with(
         handle.install(store::load(conn, handle).await?);
         let switchovers = store::switchovers(conn, &handle.schema, &handle.instance).await?;
         follow_switchovers(shared, &switchovers);
+        let fenced = store::fenced_hosts(conn, &handle.schema).await?;
+        for pool in &shared.pools {
+            let hosts: Vec<String> = fenced
+                .iter()
+                .filter(|(backend, _)| *backend == pool.id())
+                .map(|(_, host)| host.clone())
+                .collect();
+            pool.replicas().fenced_elsewhere(&hosts);
+        }
     }
+    record_fences(shared, conn).await;
     let acknowledged = acknowledged(shared);
     store::heartbeat(conn, &handle.schema, &handle.instance, acknowledged).await?;
     handle.confirmed(asked);
     Ok(())
+}
+
+/// Writes the fences this instance set or lifted into the dictionary
+/// (bumping its version, so that the others load them); kept for the next
+/// reload where the dictionary does not take them now.
+async fn record_fences(shared: &Cluster, conn: &mut BackendConn) {
+    let table = format!("{}.fenced_hosts", store::ident(&shared.dictionary.schema));
+    for pool in &shared.pools {
+        let changes = pool.replicas().take_fence_changes();
+        if changes.is_empty() {
+            continue;
+        }
+        let statements: Vec<String> = changes
+            .iter()
+            .map(|(host, fenced)| match fenced {
+                true => format!(
+                    "REPLACE INTO {table} VALUES ({}, {}, NOW(6))",
+                    pool.id(),
+                    store::text_literal(host)
+                ),
+                false => format!(
+                    "DELETE FROM {table} WHERE backend = {} AND host = {}",
+                    pool.id(),
+                    store::text_literal(host)
+                ),
+            })
+            .collect();
+        if let Err(e) = store::change(conn, &shared.dictionary.schema, &statements).await {
+            tracing::warn!(
+                backend = pool.id(),
+                "a fence waits to be recorded in the dictionary: {e}"
+            );
+            pool.replicas().fence_changes_back(changes);
+        }
+    }
 }
 
 /// Holds the statements of each backend another instance switches over

@@ -112,6 +112,9 @@ pub async fn ensure_schema(
         // A switchover under way (HSCALE SWITCHOVER), by backend, and the
         // instance that runs it: 'announced', then 'pausing' while every
         // other instance holds the backend's statements.
+        // Hosts of replica sets a failover fenced (never the writer again
+        // until rejoined), for every instance, one started later too.
+        format!("CREATE TABLE IF NOT EXISTS {s}.fenced_hosts (backend INT UNSIGNED NOT NULL, host VARCHAR(255) NOT NULL, since DATETIME(6) NOT NULL, PRIMARY KEY (backend, host)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.switchovers (backend INT UNSIGNED NOT NULL PRIMARY KEY, instance VARCHAR(64) NOT NULL, phase VARCHAR(16) NOT NULL, started DATETIME(6) NOT NULL) {options}"),
         // Online moves (MOVE_PARTITION, splits): one row per job, owned by
         // the instance that runs it; its progress as of its last chunk. A
@@ -123,6 +126,21 @@ pub async fn ensure_schema(
         exec(conn, &sql).await?;
     }
     Ok(())
+}
+
+/// The hosts failovers fenced, by backend.
+pub async fn fenced_hosts(
+    conn: &mut BackendConn,
+    schema: &str,
+) -> Result<Vec<(u32, String)>, ProxyError> {
+    let rows = exec(
+        conn,
+        &format!("SELECT backend, host FROM {}.fenced_hosts", ident(schema)),
+    )
+    .await?;
+    Ok((0..rows.len())
+        .filter_map(|r| Some((text(&rows, r, 0).parse().ok()?, text(&rows, r, 1))))
+        .collect())
 }
 
 /// The switchovers other instances than `instance` run, by backend:

@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # Replica sets (issue 57): how long writes stop when a backend's primary dies
-# or is switched over, measured from the clients' side with real servers, in
-# one run:
+# or is switched over, measured from the clients' side with real servers,
+# and what reads on replicas bring, in one run:
 #   failover    crates/proxy/tests/failover_xa.rs, --failovers runs: bank
-#               transfers over a plain backend and a replica set of three
-#               MariaDB servers (GTID, semi-sync AFTER_SYNC) through two
-#               hscale instances; the primary is SIGKILLed at a seeded moment
-#               and hscale promotes a replica (failover = "auto"). Per run:
-#               from the kill to the first acknowledged transfer on the
-#               replica set begun after it (resumed_ms), and the slowest
-#               transfer on the plain backend alone meanwhile
+#               transfers over two backends, each a replica set of three
+#               MariaDB servers (GTID, semi-sync AFTER_SYNC), through two
+#               hscale instances; one backend's primary is SIGKILLed at a
+#               seeded moment and hscale promotes a replica (failover =
+#               "auto"). Per run: from the kill to the first acknowledged
+#               transfer on that backend begun after it (resumed_ms), and
+#               the slowest transfer on the other backend alone meanwhile
 #               (other_backend_longest_ms). hscale's defaults: monitor_ms 500,
 #               failover_after_ms 3000 (target: median <= 5 s).
 #   switchover  crates/proxy/tests/replicas.rs, --switchovers planned
 #               switchovers round the set under two inserting clients: each
 #               one's pause as HSCALE SWITCHOVER answers it, and the longest
 #               time the clients went without an acknowledged insert
-#               (target: <= 1 s).
+#               (target: <= 1 s); then one switchover through an instance
+#               while the clients write through another, which holds their
+#               statements as the dictionary asks it to.
+#   reads       sysbench oltp_read_only (autocommitted) at --threads
+#               clients for --seconds each, against a replica set's primary
+#               directly, then through hscale as a user whose reads go to the
+#               primary and as one whose reads go to the two replicas
+#               (target: replicas >= 1.6x primary, on a machine where each
+#               server has its cores; on one small machine all three servers
+#               share the same cores).
 # The correctness checks of both tests hold in every run (nothing
 # acknowledged lost, no branch left prepared).
 #
-#   bench/failover.sh [--failovers N] [--switchovers N] [--monitor-ms MS]
-#                     [--failover-after-ms MS]
+#   bench/replicas.sh [--failovers N] [--switchovers N] [--monitor-ms MS]
+#                     [--failover-after-ms MS] [--seconds N] [--threads N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,12 +38,16 @@ FAILOVERS=10
 SWITCHOVERS=10
 MONITOR_MS=500
 FAILOVER_AFTER_MS=3000
+READ_SECONDS=10
+READ_THREADS=8
 while [ $# -gt 0 ]; do
   case "$1" in
     --failovers) FAILOVERS=$2; shift 2 ;;
     --switchovers) SWITCHOVERS=$2; shift 2 ;;
     --monitor-ms) MONITOR_MS=$2; shift 2 ;;
     --failover-after-ms) FAILOVER_AFTER_MS=$2; shift 2 ;;
+    --seconds) READ_SECONDS=$2; shift 2 ;;
+    --threads) READ_THREADS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -52,8 +65,11 @@ HSCALE_FAILOVER_RUNS=$FAILOVERS HSCALE_MONITOR_MS=$MONITOR_MS \
   cargo test --release -q -p hscale-proxy --test failover_xa -- --nocapture \
   >"$out/failover.log" 2>&1 || failed "$out/failover.log"
 HSCALE_SWITCHOVERS=$SWITCHOVERS \
-  cargo test --release -q -p hscale-proxy --test replicas switchover -- --nocapture \
+  cargo test --release -q -p hscale-proxy --test replicas switchover -- --nocapture --test-threads 1 \
   >"$out/switchover.log" 2>&1 || failed "$out/switchover.log"
+HSCALE_READS_SECONDS=$READ_SECONDS HSCALE_READS_THREADS=$READ_THREADS \
+  cargo test --release -q -p hscale-proxy --test replicas oltp_read_only_over_replicas \
+  -- --ignored --nocapture >"$out/reads.log" 2>&1 || failed "$out/reads.log"
 
 # median and max of the numbers on stdin
 stats() {
@@ -71,3 +87,7 @@ line=$(grep '^switchover:' "$out/switchover.log")
 pauses=$(echo "$line" | sed 's/.*pause_ms=\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d ' ')
 echo "switchover: pause as HSCALE SWITCHOVER answers it (ms): $(echo "$pauses" | stats)"
 echo "switchover: longest time the clients went without an insert (ms): $(echo "$line" | sed 's/.*longest_gap_ms=\([0-9]*\).*/\1/')"
+other=$(grep '^switchover through another instance:' "$out/switchover.log")
+echo "switchover through another instance (held by the dictionary): pause $(echo "$other" | sed 's/.*pause_ms=\([0-9]*\).*/\1/') ms, longest time its clients went without an insert $(echo "$other" | sed 's/.*longest_gap_ms=\([0-9]*\).*/\1/') ms"
+reads=$(grep '^reads:' "$out/reads.log")
+echo "reads ($READ_THREADS clients, oltp_read_only autocommitted): $(echo "$reads" | sed 's/^reads: //')"
