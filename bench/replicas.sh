@@ -11,7 +11,8 @@
 #               transfer on that backend begun after it (resumed_ms), and
 #               the slowest transfer on the other backend alone meanwhile
 #               (other_backend_longest_ms). hscale's defaults: monitor_ms 500,
-#               failover_after_ms 3000 (target: median <= 5 s).
+#               failover_after_ms 3000, the dictionary's lease_ms 10000
+#               (target: median <= 5 s).
 #   switchover  crates/proxy/tests/replicas.rs, --switchovers planned
 #               switchovers round the set under two inserting clients: each
 #               one's pause as HSCALE SWITCHOVER answers it, and the longest
@@ -30,7 +31,8 @@
 # acknowledged lost, no branch left prepared).
 #
 #   bench/replicas.sh [--failovers N] [--switchovers N] [--monitor-ms MS]
-#                     [--failover-after-ms MS] [--seconds N] [--threads N]
+#                     [--failover-after-ms MS] [--lease-ms MS] [--seconds N]
+#                     [--threads N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +40,7 @@ FAILOVERS=10
 SWITCHOVERS=10
 MONITOR_MS=500
 FAILOVER_AFTER_MS=3000
+LEASE_MS=10000
 READ_SECONDS=10
 READ_THREADS=8
 while [ $# -gt 0 ]; do
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
     --switchovers) SWITCHOVERS=$2; shift 2 ;;
     --monitor-ms) MONITOR_MS=$2; shift 2 ;;
     --failover-after-ms) FAILOVER_AFTER_MS=$2; shift 2 ;;
+    --lease-ms) LEASE_MS=$2; shift 2 ;;
     --seconds) READ_SECONDS=$2; shift 2 ;;
     --threads) READ_THREADS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -58,10 +62,10 @@ failed() { grep -E -B1 -A6 "^run [0-9]+:|panicked" "$1" | grep -v WARN | tail -4
 trap 'rm -rf "$out"' EXIT
 
 echo "machine: $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GiB; $(mariadbd --version 2>/dev/null | head -1)"
-echo "release build; monitor_ms=$MONITOR_MS failover_after_ms=$FAILOVER_AFTER_MS"
+echo "release build; monitor_ms=$MONITOR_MS failover_after_ms=$FAILOVER_AFTER_MS lease_ms=$LEASE_MS"
 
 HSCALE_FAILOVER_RUNS=$FAILOVERS HSCALE_MONITOR_MS=$MONITOR_MS \
-  HSCALE_FAILOVER_AFTER_MS=$FAILOVER_AFTER_MS \
+  HSCALE_FAILOVER_AFTER_MS=$FAILOVER_AFTER_MS HSCALE_LEASE_MS=$LEASE_MS \
   cargo test --release -q -p hscale-proxy --test failover_xa -- --nocapture \
   >"$out/failover.log" 2>&1 || failed "$out/failover.log"
 HSCALE_SWITCHOVERS=$SWITCHOVERS \

@@ -168,10 +168,12 @@ fn setting(var: &str, test_value: u64) -> u64 {
 /// The configuration of one instance over the two replica sets, backends
 /// 1 (the dictionary's) and 2, each failing over by itself a second after
 /// its writer goes (`HSCALE_FAILOVER_AFTER_MS`), their hosts checked every
-/// 50 ms (`HSCALE_MONITOR_MS`).
+/// 50 ms (`HSCALE_MONITOR_MS`), the dictionary's lease 2 s
+/// (`HSCALE_LEASE_MS`).
 fn instance_config(sets: &[ReplicaSet; 2], db: &str, port: u16) -> String {
     let monitor_ms = setting("HSCALE_MONITOR_MS", 50);
     let failover_after_ms = setting("HSCALE_FAILOVER_AFTER_MS", 1000);
+    let lease_ms = setting("HSCALE_LEASE_MS", 2000);
     let backends: String = (1u32..)
         .zip(sets)
         .map(|(id, set)| {
@@ -215,7 +217,7 @@ rows_per_s = 1000
 [dictionary]
 schema = "hscale"
 refresh_ms = 50
-lease_ms = 2000
+lease_ms = {lease_ms}
 
 [log]
 level = "warn"
