@@ -1,9 +1,10 @@
 //! The configuration file (TOML): plain serde structs, and `validate`, which
 //! reports every problem with its path.
 
+mod validate;
+
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -518,8 +519,6 @@ pub enum ConfigError {
     },
 }
 
-const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
-
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -545,322 +544,11 @@ impl Config {
         toml::from_str(text)
     }
 
-    /// Every problem in the configuration; empty when it is valid.
-    pub fn validate(&self) -> Vec<Problem> {
-        let mut problems = Vec::new();
-        let mut report = |path: String, message: String| problems.push(Problem { path, message });
-        if self.proxy.listen.parse::<SocketAddr>().is_err() {
-            report(
-                "proxy.listen".into(),
-                format!(
-                    "'{}' is not host:port (e.g. 127.0.0.1:4040)",
-                    self.proxy.listen
-                ),
-            );
-        }
-        if let Some(http) = &self.proxy.http {
-            if http.parse::<SocketAddr>().is_err() {
-                report("proxy.http".into(), format!("'{http}' is not host:port"));
-            }
-        }
-        if self.proxy.max_connections == 0 {
-            report("proxy.max_connections".into(), "must be at least 1".into());
-        }
-        if self.proxy.tls_cert.is_some() != self.proxy.tls_key.is_some() {
-            report(
-                "proxy.tls_cert".into(),
-                "tls_cert and tls_key go together".into(),
-            );
-        }
-        if self.proxy.require_tls && (self.proxy.tls_cert.is_none() || self.proxy.tls_key.is_none())
-        {
-            report(
-                "proxy.require_tls".into(),
-                "needs tls_cert and tls_key".into(),
-            );
-        }
-        if self.proxy.monitor_ms == 0 {
-            report("proxy.monitor_ms".into(), "must be at least 1".into());
-        }
-        if self.proxy.login_timeout_ms == 0 {
-            report("proxy.login_timeout_ms".into(), "must be at least 1".into());
-        }
-        if self.scans.fan_out == 0 {
-            report("scans.fan_out".into(), "must be at least 1".into());
-        }
-        if self.users.is_empty() {
-            report(
-                "users".into(),
-                "no user may connect: add at least one [[users]]".into(),
-            );
-        }
-        for (i, user) in self.users.iter().enumerate() {
-            if user.name.is_empty() {
-                report(format!("users[{i}].name"), "must not be empty".into());
-            }
-            if self.users[..i].iter().any(|u| u.name == user.name) {
-                report(
-                    format!("users[{i}].name"),
-                    format!("'{}' is listed twice", user.name),
-                );
-            }
-            if user.password.starts_with('*')
-                && user.password.len() == 41
-                && user.password_hash().is_none()
-            {
-                report(
-                    format!("users[{i}].password"),
-                    "looks like a *HEX hash but is not 40 hex digits".into(),
-                );
-            }
-        }
-        if self.backends.is_empty() {
-            report(
-                "backends".into(),
-                "at least one [[backends]] is needed".into(),
-            );
-        }
-        for (i, backend) in self.backends.iter().enumerate() {
-            if backend.id == 0 {
-                report(format!("backends[{i}].id"), "ids start at 1".into());
-            }
-            if self.backends[..i].iter().any(|b| b.id == backend.id) {
-                report(
-                    format!("backends[{i}].id"),
-                    format!("id {} is used twice", backend.id),
-                );
-            }
-            if !backend.address.starts_with('/') && !has_port(&backend.address) {
-                report(
-                    format!("backends[{i}].address"),
-                    format!(
-                        "'{}' is neither host:port nor a socket path",
-                        backend.address
-                    ),
-                );
-            }
-            if backend.max_connections == 0 {
-                report(
-                    format!("backends[{i}].max_connections"),
-                    "must be at least 1".into(),
-                );
-            }
-            if let Err(e) = crate::tls::connector(backend.tls, backend.tls_ca.as_deref()) {
-                report(format!("backends[{i}].tls_ca"), e.to_string());
-            }
-            for (r, replica) in backend.replicas.iter().enumerate() {
-                if !replica.starts_with('/') && !has_port(replica) {
-                    report(
-                        format!("backends[{i}].replicas[{r}]"),
-                        format!("'{replica}' is neither host:port nor a socket path"),
-                    );
-                }
-                if backend.hosts()[..=r].contains(replica) {
-                    report(
-                        format!("backends[{i}].replicas[{r}]"),
-                        format!("'{replica}' is listed twice"),
-                    );
-                }
-            }
-        }
-        if let (Some(cert), Some(key)) = (&self.proxy.tls_cert, &self.proxy.tls_key) {
-            if let Err(e) = crate::tls::acceptor(cert, key) {
-                report("proxy.tls_cert".into(), e.to_string());
-            }
-        }
-        if !self.backends.is_empty()
-            && !self
-                .backends
-                .iter()
-                .any(|b| b.id == self.dictionary.backend)
-        {
-            report(
-                "dictionary.backend".into(),
-                format!("no backend has id {}", self.dictionary.backend),
-            );
-        }
-        if self.dictionary.schema.is_empty() {
-            report("dictionary.schema".into(), "must not be empty".into());
-        }
-        if !LEVELS.contains(&self.log.level.as_str()) {
-            report(
-                "log.level".into(),
-                format!("'{}' is not one of {}", self.log.level, LEVELS.join(", ")),
-            );
-        }
-        for (category, level) in &self.log.categories {
-            if !LEVELS.contains(&level.as_str()) {
-                report(
-                    format!("log.categories.\"{category}\""),
-                    format!("'{level}' is not one of {}", LEVELS.join(", ")),
-                );
-            }
-        }
-        problems
-    }
-
     pub fn main_backend(&self) -> &BackendConfig {
         self.backends
             .iter()
             .find(|b| b.id == self.dictionary.backend)
             .unwrap_or(&self.backends[0])
-    }
-}
-
-fn has_port(address: &str) -> bool {
-    address
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-[proxy]
-listen = "127.0.0.1:4040"
-http = "127.0.0.1:4041"
-max_connections = 4096
-
-[[users]]
-name = "app"
-password = "secret"
-admin = true
-
-[[backends]]
-id = 1
-address = "127.0.0.1:3306"
-user = "root"
-password = ""
-max_connections = 64
-
-[[backends]]
-id = 2
-address = "127.0.0.1:3307"
-user = "root"
-password = ""
-
-[dictionary]
-backend = 1
-schema = "hscale"
-refresh_ms = 1000
-
-[log]
-level = "info"
-[log.categories]
-"hscale::router" = "debug"
-"#;
-
-    #[test]
-    fn the_design_example_is_valid() {
-        let config = Config::parse(GOOD).unwrap();
-        assert_eq!(config.validate(), vec![]);
-        assert_eq!(config.backends[1].max_connections, 64);
-        assert_eq!(config.main_backend().address, "127.0.0.1:3306");
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let text = GOOD.replace("max_connections = 4096", "max_conections = 4096");
-        let err = Config::parse(&text).unwrap_err().to_string();
-        assert!(err.contains("max_conections"), "{err}");
-    }
-
-    #[test]
-    fn every_problem_is_reported_with_its_path() {
-        let text = GOOD
-            .replace("listen = \"127.0.0.1:4040\"", "listen = \"nowhere\"")
-            .replace("id = 2", "id = 1")
-            .replace("\"127.0.0.1:3307\"", "\"localhost\"")
-            .replace("level = \"info\"", "level = \"loud\"");
-        let problems = Config::parse(&text).unwrap().validate();
-        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            [
-                "proxy.listen",
-                "backends[1].id",
-                "backends[1].address",
-                "log.level"
-            ]
-        );
-    }
-
-    #[test]
-    fn hashed_passwords_are_accepted_and_checked() {
-        let good = GOOD.replace(
-            "password = \"secret\"",
-            "password = \"*14E65567ABDB5135D0CFD9A70B3032C179A49EE7\"",
-        );
-        let config = Config::parse(&good).unwrap();
-        assert_eq!(
-            config.users[0].password_hash(),
-            Some(PasswordHash::from_plain("secret"))
-        );
-        let bad = GOOD.replace(
-            "password = \"secret\"",
-            "password = \"*14E65567ABDB5135D0CFD9A70B3032C179A49EZZ\"",
-        );
-        let problems = Config::parse(&bad).unwrap().validate();
-        assert_eq!(problems[0].path, "users[0].password");
-    }
-
-    #[test]
-    fn tls_settings_that_cannot_work_are_reported() {
-        let text = GOOD
-            .replace(
-                "max_connections = 4096",
-                "max_connections = 4096\ntls_cert = \"/nonexistent/server.pem\"\nrequire_tls = true\ndefault_auth = \"caching_sha2_password\"",
-            )
-            .replace("max_connections = 64", "max_connections = 64\ntls = \"verify\"");
-        let config = Config::parse(&text).unwrap();
-        assert_eq!(config.proxy.default_auth, DefaultAuth::CachingSha2Password);
-        let problems = config.validate();
-        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            ["proxy.tls_cert", "proxy.require_tls", "backends[0].tls_ca"]
-        );
-        let text = GOOD.replace(
-            "max_connections = 4096",
-            "max_connections = 4096\ntls_cert = \"/nonexistent/server.pem\"\ntls_key = \"/nonexistent/key.pem\"",
-        );
-        let problems = Config::parse(&text).unwrap().validate();
-        assert_eq!(problems[0].path, "proxy.tls_cert");
-        assert!(
-            problems[0].message.contains("/nonexistent/server.pem"),
-            "{}",
-            problems[0].message
-        );
-    }
-
-    #[test]
-    fn a_replica_set_lists_each_host_once() {
-        let text = GOOD.replace(
-            "address = \"127.0.0.1:3307\"",
-            "address = \"127.0.0.1:3307\"\nreplicas = [\"127.0.0.1:3308\", \"127.0.0.1:3307\", \"nowhere\"]\nfailover_wait_ms = 500",
-        );
-        let config = Config::parse(&text).unwrap();
-        assert_eq!(config.backends[1].failover_wait_ms, 500);
-        assert_eq!(config.backends[1].hosts().len(), 4);
-        let problems = config.validate();
-        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            ["backends[1].replicas[1]", "backends[1].replicas[2]"]
-        );
-        let auto = GOOD.replace("id = 2", "id = 2\nfailover = \"auto\"");
-        assert_eq!(Config::parse(&auto).unwrap().validate(), vec![]);
-        let main = GOOD.replace("id = 1", "id = 1\nfailover = \"auto\"");
-        assert_eq!(Config::parse(&main).unwrap().validate(), vec![]);
-    }
-
-    #[test]
-    fn dictionary_backend_must_exist() {
-        let text = GOOD.replace("backend = 1", "backend = 9");
-        let problems = Config::parse(&text).unwrap().validate();
-        assert_eq!(problems[0].path, "dictionary.backend");
     }
 }
 
@@ -878,3 +566,6 @@ pub enum MoveClients {
     /// tests of what a move must keep.
     Always,
 }
+
+#[cfg(test)]
+mod tests;

@@ -62,35 +62,62 @@ async fn answer(mut socket: TcpStream, shared: &Shared) -> std::io::Result<()> {
 
 /// The Prometheus exposition of hscale's counters.
 pub fn metrics(shared: &Shared) -> String {
-    let c = &shared.counters;
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+    let mut out = Exposition::default();
+    clients(shared, &mut out);
+    hosts(shared, &mut out);
+    two_phase(shared, &mut out);
+    pools(shared, &mut out);
+    out.metric(
+        "hscale_uptime_seconds",
+        "gauge",
+        "Seconds since start.",
+        plain(shared.started.elapsed().as_secs()),
+    );
+    out.0
+}
+
+/// Metric families in Prometheus' text format, in the order written.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>) {
+        self.0
+            .push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for (labels, value) in samples {
-            out.push_str(&format!("{name}{labels} {value}\n"));
+            self.0.push_str(&format!("{name}{labels} {value}\n"));
         }
-    };
-    let plain = |v: u64| vec![(String::new(), v)];
-    metric(
+    }
+}
+
+/// One sample without labels.
+fn plain(value: u64) -> Vec<(String, u64)> {
+    vec![(String::new(), value)]
+}
+
+/// Clients, workers and what their statements met.
+fn clients(shared: &Shared, out: &mut Exposition) {
+    let c = &shared.counters;
+    out.metric(
         "hscale_questions_total",
         "counter",
         "Commands received from clients.",
         plain(c.questions.total()),
     );
-    metric(
+    out.metric(
         "hscale_client_connections_total",
         "counter",
         "Client connections accepted.",
         plain(c.connections.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_clients",
         "gauge",
         "Client connections open now.",
         plain(c.clients.load(Ordering::Relaxed)),
     );
     let serving = shared.balance.serving().into_iter().enumerate();
-    metric(
+    out.metric(
         "hscale_worker_clients",
         "gauge",
         "Client connections each worker thread serves now.",
@@ -98,36 +125,40 @@ pub fn metrics(shared: &Shared) -> String {
             .map(|(worker, n)| (format!("{{worker=\"{worker}\"}}"), n as u64))
             .collect(),
     );
-    metric(
+    out.metric(
         "hscale_clients_moved_total",
         "counter",
         "Clients moved from a busy worker thread to an idle one between statements.",
         plain(shared.balance.moved.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_statements_waited_total",
         "counter",
         "Statements that waited for a move's fence or a lock on their table.",
         plain(c.waited.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_lookup_joins_total",
         "counter",
         "SELECTs the partitions could not answer alone, answered by a lookup join.",
         plain(c.lookup_joins.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_copied_statements_total",
         "counter",
         "SELECTs the partitions could not answer alone, answered from copies of their tables.",
         plain(c.copied.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_deadlocks_total",
         "counter",
         "Transactions ended with error 1213: their lock waits formed a cycle through several backends.",
         plain(c.deadlocks.load(Ordering::Relaxed)),
     );
+}
+
+/// Each backend host as the monitor last saw it.
+fn hosts(shared: &Shared, out: &mut Exposition) {
     let hosts: Vec<_> = shared
         .pools
         .iter()
@@ -139,7 +170,7 @@ pub fn metrics(shared: &Shared) -> String {
             h.backend, h.address, h.role
         )
     };
-    metric(
+    out.metric(
         "hscale_backend_host_up",
         "gauge",
         "Whether the monitor's last check reached the backend host (1) or not (0), with its role.",
@@ -148,7 +179,7 @@ pub fn metrics(shared: &Shared) -> String {
             .map(|h| (label(h), u64::from(h.health.reachable)))
             .collect(),
     );
-    metric(
+    out.metric(
         "hscale_backend_host_lag_ms",
         "gauge",
         "How far a replica's applied transactions trail its source (Seconds_Behind_Master), in ms.",
@@ -160,25 +191,33 @@ pub fn metrics(shared: &Shared) -> String {
             })
             .collect(),
     );
+}
+
+/// Two-phase commit and its recovery.
+fn two_phase(shared: &Shared, out: &mut Exposition) {
     let xa = &shared.xa;
-    metric(
+    out.metric(
         "hscale_xa_committed_total",
         "counter",
         "Writes over several backends committed in two phases.",
         plain(xa.committed.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_xa_recovered_total",
         "counter",
         "Prepared branches that recovery committed or rolled back.",
         plain(xa.recovered.load(Ordering::Relaxed)),
     );
-    metric(
+    out.metric(
         "hscale_xa_unresolved_branches",
         "gauge",
         "Prepared branches the last recovery pass left: their owner is at work, or a backend did not answer.",
         plain(xa.unresolved.load(Ordering::Relaxed)),
     );
+}
+
+/// Each backend's connections and idle lists.
+fn pools(shared: &Shared, out: &mut Exposition) {
     let per_backend = |value: &dyn Fn(&crate::backend::Pool) -> u64| {
         shared
             .pools
@@ -186,29 +225,22 @@ pub fn metrics(shared: &Shared) -> String {
             .map(|p| (format!("{{backend=\"{}\"}}", p.id()), value(p)))
             .collect()
     };
-    metric(
+    out.metric(
         "hscale_backend_connections",
         "gauge",
         "Backend connections open now, idle or in use.",
         per_backend(&|p| p.open_connections() as u64),
     );
-    metric(
+    out.metric(
         "hscale_pool_lock_acquisitions_total",
         "counter",
         "Times a worker locked one of a backend's idle lists (a take, a return, a look).",
         per_backend(&|p| p.lock_acquisitions()),
     );
-    metric(
+    out.metric(
         "hscale_pool_borrowed_total",
         "counter",
         "Idle backend connections a worker borrowed from another worker's list.",
         per_backend(&|p| p.borrowed()),
     );
-    metric(
-        "hscale_uptime_seconds",
-        "gauge",
-        "Seconds since start.",
-        plain(shared.started.elapsed().as_secs()),
-    );
-    out
 }

@@ -12,6 +12,7 @@ use hscale_moves::Column;
 use hscale_planner::TableName;
 
 use super::{check_manageable, current, publish, AdminAnswer, AdminError, AdminLock};
+use crate::backend::BackendConn;
 use crate::dictionary::store::{self, exec, ident, text_literal};
 use crate::error::ProxyError;
 use crate::online::copy::raw_connection;
@@ -45,30 +46,7 @@ pub async fn setup(shared: &Cluster, table: TableName) -> Result<AdminAnswer, Pr
     let columns = crate::online::table::describe(&mut source, &table.db, &table.name, &table.name)
         .await?
         .columns;
-    let mut copies = Vec::new();
-    for (slot, pool) in shared.pools.iter().enumerate() {
-        if slot == shared.main {
-            continue;
-        }
-        let mut conn = raw_connection(shared, slot).await?;
-        if resumed {
-            let partial = format!(
-                "DROP TABLE IF EXISTS {}.{}",
-                ident(&table.db),
-                ident(&table.name)
-            );
-            exec(&mut conn, &partial).await?;
-        }
-        if store::table_exists(&mut conn, &table.db, &table.name).await? {
-            return Err(AdminError::TableExists {
-                db: table.db,
-                name: table.name,
-                backend: pool.id(),
-            }
-            .into());
-        }
-        copies.push((pool.id(), conn));
-    }
+    let mut copies = copy_backends(shared, &table, resumed).await?;
     let backends: Vec<String> = std::iter::once(main_backend)
         .chain(copies.iter().map(|(backend, _)| *backend))
         .map(|b| b.to_string())
@@ -136,6 +114,41 @@ pub async fn setup(shared: &Cluster, table: TableName) -> Result<AdminAnswer, Pr
     store::change(&mut lock.conn, schema, &[ready]).await?;
     publish(shared, &mut lock).await?;
     Ok(AdminAnswer::done(rows as u64))
+}
+
+/// A connection to every backend but the main one, where the copies go;
+/// refused where one has a table of that name (a copying that stopped
+/// half-way, `resumed`, is dropped first).
+async fn copy_backends(
+    shared: &Cluster,
+    table: &TableName,
+    resumed: bool,
+) -> Result<Vec<(u32, Box<BackendConn>)>, ProxyError> {
+    let mut copies = Vec::new();
+    for (slot, pool) in shared.pools.iter().enumerate() {
+        if slot == shared.main {
+            continue;
+        }
+        let mut conn = raw_connection(shared, slot).await?;
+        if resumed {
+            let partial = format!(
+                "DROP TABLE IF EXISTS {}.{}",
+                ident(&table.db),
+                ident(&table.name)
+            );
+            exec(&mut conn, &partial).await?;
+        }
+        if store::table_exists(&mut conn, &table.db, &table.name).await? {
+            return Err(AdminError::TableExists {
+                db: table.db.clone(),
+                name: table.name.clone(),
+                backend: pool.id(),
+            }
+            .into());
+        }
+        copies.push((pool.id(), conn));
+    }
+    Ok(copies)
 }
 
 /// The rows as INSERTs of at most `INSERT_BYTES` each.

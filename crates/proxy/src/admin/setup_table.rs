@@ -26,44 +26,12 @@ pub async fn run(
     }
     let default_table = check_names(shared, &dictionary, &table, &default_table)?;
     let mut conn = own_connection(shared, slot(shared, backend)?).await?;
-    let sql = format!(
-        "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
-        store::text_literal(&table.db),
-        store::text_literal(&table.name),
-        store::text_literal(&column)
-    );
-    let rows = store::exec(&mut conn, &sql).await?;
-    if rows.is_empty() {
-        return Err(
-            match store::table_exists(&mut conn, &table.db, &table.name).await? {
-                true => AdminError::NoSuchColumn { table, column },
-                false => AdminError::NoSuchTable { table, backend },
-            }
-            .into(),
-        );
-    }
-    let data_type = store::text(&rows, 0, 0);
-    let position = store::text(&rows, 0, 1);
-    let column = store::text(&rows, 0, 2);
-    let kind = ColumnKind::from_data_type(&data_type).ok_or_else(|| {
-        AdminError::Invalid(format!("a {data_type} column cannot be a partition column"))
-    })?;
-    function.check_column(kind).map_err(AdminError::from)?;
-    let collation = match (kind, store::text(&rows, 0, 3)) {
-        // A binary string type has no collation: its bytes compare.
-        (ColumnKind::Text | ColumnKind::Enum, name) if name.is_empty() => Some("binary".into()),
-        (ColumnKind::Text | ColumnKind::Enum, name) => Some(name),
-        _ => None,
-    };
-    if let Some(name) = &collation {
-        check_collation(&column, name)?;
-        // Learned now: a collation the servers cannot weigh fails here.
-        shared
-            .dictionary
-            .collations
-            .folding(&mut conn, Some(name))
-            .await?;
-    }
+    let PartitionColumn {
+        name: column,
+        position,
+        kind,
+        collation,
+    } = partition_column(shared, &mut conn, &table, column, backend, &function).await?;
     if store::table_exists(&mut conn, &table.db, &default_table).await? {
         return Err(AdminError::TableExists {
             db: table.db,
@@ -117,6 +85,78 @@ pub async fn run(
     publish(shared, &mut lock).await?;
     tracing::info!(table = %table, %function, "table is partitioned");
     Ok(AdminAnswer::done(0))
+}
+
+/// The partition column as the table defines it.
+struct PartitionColumn {
+    /// As the table spells it.
+    name: String,
+    position: String,
+    kind: ColumnKind,
+    /// Where its values are strings: the collation that compares them.
+    collation: Option<String>,
+}
+
+/// `column` of `table` on `backend`, checked: a type hscale partitions by,
+/// that `function` takes, a collation the servers can weigh.
+async fn partition_column(
+    shared: &Cluster,
+    conn: &mut BackendConn,
+    table: &TableName,
+    column: String,
+    backend: u32,
+    function: &HashFunction,
+) -> Result<PartitionColumn, ProxyError> {
+    let sql = format!(
+        "SELECT DATA_TYPE, ORDINAL_POSITION, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COLUMN_NAME = {}",
+        store::text_literal(&table.db),
+        store::text_literal(&table.name),
+        store::text_literal(&column)
+    );
+    let rows = store::exec(conn, &sql).await?;
+    if rows.is_empty() {
+        return Err(
+            match store::table_exists(conn, &table.db, &table.name).await? {
+                true => AdminError::NoSuchColumn {
+                    table: table.clone(),
+                    column,
+                },
+                false => AdminError::NoSuchTable {
+                    table: table.clone(),
+                    backend,
+                },
+            }
+            .into(),
+        );
+    }
+    let data_type = store::text(&rows, 0, 0);
+    let position = store::text(&rows, 0, 1);
+    let column = store::text(&rows, 0, 2);
+    let kind = ColumnKind::from_data_type(&data_type).ok_or_else(|| {
+        AdminError::Invalid(format!("a {data_type} column cannot be a partition column"))
+    })?;
+    function.check_column(kind).map_err(AdminError::from)?;
+    let collation = match (kind, store::text(&rows, 0, 3)) {
+        // A binary string type has no collation: its bytes compare.
+        (ColumnKind::Text | ColumnKind::Enum, name) if name.is_empty() => Some("binary".into()),
+        (ColumnKind::Text | ColumnKind::Enum, name) => Some(name),
+        _ => None,
+    };
+    if let Some(name) = &collation {
+        check_collation(&column, name)?;
+        // Learned now: a collation the servers cannot weigh fails here.
+        shared
+            .dictionary
+            .collations
+            .folding(conn, Some(name))
+            .await?;
+    }
+    Ok(PartitionColumn {
+        name: column,
+        position,
+        kind,
+        collation,
+    })
 }
 
 /// Gives the default table's foreign keys InnoDB's own names: a move

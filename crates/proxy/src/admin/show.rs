@@ -255,21 +255,13 @@ pub fn explain(
         main_backend: shared.main_backend(),
         passed_fences: &[],
     };
-    let row = |partition: &str, backend: u32, table: Option<&str>, sql: &str| {
-        vec![
-            some(partition),
-            some(backend),
-            table.map(str::to_string),
-            some(sql),
-        ]
-    };
     let mut cache = hscale_planner::PlanCache::default();
     let steps = |steps: &[hscale_planner::Step]| {
         steps
             .iter()
             .map(|s| {
                 let partition = s.target.partition.as_deref().unwrap_or("(default)");
-                row(partition, s.target.backend, Some(&s.target.table), &s.sql)
+                explain_row(partition, s.target.backend, Some(&s.target.table), &s.sql)
             })
             .collect()
     };
@@ -279,14 +271,14 @@ pub fn explain(
         Action::LockTables(locks) => locks
             .per_backend
             .iter()
-            .map(|(backend, sql)| row("(LOCK TABLES)", *backend, None, sql))
+            .map(|(backend, sql)| explain_row("(LOCK TABLES)", *backend, None, sql))
             .collect(),
         // One of them: where the client's transaction already is.
         Action::ReferenceRead(backends) => backends
             .iter()
-            .map(|backend| row("(any copy)", *backend, None, statement))
+            .map(|backend| explain_row("(any copy)", *backend, None, statement))
             .collect(),
-        Action::Main | Action::Transaction(_) => vec![row(
+        Action::Main | Action::Transaction(_) => vec![explain_row(
             "(not partitioned)",
             shared.main_backend(),
             None,
@@ -299,80 +291,33 @@ pub fn explain(
         }
         Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
         Action::Exists { table, .. } => return Err(AdminError::AlreadyPartitioned { table }.into()),
-        Action::Listing(listing) => {
-            let first = row(
-                "(listing)",
-                listing.backend,
-                None,
-                listing.sql.as_deref().unwrap_or(statement),
-            );
-            let elsewhere = (listing.elsewhere.iter())
-                .map(|other| row("(listing)", other.backend, None, &other.sql));
-            std::iter::once(first).chain(elsewhere).collect()
-        }
+        Action::Listing(listing) => listing_rows(&listing, statement),
         Action::Admin | Action::Kill(_) | Action::XaRecover => {
-            vec![row("(hscale)", shared.main_backend(), None, statement)]
+            vec![explain_row(
+                "(hscale)",
+                shared.main_backend(),
+                None,
+                statement,
+            )]
         }
         Action::Dynamic(dynamic) => {
             let what = match &dynamic {
                 hscale_planner::Dynamic::Run(text) => format!("(runs) {text}"),
                 other => format!("{other:?}"),
             };
-            vec![row("(dynamic SQL)", shared.main_backend(), None, &what)]
+            vec![explain_row(
+                "(dynamic SQL)",
+                shared.main_backend(),
+                None,
+                &what,
+            )]
         }
-        Action::Load(load) => (load.table.all_targets().iter())
-            .map(|target| {
-                let partition = target.partition.as_deref().unwrap_or("(default)");
-                let sql = load.statement(target);
-                row(partition, target.backend, Some(&target.table), &sql)
-            })
-            .collect(),
+        Action::Load(load) => load_rows(&load),
         Action::Template(_) => unreachable!("only plan_prepared makes templates"),
         Action::Federate(federation) => {
-            // A lookup join first, where the statement is one; the copies
-            // where it cannot answer.
-            let lookup = federation.lookup.iter().flat_map(|lookup| {
-                let keys = ["<keys of the rows above>".to_string()];
-                [
-                    row("(lookup join)", shared.main_backend(), None, &lookup.outer),
-                    row(
-                        "(lookup join)",
-                        shared.main_backend(),
-                        None,
-                        &lookup.inner_read(&keys),
-                    ),
-                ]
-            });
-            let copy_label = match federation.lookup {
-                Some(_) => "(copy, if the lookup cannot)",
-                None => "(copy)",
-            };
-            let copies = federation.copies.iter().map(|copy| {
-                let mut what = format!("copy of {}", copy.table);
-                if !copy.filters.is_empty() {
-                    what.push_str(&format!(" WHERE {}", copy.filters.join(" AND ")));
-                }
-                if let Some(reduce) = &copy.reduce {
-                    let from = &federation.copies[reduce.from].table;
-                    what.push_str(&format!(
-                        ", `{}` among the values of {from}.`{}`",
-                        reduce.column, reduce.from_column
-                    ));
-                }
-                row(
-                    copy_label,
-                    shared.main_backend(),
-                    Some(&copy.table.name),
-                    &what,
-                )
-            });
-            let answer = row("(on the copies)", shared.main_backend(), None, statement);
-            lookup
-                .chain(copies)
-                .chain(std::iter::once(answer))
-                .collect()
+            federation_rows(&federation, shared.main_backend(), statement)
         }
-        Action::Generate(generate) => vec![row(
+        Action::Generate(generate) => vec![explain_row(
             "(AUTO_INCREMENT ids first)",
             shared.main_backend(),
             None,
@@ -388,4 +333,84 @@ pub fn explain(
         ],
         rows,
     })
+}
+
+/// EXPLAIN ROUTE's rows for a statement no partition answers alone: the
+/// lookup join's reads, where it is one, then the copies and the statement
+/// on them.
+fn federation_rows(
+    federation: &hscale_planner::Federation,
+    main: u32,
+    statement: &str,
+) -> Vec<Vec<Option<String>>> {
+    let lookup = federation.lookup.iter().flat_map(|lookup| {
+        let keys = ["<keys of the rows above>".to_string()];
+        [
+            explain_row("(lookup join)", main, None, &lookup.outer),
+            explain_row("(lookup join)", main, None, &lookup.inner_read(&keys)),
+        ]
+    });
+    let copy_label = match federation.lookup {
+        Some(_) => "(copy, if the lookup cannot)",
+        None => "(copy)",
+    };
+    let copies = federation.copies.iter().map(|copy| {
+        let mut what = format!("copy of {}", copy.table);
+        if !copy.filters.is_empty() {
+            what.push_str(&format!(" WHERE {}", copy.filters.join(" AND ")));
+        }
+        if let Some(reduce) = &copy.reduce {
+            let from = &federation.copies[reduce.from].table;
+            what.push_str(&format!(
+                ", `{}` among the values of {from}.`{}`",
+                reduce.column, reduce.from_column
+            ));
+        }
+        explain_row(copy_label, main, Some(&copy.table.name), &what)
+    });
+    let answer = explain_row("(on the copies)", main, None, statement);
+    lookup
+        .chain(copies)
+        .chain(std::iter::once(answer))
+        .collect()
+}
+
+/// EXPLAIN ROUTE's rows for LOAD DATA: the statement each partition's
+/// rows go to.
+fn load_rows(load: &hscale_planner::Load) -> Vec<Vec<Option<String>>> {
+    (load.table.all_targets().iter())
+        .map(|target| {
+            let partition = target.partition.as_deref().unwrap_or("(default)");
+            let sql = load.statement(target);
+            explain_row(partition, target.backend, Some(&target.table), &sql)
+        })
+        .collect()
+}
+
+/// EXPLAIN ROUTE's rows for a listing: its backend's, then each other's.
+fn listing_rows(listing: &hscale_planner::Listing, statement: &str) -> Vec<Vec<Option<String>>> {
+    let first = explain_row(
+        "(listing)",
+        listing.backend,
+        None,
+        listing.sql.as_deref().unwrap_or(statement),
+    );
+    let elsewhere = (listing.elsewhere.iter())
+        .map(|other| explain_row("(listing)", other.backend, None, &other.sql));
+    std::iter::once(first).chain(elsewhere).collect()
+}
+
+/// One row of EXPLAIN ROUTE: where a statement goes and what it runs there.
+fn explain_row(
+    partition: &str,
+    backend: u32,
+    table: Option<&str>,
+    sql: &str,
+) -> Vec<Option<String>> {
+    vec![
+        some(partition),
+        some(backend),
+        table.map(str::to_string),
+        some(sql),
+    ]
 }

@@ -26,6 +26,8 @@
 //! another key: those returned lately are left to the sessions that returned
 //! them.
 
+mod open;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -34,7 +36,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 
 use super::accounts::Accounts;
-use super::conn::Login;
 use super::replicas::ReplicaSet;
 use super::{BackendConn, BackendError, ConnKey, ConnMark};
 use crate::config::BackendConfig;
@@ -343,105 +344,6 @@ impl Pool {
         }
     }
 
-    /// Opens a connection without a database: the session selects it with
-    /// COM_INIT_DB, so that an unknown database is the client's error (1049)
-    /// rather than a failed backend login.
-    async fn open(
-        &self,
-        key: ConnKey,
-        permit: tokio::sync::OwnedSemaphorePermit,
-    ) -> Result<Lease, BackendError> {
-        let conn = self.connect(key, permit, &self.slots).await?;
-        tracing::debug!(backend = self.config.id, "opened backend connection");
-        Ok(Lease { conn })
-    }
-
-    /// A new connection for hscale's own use, outside the clients' pool; it
-    /// is closed when dropped.
-    pub async fn open_own(&self, key: ConnKey) -> Result<Box<BackendConn>, BackendError> {
-        let permit = self.own_permit().await?;
-        self.connect(key, permit, &self.own_slots).await
-    }
-
-    async fn own_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BackendError> {
-        let wait = self.own_slots.clone().acquire_owned();
-        Ok(tokio::time::timeout(self.queue_timeout, wait)
-            .await
-            .map_err(|_| BackendError::PoolExhausted {
-                backend: self.config.id,
-                waited_ms: self.queue_timeout.as_millis() as u64,
-                max: OWN_CONNECTIONS,
-            })?
-            .expect("the pool never closes its semaphore"))
-    }
-
-    /// `open_own`, to one host of the replica set whatever its role.
-    pub(super) async fn open_own_to(
-        &self,
-        host: usize,
-        key: ConnKey,
-    ) -> Result<Box<BackendConn>, BackendError> {
-        let permit = self.own_permit().await?;
-        self.connect_to(host, key, permit).await
-    }
-
-    /// Logs in to the writer as the key's account. A writer of a replica
-    /// set that cannot be reached is gone: the statement waits for the next
-    /// one (the monitor sees it, a failover promotes a replica), as one
-    /// does while there is none, up to `failover_wait_ms`. `slots`: where
-    /// `permit` came from, for the next try's.
-    async fn connect(
-        &self,
-        key: ConnKey,
-        mut permit: tokio::sync::OwnedSemaphorePermit,
-        slots: &Arc<Semaphore>,
-    ) -> Result<Box<BackendConn>, BackendError> {
-        let started = Instant::now();
-        loop {
-            let (host, generation) = self.writer_host().await?;
-            let error = match self.connect_to(host, key, permit).await {
-                Ok(mut conn) => {
-                    conn.generation = generation;
-                    return Ok(conn);
-                }
-                Err(e) => e,
-            };
-            let unreachable = matches!(
-                error,
-                BackendError::Connect { .. } | BackendError::ConnectTimeout { .. }
-            );
-            if !unreachable || self.replicas.hosts.len() == 1 {
-                return Err(error);
-            }
-            Box::pin(self.replaced(generation, self.failover_wait(started))).await?;
-            permit = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the pool never closes its semaphore");
-        }
-    }
-
-    /// What is left of the backend's `failover_wait_ms` since `started`.
-    fn failover_wait(&self, started: Instant) -> Duration {
-        Duration::from_millis(self.config.failover_wait_ms).saturating_sub(started.elapsed())
-    }
-
-    /// A connection of the monitor's to one host, whatever its role.
-    pub(super) async fn connect_monitor(
-        &self,
-        host: usize,
-        key: ConnKey,
-    ) -> Result<Box<BackendConn>, BackendError> {
-        let permit = self
-            .monitor_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the pool never closes its semaphore");
-        self.connect_to(host, key, permit).await
-    }
-
     /// Whether a connection goes to the backend's writer now; one opened to
     /// another host is never used again.
     pub fn is_current(&self, conn: &BackendConn) -> bool {
@@ -461,35 +363,6 @@ impl Pool {
     /// The backend's hosts and the writer among them.
     pub fn replicas(&self) -> &ReplicaSet {
         &self.replicas
-    }
-
-    async fn connect_to(
-        &self,
-        host: usize,
-        key: ConnKey,
-        permit: tokio::sync::OwnedSemaphorePermit,
-    ) -> Result<Box<BackendConn>, BackendError> {
-        let (user, secret) = self
-            .accounts
-            .login(&self.config, key.account)
-            .map_err(|user| BackendError::NoSecret {
-                backend: self.config.id,
-                user,
-            })?;
-        let account = (user.as_str(), &secret);
-        let tls = self.tls[host]
-            .as_ref()
-            .map_err(|reason| BackendError::Tls {
-                backend: self.config.id,
-                reason: reason.clone(),
-            })?;
-        let login = Login {
-            config: &self.config,
-            address: &self.replicas.hosts[host],
-            account,
-            tls: tls.as_ref(),
-        };
-        BackendConn::connect(login, key, self.connect_timeout, permit).await
     }
 
     /// Returns a healthy connection to the idle list of its current key.

@@ -180,135 +180,173 @@ pub async fn load(
     conn: &mut BackendConn,
     handle: &super::DictionaryHandle,
 ) -> Result<Dictionary, ProxyError> {
+    exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
+    let read = read_rows(conn, handle).await;
+    exec(conn, "COMMIT").await?;
+    let rows = read?;
+    let mut tables = Vec::with_capacity(rows.tables.len());
+    for i in 0..rows.tables.len() {
+        tables.push(table_of(conn, handle, &rows, i).await?);
+    }
+    let references = references_of(&rows);
+    Ok(Dictionary::new(rows.version, tables).with_references(references))
+}
+
+/// The dictionary's rows, as one snapshot read them.
+struct DictionaryRows {
+    version: u64,
+    tables: Rows,
+    partitions: Rows,
+    /// The tables a schema change holds.
+    changing: Rows,
+    references: Rows,
+    /// The columns of default tables on this backend, by database.
+    columns: Vec<(String, Rows)>,
+}
+
+async fn read_rows(
+    conn: &mut BackendConn,
+    handle: &super::DictionaryHandle,
+) -> Result<DictionaryRows, ProxyError> {
     let schema = &handle.schema;
     let s = ident(schema);
-    exec(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
-    let read = async {
-        let version = read_version(conn, schema).await?;
-        let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation, default_state FROM {s}.tables")).await?;
-        let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
-        let changing = exec(
-            conn,
-            &format!("SELECT DISTINCT db, table_name FROM {s}.schema_changes"),
-        )
-        .await?;
-        let references = exec(
-            conn,
-            &format!("SELECT db, name, backends, state FROM {s}.reference_tables"),
-        )
-        .await?;
-        // The columns of default tables on this backend, for the planner to
-        // tell which table an unqualified column names: one query per
-        // database, which information_schema answers from that database's
-        // tables alone (a join would open every table of the server).
-        let mut databases: Vec<String> = (0..tables.len())
-            .filter(|&i| text(&tables, i, 7) == handle.main_backend.to_string())
-            .map(|i| text(&tables, i, 0))
-            .collect();
-        databases.sort_unstable();
-        databases.dedup();
-        let mut columns = Vec::new();
-        for db in databases {
-            let sql = format!(
-                "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} ORDER BY TABLE_NAME, ORDINAL_POSITION",
-                text_literal(&db)
-            );
-            columns.push((db, exec(conn, &sql).await?));
-        }
-        Ok::<_, ProxyError>((version, tables, partitions, changing, references, columns))
-    };
-    let read = read.await;
-    exec(conn, "COMMIT").await?;
-    let (version, tables, partitions, changing, references, columns) = read?;
-    let references = (0..references.len())
+    let version = read_version(conn, schema).await?;
+    let tables = exec(conn, &format!("SELECT db, name, column_name, column_position, column_kind, hash_function, default_table, default_backend, auto_column, auto_position, column_collation, default_state FROM {s}.tables")).await?;
+    let partitions = exec(conn, &format!("SELECT db, table_name, partition_name, partition_value, backend, state FROM {s}.partitions ORDER BY added")).await?;
+    let changing = exec(
+        conn,
+        &format!("SELECT DISTINCT db, table_name FROM {s}.schema_changes"),
+    )
+    .await?;
+    let references = exec(
+        conn,
+        &format!("SELECT db, name, backends, state FROM {s}.reference_tables"),
+    )
+    .await?;
+    // The columns of default tables on this backend, for the planner to
+    // tell which table an unqualified column names: one query per
+    // database, which information_schema answers from that database's
+    // tables alone (a join would open every table of the server).
+    let mut databases: Vec<String> = (0..tables.len())
+        .filter(|&i| text(&tables, i, 7) == handle.main_backend.to_string())
+        .map(|i| text(&tables, i, 0))
+        .collect();
+    databases.sort_unstable();
+    databases.dedup();
+    let mut columns = Vec::new();
+    for db in databases {
+        let sql = format!(
+            "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            text_literal(&db)
+        );
+        columns.push((db, exec(conn, &sql).await?));
+    }
+    Ok(DictionaryRows {
+        version,
+        tables,
+        partitions,
+        changing,
+        references,
+        columns,
+    })
+}
+
+/// Whether a schema change holds `db`.`name`.
+fn changing(rows: &DictionaryRows, db: &str, name: &str) -> bool {
+    let changing = &rows.changing;
+    (0..changing.len()).any(|c| text(changing, c, 0) == db && text(changing, c, 1) == name)
+}
+
+fn references_of(rows: &DictionaryRows) -> Vec<ReferenceTable> {
+    let references = &rows.references;
+    (0..references.len())
         .map(|r| ReferenceTable {
             table: TableName {
-                db: text(&references, r, 0),
-                name: text(&references, r, 1),
+                db: text(references, r, 0),
+                name: text(references, r, 1),
             },
-            backends: text(&references, r, 2)
+            backends: text(references, r, 2)
                 .split(',')
                 .filter_map(|b| b.parse().ok())
                 .collect(),
             // A schema change on its copies holds its writes as a copy does.
-            ready: text(&references, r, 3) == "ready"
-                && !(0..changing.len()).any(|c| {
-                    text(&changing, c, 0) == text(&references, r, 0)
-                        && text(&changing, c, 1) == text(&references, r, 1)
-                }),
+            ready: text(references, r, 3) == "ready"
+                && !changing(rows, &text(references, r, 0), &text(references, r, 1)),
+        })
+        .collect()
+}
+
+/// The `i`th table of the dictionary's rows, with its partitions.
+async fn table_of(
+    conn: &mut BackendConn,
+    handle: &super::DictionaryHandle,
+    rows: &DictionaryRows,
+    i: usize,
+) -> Result<PartitionedTable, ProxyError> {
+    let (tables, partitions, columns) = (&rows.tables, &rows.partitions, &rows.columns);
+    let t = |c| text(tables, i, c);
+    let table = TableName {
+        db: t(0),
+        name: t(1),
+    };
+    let entries = (0..partitions.len())
+        .filter(|&p| text(partitions, p, 0) == table.db && text(partitions, p, 1) == table.name)
+        .map(|p| PartitionEntry {
+            name: text(partitions, p, 2),
+            value: text(partitions, p, 3),
+            backend: text(partitions, p, 4).parse().unwrap_or(0),
+            state: PartitionState::parse(&text(partitions, p, 5))
+                .unwrap_or(PartitionState::Copying),
         })
         .collect();
-    let mut result = Vec::with_capacity(tables.len());
-    for i in 0..tables.len() {
-        let t = |c| text(&tables, i, c);
-        let table = TableName {
-            db: t(0),
-            name: t(1),
-        };
-        let entries = (0..partitions.len())
-            .filter(|&p| {
-                text(&partitions, p, 0) == table.db && text(&partitions, p, 1) == table.name
-            })
-            .map(|p| PartitionEntry {
-                name: text(&partitions, p, 2),
-                value: text(&partitions, p, 3),
-                backend: text(&partitions, p, 4).parse().unwrap_or(0),
-                state: PartitionState::parse(&text(&partitions, p, 5))
-                    .unwrap_or(PartitionState::Copying),
-            })
-            .collect();
-        let corrupt = |what: &str| ProxyError::DictionaryCorrupt {
-            table: table.clone(),
-            what: what.to_string(),
-        };
-        let kind = ColumnKind::parse_name(&t(4)).ok_or_else(|| corrupt("column_kind"))?;
-        let function = HashFunction::parse(&t(5)).map_err(|_| corrupt("hash_function"))?;
-        let collation = tables[i].get(10).and_then(|v| v.as_ref());
-        let collation = collation.map(|c| String::from_utf8_lossy(c).into_owned());
-        let folding = handle
-            .collations
-            .folding(conn, collation.as_deref())
-            .await?;
-        let definition = TableDefinition {
-            table: table.clone(),
-            column: t(2),
-            column_position: t(3).parse().unwrap_or(0),
-            kind,
-            function,
-            default_table: t(6),
-            default_backend: t(7).parse().unwrap_or(0),
-            auto_column: tables[i]
-                .get(8)
-                .and_then(|v| v.as_ref())
-                .map(|name| AutoColumn {
-                    name: String::from_utf8_lossy(name).into_owned(),
-                    position: t(9).parse().unwrap_or(0),
-                }),
-            folding,
-        };
-        let mut table = PartitionedTable::new(definition, entries);
-        if t(11) == PartitionState::Fenced.name() {
-            table.fence_default();
-        }
-        table.changing = (0..changing.len()).any(|c| {
-            text(&changing, c, 0) == table.table.db && text(&changing, c, 1) == table.table.name
-        });
-        let default_here = table.default_backend == handle.main_backend;
-        let names: Vec<String> = columns
-            .iter()
-            .filter(|(db, _)| default_here && *db == table.table.db)
-            .flat_map(|(_, rows)| {
-                (0..rows.len())
-                    .filter(|&c| text(rows, c, 0) == table.default_table)
-                    .map(|c| text(rows, c, 1))
-            })
-            .collect();
-        if !names.is_empty() {
-            table.columns = Some(names.into());
-        }
-        result.push(table);
+    let corrupt = |what: &str| ProxyError::DictionaryCorrupt {
+        table: table.clone(),
+        what: what.to_string(),
+    };
+    let kind = ColumnKind::parse_name(&t(4)).ok_or_else(|| corrupt("column_kind"))?;
+    let function = HashFunction::parse(&t(5)).map_err(|_| corrupt("hash_function"))?;
+    let collation = tables[i].get(10).and_then(|v| v.as_ref());
+    let collation = collation.map(|c| String::from_utf8_lossy(c).into_owned());
+    let folding = handle
+        .collations
+        .folding(conn, collation.as_deref())
+        .await?;
+    let definition = TableDefinition {
+        table: table.clone(),
+        column: t(2),
+        column_position: t(3).parse().unwrap_or(0),
+        kind,
+        function,
+        default_table: t(6),
+        default_backend: t(7).parse().unwrap_or(0),
+        auto_column: tables[i]
+            .get(8)
+            .and_then(|v| v.as_ref())
+            .map(|name| AutoColumn {
+                name: String::from_utf8_lossy(name).into_owned(),
+                position: t(9).parse().unwrap_or(0),
+            }),
+        folding,
+    };
+    let mut table = PartitionedTable::new(definition, entries);
+    if t(11) == PartitionState::Fenced.name() {
+        table.fence_default();
     }
-    Ok(Dictionary::new(version, result).with_references(references))
+    table.changing = changing(rows, &table.table.db, &table.table.name);
+    let default_here = table.default_backend == handle.main_backend;
+    let names: Vec<String> = columns
+        .iter()
+        .filter(|(db, _)| default_here && *db == table.table.db)
+        .flat_map(|(_, rows)| {
+            (0..rows.len())
+                .filter(|&c| text(rows, c, 0) == table.default_table)
+                .map(|c| text(rows, c, 1))
+        })
+        .collect();
+    if !names.is_empty() {
+        table.columns = Some(names.into());
+    }
+    Ok(table)
 }
 
 /// Changes the dictionary: the statements and the version bump in one

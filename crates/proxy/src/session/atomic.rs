@@ -16,6 +16,7 @@ use hscale_wire::scan::Completion;
 use crate::backend::Lease;
 use crate::error::ProxyError;
 use crate::failpoint;
+use crate::shared::Cluster;
 use crate::xa::{self, Running};
 use hscale_wire::command;
 
@@ -76,24 +77,7 @@ impl super::Backends {
                 }
                 Next::Record => {
                     failpoint::hit("xa_after_prepare").await;
-                    let recorded =
-                        match xa::record(&shared, &running.gtrid(), Decision::Commit).await {
-                            xa::Recorded::Durable => Recorded::Durable,
-                            xa::Recorded::Preempted(decision) => {
-                                if decision == Decision::Abort {
-                                    error = Some(xa::rolled_back_by_recovery());
-                                }
-                                Recorded::Preempted(decision)
-                            }
-                            xa::Recorded::Refused(e) => {
-                                error = Some(e);
-                                Recorded::Refused
-                            }
-                            xa::Recorded::Unknown(e) => {
-                                error = Some(xa::outcome_unknown(&e));
-                                Recorded::Unknown
-                            }
-                        };
+                    let recorded = record_in_dictionary(&shared, running, &mut error).await;
                     if recorded == Recorded::Durable {
                         failpoint::hit("xa_after_decision").await;
                     }
@@ -111,20 +95,7 @@ impl super::Backends {
                             failpoint::hit("xa_after_decision").await;
                             Recorded::Durable
                         }
-                        // Recovery took the transaction for dead and
-                        // recorded its abort first.
-                        Err(ProxyError::Refused(e)) if e.code == xa::ER_DUP_ENTRY => {
-                            error = Some(xa::rolled_back_by_recovery());
-                            Recorded::Preempted(Decision::Abort)
-                        }
-                        Err(e @ ProxyError::Refused(_)) => {
-                            error = Some(e);
-                            Recorded::Refused
-                        }
-                        Err(e) => {
-                            error = Some(xa::outcome_unknown(&e));
-                            Recorded::Unknown
-                        }
+                        Err(e) => recorded_in_part(e, &mut error),
                     };
                     Went::Recorded(recorded)
                 }
@@ -281,5 +252,52 @@ async fn run_statement(lease: &mut Lease, sql: &str) -> Result<Completion, Proxy
         Ok(Ok(completion)) => Ok(completion),
         Ok(Err(refused)) => Err(ProxyError::Refused(refused)),
         Err(e) => Err(ProxyError::Backend(e)),
+    }
+}
+
+/// The commit decision written into the dictionary; what it came to, with
+/// the client's error where it was not written.
+async fn record_in_dictionary(
+    shared: &Cluster,
+    running: &Running,
+    error: &mut Option<ProxyError>,
+) -> Recorded {
+    match xa::record(shared, &running.gtrid(), Decision::Commit).await {
+        xa::Recorded::Durable => Recorded::Durable,
+        xa::Recorded::Preempted(decision) => {
+            if decision == Decision::Abort {
+                *error = Some(xa::rolled_back_by_recovery());
+            }
+            Recorded::Preempted(decision)
+        }
+        xa::Recorded::Refused(e) => {
+            *error = Some(e);
+            Recorded::Refused
+        }
+        xa::Recorded::Unknown(e) => {
+            *error = Some(xa::outcome_unknown(&e));
+            Recorded::Unknown
+        }
+    }
+}
+
+/// What a plain part's commit that failed, carrying the decision, came
+/// to, with the client's error.
+fn recorded_in_part(failure: ProxyError, error: &mut Option<ProxyError>) -> Recorded {
+    match failure {
+        // Recovery took the transaction for dead and recorded its abort
+        // first.
+        ProxyError::Refused(e) if e.code == xa::ER_DUP_ENTRY => {
+            *error = Some(xa::rolled_back_by_recovery());
+            Recorded::Preempted(Decision::Abort)
+        }
+        e @ ProxyError::Refused(_) => {
+            *error = Some(e);
+            Recorded::Refused
+        }
+        e => {
+            *error = Some(xa::outcome_unknown(&e));
+            Recorded::Unknown
+        }
     }
 }

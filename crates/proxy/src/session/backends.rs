@@ -62,6 +62,38 @@ pub(super) struct Backends {
 }
 
 impl Backends {
+    /// What a session does before it waits for its client's next command:
+    /// tells the deadlock detector which connections it holds, reads the
+    /// session's variables back where a statement changed them (before the
+    /// wait, so that a new wait_timeout bounds it; not while the client may
+    /// still ask for the statement's warnings, which the read would clear),
+    /// and ends the statement's hold on the tables it ran on.
+    pub(super) async fn between_commands(&mut self) {
+        if !self.tx.reached_any() {
+            // Its transaction ended before the detector's kill came.
+            self.handle.take_deadlocked();
+        }
+        self.handle.set_holding(
+            self.slots
+                .iter()
+                .filter_map(|s| s.held.as_ref().map(|c| (c.backend, c.thread_id))),
+        );
+        let warnings = self.slots.iter().any(|s| s.binding.diagnostics);
+        if self.session_variables_changed && !warnings {
+            self.session_variables_changed = false;
+            self.read_session_variables().await;
+        }
+        let in_transaction = self.tx.reached_any();
+        self.handle.on.ended(
+            in_transaction,
+            &self.statement_tables,
+            &mut self.transaction_tables,
+        );
+        self.statement_tables.clear();
+    }
+}
+
+impl Backends {
     /// A new session's side on the backends: a slot per backend, in the
     /// pool bucket of connections made with `key`, nothing held yet.
     pub(super) fn new(shared: Arc<Shared>, handle: Arc<SessionHandle>, key: ConnKey) -> Backends {

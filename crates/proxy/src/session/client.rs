@@ -2,6 +2,7 @@
 //! (who it is, what it asked for at login, how its text reads) and the
 //! replies hscale writes to it itself.
 
+use bytes::Bytes;
 use hscale_planner::ClientCharset;
 use hscale_wire::stream::{Packet, PacketStream};
 use hscale_wire::{CapabilityFlags, WireError};
@@ -35,6 +36,39 @@ pub(super) struct Client {
 impl Client {
     pub async fn read_packet(&mut self) -> Result<Option<Packet>, WireError> {
         self.stream.read_packet().await
+    }
+
+    /// The client's next command, at least its code; `None` once it
+    /// closed its connection. A packet over max_allowed_packet gets the
+    /// server's answer, then ends the session.
+    pub async fn next_command(&mut self) -> Result<Option<Bytes>, ProxyError> {
+        let packet = match self.read_packet().await {
+            Ok(packet) => packet,
+            Err(e) => {
+                if let WireError::PacketTooLarge { size, .. } = e {
+                    let e = ProxyError::Client(e);
+                    let _ = self.reply_error(&e, 1).await;
+                    self.discard_the_rest(size).await;
+                    return Err(e);
+                }
+                return Err(ProxyError::Client(e));
+            }
+        };
+        let Some(packet) = packet else {
+            return Ok(None);
+        };
+        if packet.first_seq != 0 {
+            return Err(ProxyError::Client(WireError::OutOfOrder {
+                expected: 0,
+                got: packet.first_seq,
+            }));
+        }
+        if packet.payload.is_empty() {
+            return Err(ProxyError::Client(WireError::Malformed {
+                what: "empty command",
+            }));
+        }
+        Ok(Some(packet.payload))
     }
 
     pub async fn send_packet(&mut self, seq: u8, payload: &[u8]) -> Result<u8, WireError> {

@@ -254,31 +254,7 @@ impl Session {
                 )
                 .await;
             }
-            if !self.backends.tx.reached_any() {
-                // Its transaction ended before the detector's kill came.
-                self.backends.handle.take_deadlocked();
-            }
-            self.backends.handle.set_holding(
-                self.backends
-                    .slots
-                    .iter()
-                    .filter_map(|s| s.held.as_ref().map(|c| (c.backend, c.thread_id))),
-            );
-            // Before waiting, so that a new wait_timeout bounds the wait;
-            // not while the client may still ask for the statement's
-            // warnings, which the read would clear.
-            let warnings = self.backends.slots.iter().any(|s| s.binding.diagnostics);
-            if self.backends.session_variables_changed && !warnings {
-                self.backends.session_variables_changed = false;
-                self.backends.read_session_variables().await;
-            }
-            let in_transaction = self.backends.tx.reached_any();
-            self.backends.handle.on.ended(
-                in_transaction,
-                &self.backends.statement_tables,
-                &mut self.backends.transaction_tables,
-            );
-            self.backends.statement_tables.clear();
+            self.backends.between_commands().await;
             if served_here && self.shared.balance.asked() && self.may_move() {
                 if let Some(worker) = self.shared.balance.claim() {
                     return Ok(Leave::MoveTo(worker));
@@ -287,44 +263,21 @@ impl Session {
             self.backends
                 .handle
                 .set_waiting(self.shared.idle_clock_ms());
-            let packet = tokio::select! {
-                packet = self.client.read_packet() => packet,
-                _ = self.backends.handle.killed() => Ok(None),
-            };
-            let packet = match packet {
-                Ok(packet) => packet,
-                Err(e) => {
-                    // Over max_allowed_packet: the server's answer, then the end.
-                    if let WireError::PacketTooLarge { size, .. } = e {
-                        let e = ProxyError::Client(e);
-                        let _ = self.client.reply_error(&e, 1).await;
-                        self.client.discard_the_rest(size).await;
-                        return Err(e);
-                    }
-                    return Err(ProxyError::Client(e));
-                }
+            let payload = tokio::select! {
+                payload = self.client.next_command() => payload?,
+                _ = self.backends.handle.killed() => None,
             };
             self.backends.handle.set_busy();
-            let Some(packet) = packet else {
+            let Some(payload) = payload else {
                 return Ok(Leave::Quit);
             };
-            if packet.first_seq != 0 {
-                return Err(ProxyError::Client(WireError::OutOfOrder {
-                    expected: 0,
-                    got: packet.first_seq,
-                }));
-            }
-            let Some(&code) = packet.payload.first() else {
-                return Err(ProxyError::Client(WireError::Malformed {
-                    what: "empty command",
-                }));
-            };
+            let code = payload[0];
             if code == command::QUIT {
                 return Ok(Leave::Quit);
             }
             let behind =
                 self.backends.session_variables_changed || !self.backends.unread.is_empty();
-            if behind && !self.backends.reads_back_later(&packet.payload) {
+            if behind && !self.backends.reads_back_later(&payload) {
                 self.backends.read_back(&mut self.client).await;
                 if self.backends.session_variables_changed {
                     self.backends.session_variables_changed = false;
@@ -334,7 +287,7 @@ impl Session {
             self.shared.counters.questions.add(1);
             self.client.reply_seq = 1;
             served_here = true;
-            if let Err(e) = self.dispatch(code, packet.payload).await {
+            if let Err(e) = self.dispatch(code, payload).await {
                 // The detector killed the connection the statement waited on.
                 let e = match e {
                     ProxyError::Backend(_) if self.backends.handle.take_deadlocked() => {

@@ -2,11 +2,12 @@
 //! most one connection and the reasons it is held (`Binding`). Running one
 //! command on a slot — checkout, state replay, relay, checkin — lives here.
 
+mod read_back;
+mod replica;
+
 use std::collections::{HashMap, HashSet};
 
-use hscale_planner::{
-    client_charset_after, Autocommit, Kind, ReadsHint, SessionChange, Summary, TxEffect,
-};
+use hscale_planner::{Autocommit, Kind, ReadsHint, SessionChange, Summary, TxEffect};
 use hscale_transaction::{Opening, Reach, ServerStatus};
 use hscale_wire::command;
 use hscale_wire::scan::{Completion, Expect};
@@ -14,7 +15,6 @@ use hscale_wire::StatusFlags;
 
 use super::backends::no_backslash_escapes;
 use super::client::Client;
-use super::may_change_session_variables;
 use super::state::{breaks_connection, zero_row_count, UNKNOWN_SETTINGS};
 use crate::backend::{BackendConn, Bucket, ConnMark, Lease};
 use crate::error::ProxyError;
@@ -90,6 +90,8 @@ impl Unread {
 /// A connection's settings (`SETTINGS`) by name.
 pub(super) type Variables = HashMap<String, Value>;
 
+type Value = Option<Vec<u8>>;
+
 /// The settings a CALL's read-back listed on `slot`, and the session's
 /// settings `fingerprint` once what changed was recorded: while no SET
 /// changes the fingerprint, the settings a CALL starts from, without
@@ -100,48 +102,6 @@ pub(super) struct SettingsListed {
     fingerprint: u64,
     variables: Variables,
 }
-
-/// The session variables that change what a statement answers or does, in
-/// MariaDB and MySQL alike: the ones a CALL, which may set any of them out
-/// of hscale's sight, is checked for. (Listing every variable from
-/// information_schema costs the server a millisecond, 40 times an empty
-/// procedure's CALL.)
-const SETTINGS: [&str; 34] = [
-    "auto_increment_increment",
-    "auto_increment_offset",
-    "character_set_client",
-    "character_set_connection",
-    "character_set_results",
-    "collation_connection",
-    "completion_type",
-    "default_storage_engine",
-    "default_tmp_storage_engine",
-    "default_week_format",
-    "div_precision_increment",
-    "explicit_defaults_for_timestamp",
-    "foreign_key_checks",
-    "group_concat_max_len",
-    "innodb_lock_wait_timeout",
-    "lc_messages",
-    "lc_time_names",
-    "lock_wait_timeout",
-    "max_error_count",
-    "max_join_size",
-    "max_sort_length",
-    "sql_auto_is_null",
-    "sql_big_selects",
-    "sql_buffer_result",
-    "sql_mode",
-    "sql_notes",
-    "sql_quote_show_create",
-    "sql_safe_updates",
-    "sql_select_limit",
-    "sql_warnings",
-    "time_zone",
-    "unique_checks",
-    "updatable_views_with_limit",
-    "wait_timeout",
-];
 
 /// The connection that ran the session's previous command, which ROW_COUNT()
 /// and FOUND_ROWS() read.
@@ -157,14 +117,10 @@ pub(super) enum Previous {
     },
     /// The previous statement ran on several connections: no one count.
     /// `messages`: it left warnings or an error, which no one connection
-    /// keeps whole (`Session::gathered` has them); otherwise `slot`'s
+    /// keeps whole (`Backends::gathered` has them); otherwise `slot`'s
     /// connections have none.
     Scattered { messages: bool, slot: usize },
 }
-
-/// How long a read on a replica waits for the replica to apply the
-/// session's own writes before the writer answers it instead.
-const REPLICA_WAIT_S: f64 = 0.05;
 
 /// What a command needs of the connection it runs on, beyond the session's state.
 #[derive(Debug, Clone, Copy, Default)]
@@ -242,75 +198,6 @@ impl Needs {
         Needs {
             logical_columns: true,
             ..self
-        }
-    }
-}
-
-impl super::Backends {
-    /// Reads back what `read_back_later` noted and records it as the
-    /// session's, so that every other connection takes it.
-    pub(super) async fn read_back(&mut self, client: &mut Client) {
-        for Unread {
-            slot,
-            mut keys,
-            database,
-            since,
-        } in std::mem::take(&mut self.unread)
-        {
-            // Gone with its connection, which the server ended (or the client reset).
-            let Some(mut conn) = self.slots[slot].held.take() else {
-                continue;
-            };
-            let mut values: Vec<(String, Value)> = Vec::new();
-            let mut listed = None;
-            if let Some(before) = since {
-                match session_variables(&mut conn).await {
-                    Some(mut now) => {
-                        listed = Some(now.clone());
-                        for key in changed_settings(&before, &now) {
-                            keys.retain(|k| *k != key);
-                            let value = now.remove(&key).flatten();
-                            values.push((key, value));
-                        }
-                    }
-                    None => tracing::warn!(
-                        connection_id = client.connection_id,
-                        "could not read session variables; what a CALL set stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !keys.is_empty() || database {
-                match read_values(&mut conn, &keys, database).await {
-                    Some((db, read)) => {
-                        if let Some(db) = db {
-                            conn.key.has_db = db.is_some();
-                            conn.db = db.clone();
-                            self.set_database(client, db);
-                        }
-                        values.extend(read);
-                    }
-                    None => tracing::warn!(
-                        connection_id = client.connection_id,
-                        "could not read back session state; it stays on backend {}",
-                        conn.backend
-                    ),
-                }
-            }
-            if !values.is_empty() {
-                values.sort_by(|a, b| a.0.cmp(&b.0));
-                let keys = values.iter().map(|(key, _)| key.clone()).collect();
-                let setting = setting_of(&values);
-                self.record(client, SessionChange::Setting(keys, setting), &mut conn);
-            }
-            if let Some(variables) = listed {
-                self.settings_listed = Some(SettingsListed {
-                    slot,
-                    fingerprint: self.state.fingerprint(),
-                    variables,
-                });
-            }
-            self.slots[slot].held = Some(conn);
         }
     }
 }
@@ -394,112 +281,6 @@ impl super::Backends {
             *messages |= read_messages;
         }
         Ok(completion)
-    }
-
-    /// Records what a successful statement changed, on the session and on the
-    /// connection that ran it.
-    fn record(&mut self, client: &mut Client, change: SessionChange, conn: &mut BackendConn) {
-        match change {
-            SessionChange::Nothing => {}
-            SessionChange::Database(db) => {
-                conn.key.has_db = true;
-                conn.db = Some(db.clone());
-                self.set_database(client, Some(db));
-            }
-            SessionChange::DroppedDatabase(db) => {
-                if conn.db.as_deref() == Some(db.as_str()) {
-                    conn.key.has_db = false;
-                    conn.db = None;
-                }
-                if self.state.db.as_deref() == Some(db.as_str()) {
-                    self.set_database(client, None);
-                }
-            }
-            SessionChange::ReadBack { .. } => unreachable!("read back later"),
-            SessionChange::Setting(keys, sql) => {
-                self.session_variables_changed |= may_change_session_variables(sql.as_bytes());
-                if keys
-                    .iter()
-                    .any(|k| k == "names" || k == "character_set_client")
-                {
-                    client.charset =
-                        client_charset_after(&sql, self.quoting).unwrap_or(client.charset);
-                }
-                self.state.record_setting(keys, sql);
-                conn.settings = self.state.fingerprint();
-            }
-        }
-    }
-}
-
-impl super::Backends {
-    fn read_back_later(&mut self, slot: usize, keys: Vec<String>, database: bool) {
-        self.note_unread(slot, keys, database, None);
-    }
-
-    /// Before the client's next command, the session variables of `slot`
-    /// that differ from `before` become the session's, as a SET would.
-    pub(super) fn read_back_changes_later(&mut self, slot: usize, before: Variables) {
-        self.note_unread(slot, Vec::new(), false, Some(before));
-    }
-
-    fn note_unread(
-        &mut self,
-        slot: usize,
-        keys: Vec<String>,
-        database: bool,
-        since: Option<Variables>,
-    ) {
-        // The state is read from this connection: the session keeps it.
-        let binding = &mut self.slots[slot].binding;
-        binding
-            .sticky
-            .get_or_insert("session state hscale reads back");
-        match self.unread.iter_mut().find(|u| u.slot == slot) {
-            Some(unread) => {
-                unread.keys.extend(keys);
-                unread.keys.sort();
-                unread.keys.dedup();
-                unread.database |= database;
-                // The earliest snapshot: what changed since it all counts.
-                unread.since = unread.since.take().or(since);
-            }
-            None => self.unread.push(Unread {
-                slot,
-                keys,
-                database,
-                since,
-            }),
-        }
-    }
-}
-
-impl super::Backends {
-    /// Reads `slot`'s session variables, to compare with what a statement
-    /// that may set any of them leaves (`read_back_changes_later`). `None`
-    /// where the server would not list them.
-    pub(super) async fn session_variables_before(
-        &mut self,
-        slot: usize,
-        needs: Needs,
-    ) -> Result<Option<Variables>, ProxyError> {
-        let earlier = self
-            .unread
-            .iter()
-            .any(|u| u.slot == slot && u.since.is_some());
-        if earlier {
-            // An earlier CALL's listing, not yet compared, still stands.
-            return Ok(None);
-        }
-        if let Some(listed) = &self.settings_listed {
-            if listed.slot == slot && listed.fingerprint == self.state.fingerprint() {
-                return Ok(Some(listed.variables.clone()));
-            }
-        }
-        let mut lease = self.checkout(slot, needs).await?;
-        let variables = session_variables(&mut lease.conn).await;
-        self.checkin(slot, lease.conn);
-        Ok(variables)
     }
 }
 
@@ -691,89 +472,6 @@ impl super::Backends {
         Ok(lease)
     }
 
-    /// A held connection that no longer goes to the backend's writer: a
-    /// replica's, whose read is over, goes back to its pool; one to an old
-    /// writer is an error, since the session's state there (a transaction,
-    /// locks, variables) stays with it.
-    fn let_go_of_a_replica(&mut self, slot: usize) -> Result<(), ProxyError> {
-        let pool = &self.shared.pools[slot];
-        let Some(conn) = self.slots[slot].held.take_if(|conn| !pool.is_current(conn)) else {
-            return Ok(());
-        };
-        if pool.reader_of(&conn).is_some() {
-            pool.release(conn);
-            return Ok(());
-        }
-        self.forget_connection_state(slot);
-        Err(crate::backend::BackendError::WriterChanged {
-            backend: conn.backend,
-        }
-        .into())
-    }
-
-    /// A connection to the writer from the pool, the session's own if no
-    /// one used it since.
-    async fn writer_lease(&mut self, slot: usize, needs: Needs) -> Result<Lease, ProxyError> {
-        self.slots[slot].wrote |= !needs.reads_only;
-        let s = &self.slots[slot];
-        Ok(self.shared.pools[slot]
-            .acquire(&s.bucket, s.returned)
-            .await?)
-    }
-
-    fn may_read_a_replica(&self, needs: Needs, opening: &Opening) -> bool {
-        let wanted = match needs.reads_hint {
-            Some(ReadsHint::Replica) => true,
-            Some(ReadsHint::Primary) => false,
-            None => self.reads.by_default,
-        };
-        wanted && needs.replica_ok && *opening == Opening::Nothing
-    }
-
-    /// A connection to a replica for a read that may go there, one that
-    /// applied what the session wrote through the writer; `None`: the
-    /// writer answers.
-    async fn replica_for(&mut self, slot: usize, needs: Needs, opening: &Opening) -> Option<Lease> {
-        let max_lag = self.reads.max_lag;
-        if !self.may_read_a_replica(needs, opening) {
-            return None;
-        }
-        let pool = self.shared.pools[slot].clone();
-        let wanted = match self.slots[slot].wrote {
-            true => Some(self.writer_position(slot).await?),
-            false => None,
-        };
-        let (reader, applied) = pool.reader(max_lag, wanted.as_deref())?;
-        let key = self.slots[slot].bucket.key;
-        let mut lease = reader.acquire(&reader.bucket(key), None).await.ok()?;
-        if let Some(wanted) = wanted.filter(|_| !applied) {
-            // A short wait: the writer answers sooner than a replica far behind.
-            let wait = format!("SELECT MASTER_GTID_WAIT('{wanted}', {REPLICA_WAIT_S})");
-            let reached = matches!(lease.conn.query(&wait).await, Ok(Ok(rows))
-                if rows.first().and_then(|r| r.first()).cloned().flatten().as_deref() == Some(b"0"));
-            if !reached {
-                reader.release(lease.conn);
-                return None;
-            }
-        }
-        self.slots[slot].wrote = false;
-        Some(lease)
-    }
-
-    /// The writer's GTID position now: what a replica must have applied to
-    /// show this session its own writes.
-    async fn writer_position(&mut self, slot: usize) -> Option<String> {
-        let pool = &self.shared.pools[slot];
-        let s = &self.slots[slot];
-        let mut lease = pool.acquire(&s.bucket, s.returned).await.ok()?;
-        let position = match lease.conn.query("SELECT @@global.gtid_binlog_pos").await {
-            Ok(Ok(rows)) => rows.first()?.first()?.clone(),
-            _ => None,
-        };
-        pool.release_to(&s.bucket, lease.conn);
-        position.map(|p| String::from_utf8_lossy(&p).into_owned())
-    }
-
     /// The connection that ran the session's previous command, if no one used it
     /// since. Only this session ran anything on it, so it holds the session's
     /// settings even if it was marked unknown for other clients' sake.
@@ -832,120 +530,9 @@ fn leaves_messages(completion: &Completion) -> bool {
     completion.warnings > 0 || completion.error
 }
 
-/// The values `keys` and, with `database`, DATABASE() have on `conn`:
-/// `None` where the server would not say. Keys are read one at a time
-/// where reading them together fails (a SET that named an unknown
-/// variable failed, but the statements before it ran).
-async fn read_values(
-    conn: &mut BackendConn,
-    keys: &[String],
-    database: bool,
-) -> Option<(Option<Option<String>>, Vec<(String, Value)>)> {
-    let plain =
-        |k: &String| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    let keys: Vec<&String> = keys.iter().filter(|k| plain(k)).collect();
-    let mut columns: Vec<String> = keys.iter().map(|k| format!("@@session.{k}")).collect();
-    if database {
-        columns.push("DATABASE()".into());
-    }
-    let row = match conn.query(&format!("SELECT {}", columns.join(", "))).await {
-        Ok(Ok(rows)) => rows.into_iter().next()?,
-        Ok(Err(_)) => {
-            let mut row = Vec::with_capacity(columns.len());
-            for column in &columns {
-                let one = conn.query(&format!("SELECT {column}")).await.ok()?;
-                row.push(
-                    one.ok()
-                        .and_then(|rows| rows.into_iter().next()?.into_iter().next()?),
-                );
-            }
-            row
-        }
-        Err(_) => return None,
-    };
-    let mut values = row.into_iter();
-    let settings = keys
-        .iter()
-        .zip(values.by_ref())
-        .map(|(key, value)| (key.to_string(), value))
-        .collect();
-    let db = database.then(|| {
-        values
-            .next()
-            .flatten()
-            .map(|v| String::from_utf8_lossy(&v).into_owned())
-    });
-    Some((db, settings))
-}
-
-type Value = Option<Vec<u8>>;
-
-async fn session_variables(conn: &mut BackendConn) -> Option<Variables> {
-    let keys = SETTINGS.map(String::from);
-    let (_, values) = read_values(conn, &keys, false).await?;
-    Some(values.into_iter().collect())
-}
-
-/// The settings whose values differ between two listings of one connection.
-fn changed_settings(before: &Variables, now: &Variables) -> Vec<String> {
-    now.iter()
-        .filter(|(name, value)| before.get(*name) != Some(value))
-        .map(|(name, _)| name.clone())
-        .collect()
-}
-
-/// `SET @@session.k = v, ...`: what reproduces the values read on another
-/// connection. Words stay words and numbers numbers, so that hscale reads
-/// a character set back as it reads `SET NAMES`; anything else is written
-/// in hex, which reads the same under every sql_mode and character set.
-fn setting_of(values: &[(String, Value)]) -> String {
-    let items = values.iter().map(|(key, value)| {
-        let value = match value {
-            None => "NULL".to_string(),
-            Some(v)
-                if !v.is_empty()
-                    && v.iter()
-                        .all(|b| b.is_ascii_digit() || *b == b'-' || *b == b'.') =>
-            {
-                String::from_utf8_lossy(v).into_owned()
-            }
-            Some(v)
-                if v.iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',')) =>
-            {
-                format!("'{}'", String::from_utf8_lossy(v))
-            }
-            Some(v) => format!(
-                "X'{}'",
-                v.iter().map(|b| format!("{b:02x}")).collect::<String>()
-            ),
-        };
-        format!("@@session.{key} = {value}")
-    });
-    format!("SET {}", items.collect::<Vec<_>>().join(", "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn settings_that_changed_are_those_whose_values_differ() {
-        let listing = |pairs: &[(&str, &str)]| -> Variables {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
-                .collect()
-        };
-        let before = listing(&[("time_zone", "SYSTEM"), ("sql_mode", "ANSI_QUOTES")]);
-        let mut now = listing(&[("time_zone", "+05:00"), ("sql_mode", "ANSI_QUOTES")]);
-        assert_eq!(changed_settings(&before, &now), ["time_zone"]);
-        now.insert("sql_mode".into(), None);
-        let mut changed = changed_settings(&before, &now);
-        changed.sort();
-        assert_eq!(changed, ["sql_mode", "time_zone"]);
-        assert!(changed_settings(&now, &now).is_empty());
-    }
 
     #[test]
     fn a_connection_is_held_for_any_reason_and_reused_only_without_server_state() {

@@ -98,45 +98,17 @@ fn correct(
         NameColumn::Named(name) => position(name),
     }
     .filter(|&i| i < columns);
-    let qualified = matches!(listing.column, NameColumn::Qualified(_));
-    let schema_at = listing.schema_column.and_then(position);
-    let rename = |row: Bytes, correct: &LogicalName| {
-        let Some(name_at) = name_at else {
-            return Some((Vec::new(), row));
-        };
-        let Some(mut values) = parse_text_row(&row, columns) else {
-            return Some((Vec::new(), row));
-        };
-        let Some(Some(table)) = values.get(name_at).cloned() else {
-            return Some((Vec::new(), row));
-        };
-        let name = match qualified {
-            true => {
-                let (db, name) = split_qualified(&table);
-                [db, b".", &correct(Some(db), name)?].concat()
-            }
-            false => {
-                let db = schema_at.and_then(|i| values.get(i).cloned().flatten());
-                correct(db.as_deref(), &table)?
-            }
-        };
-        if name == table {
-            return Some((table, row));
-        }
-        if listing.create_statement {
-            if let Some(Some(create)) = values.get_mut(1) {
-                *create = rename_created(create, &table, &name);
-            }
-        }
-        values[name_at] = Some(name.clone());
-        let mut packet = Vec::with_capacity(row.len());
-        write_text_row(&values, &mut packet);
-        Some((name, Bytes::from(packet)))
+    let names = Names {
+        listing,
+        columns,
+        name_at,
+        qualified: matches!(listing.column, NameColumn::Qualified(_)),
+        schema_at: listing.schema_column.and_then(position),
     };
     let mut named: Vec<(Vec<u8>, Bytes)> = rows
         .into_iter()
         .filter_map(|row| {
-            rename(row, &|db, table| {
+            names.rename(row, &|db, table| {
                 listing.correct(db, table).map(<[u8]>::to_vec)
             })
         })
@@ -144,7 +116,6 @@ fn correct(
     // Which answers gave rows: the listing's backend's, then each elsewhere.
     let mut sources = usize::from(!named.is_empty());
     let mut last_source = None;
-    let other_source = |last: Option<usize>| &listing.elsewhere[last.unwrap_or(0)];
     for (i, row) in elsewhere {
         let other = &listing.elsewhere[i];
         if other.probe {
@@ -158,7 +129,7 @@ fn correct(
                 .and_then(|p| p.logical.clone())
                 .map(String::into_bytes)
         };
-        if let Some(row) = rename(row, &logical) {
+        if let Some(row) = names.rename(row, &logical) {
             if last_source != Some(i) {
                 sources += 1;
                 last_source = Some(i);
@@ -166,6 +137,37 @@ fn correct(
             named.push(row);
         }
     }
+    let named = combine(
+        listing,
+        named,
+        Sources {
+            count: sources,
+            last: last_source,
+        },
+        name_at,
+        columns,
+    )?;
+    Ok(named.into_iter().map(|(_, row)| row).collect())
+}
+
+/// Which answers of a listing gave rows: how many, and the last of the
+/// other backends' that did.
+struct Sources {
+    count: usize,
+    last: Option<usize>,
+}
+
+/// The rows of every answer as one listing, as `listing.combine` says:
+/// sorted by name, summed per table, or as one query's answer would be
+/// (refused where its LIMIT or ORDER BY cannot be kept over several).
+fn combine(
+    listing: &Listing,
+    mut named: Vec<(Vec<u8>, Bytes)>,
+    sources: Sources,
+    name_at: Option<usize>,
+    columns: usize,
+) -> Result<Vec<(Vec<u8>, Bytes)>, String> {
+    let other_source = || &listing.elsewhere[sources.last.unwrap_or(0)];
     match &listing.combine {
         Combine::SortedByName => {
             if !listing.add.is_empty() || !listing.elsewhere.is_empty() {
@@ -181,18 +183,14 @@ fn correct(
         Combine::Maintenance { tables, checksum } => {
             named = maintained(tables, *checksum, named, columns);
         }
-        Combine::Query { .. } if sources <= 1 => {}
+        Combine::Query { .. } if sources.count <= 1 => {}
         Combine::Query {
             order,
             limited,
             distinct,
         } => {
             if *limited {
-                return Err(several_backends(
-                    listing,
-                    other_source(last_source),
-                    "LIMIT",
-                ));
+                return Err(several_backends(listing, other_source(), "LIMIT"));
             }
             match order {
                 QueryOrder::Free => {}
@@ -201,11 +199,7 @@ fn correct(
                     named.sort_by_cached_key(|(name, _)| name.to_ascii_lowercase());
                 }
                 QueryOrder::ByName | QueryOrder::Other => {
-                    return Err(several_backends(
-                        listing,
-                        other_source(last_source),
-                        "ORDER BY",
-                    ))
+                    return Err(several_backends(listing, other_source(), "ORDER BY"))
                 }
             }
             if *distinct {
@@ -214,7 +208,58 @@ fn correct(
             }
         }
     }
-    Ok(named.into_iter().map(|(_, row)| row).collect())
+    Ok(named)
+}
+
+/// Where a listing's rows hold a table's name, and how to put the name the
+/// client knows there.
+struct Names<'a> {
+    listing: &'a Listing,
+    columns: usize,
+    name_at: Option<usize>,
+    qualified: bool,
+    schema_at: Option<usize>,
+}
+
+impl Names<'_> {
+    /// `row` with its table's name as `correct` gives it, and that name
+    /// (empty for a row that names no table, kept as it is); `None`: a row
+    /// of a table that is not the client's to see.
+    fn rename(&self, row: Bytes, correct: &LogicalName) -> Option<(Vec<u8>, Bytes)> {
+        let Some(name_at) = self.name_at else {
+            return Some((Vec::new(), row));
+        };
+        let Some(mut values) = parse_text_row(&row, self.columns) else {
+            return Some((Vec::new(), row));
+        };
+        let Some(Some(table)) = values.get(name_at).cloned() else {
+            return Some((Vec::new(), row));
+        };
+        let name = match self.qualified {
+            true => {
+                let (db, name) = split_qualified(&table);
+                [db, b".", &correct(Some(db), name)?].concat()
+            }
+            false => {
+                let db = self
+                    .schema_at
+                    .and_then(|i| values.get(i).cloned().flatten());
+                correct(db.as_deref(), &table)?
+            }
+        };
+        if name == table {
+            return Some((table, row));
+        }
+        if self.listing.create_statement {
+            if let Some(Some(create)) = values.get_mut(1) {
+                *create = rename_created(create, &table, &name);
+            }
+        }
+        values[name_at] = Some(name.clone());
+        let mut packet = Vec::with_capacity(row.len());
+        write_text_row(&values, &mut packet);
+        Some((name, Bytes::from(packet)))
+    }
 }
 
 /// A maintenance answer's rows (`Combine::Maintenance`), each `(table,

@@ -61,26 +61,7 @@ pub(in crate::session) async fn run(
     if kind.writes() {
         backends.check_writers(&[slot])?;
     }
-    let unseen = match plan.tx_effect {
-        TxEffect::Hides(what) => Some(what),
-        _ => None,
-    };
-    match (unseen, plan.tx_effect) {
-        (Some(what), _) => {
-            backends.check_unseen_commits(slot, what)?;
-            backends.tx.runs_unseen(slot);
-        }
-        (None, TxEffect::ClientXa) => {
-            backends.check_unseen_commits(
-                slot,
-                "an XA statement of the client's (its transaction stays on one backend)",
-            )?;
-            backends.tx.runs_unseen(slot);
-        }
-        (None, effect) => {
-            super::transaction::commit_before(shared, backends, slot, effect, sql).await?
-        }
-    }
+    let unseen = transaction_before(shared, backends, slot, plan.tx_effect, sql).await?;
     let payload = match plan.summary.own_values {
         true => crate::session::with_own_values(shared, client, backends, payload),
         false => payload,
@@ -123,4 +104,40 @@ pub(in crate::session) async fn run(
         backends.tx.wrote(slot);
     }
     Ok(())
+}
+
+/// What the statement does to the session's transaction, done before it
+/// runs on `slot`: a commit it makes that hscale does not see (an implicit
+/// commit, the client's own XA statements) is refused where the
+/// transaction is on other backends too; a transaction it ends or begins is
+/// ended or begun on every backend as its effect says. What hides a
+/// commit, if it does.
+async fn transaction_before(
+    shared: &Arc<Shared>,
+    backends: &mut Backends,
+    slot: usize,
+    effect: TxEffect,
+    sql: &[u8],
+) -> Result<Option<&'static str>, ProxyError> {
+    let unseen = match effect {
+        TxEffect::Hides(what) => Some(what),
+        _ => None,
+    };
+    match (unseen, effect) {
+        (Some(what), _) => {
+            backends.check_unseen_commits(slot, what)?;
+            backends.tx.runs_unseen(slot);
+        }
+        (None, TxEffect::ClientXa) => {
+            backends.check_unseen_commits(
+                slot,
+                "an XA statement of the client's (its transaction stays on one backend)",
+            )?;
+            backends.tx.runs_unseen(slot);
+        }
+        (None, effect) => {
+            super::transaction::commit_before(shared, backends, slot, effect, sql).await?
+        }
+    }
+    Ok(unseen)
 }

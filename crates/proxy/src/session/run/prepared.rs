@@ -4,17 +4,19 @@
 //! connection. A connection is held only while a statement has a cursor open
 //! on it or long data sent to it (`Binding::open_statements`).
 
+mod prepare;
+mod routed;
+
+pub(in crate::session) use prepare::prepare;
+use routed::{copies_with_values, execute_routed};
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hscale_planner::PlanError;
-use hscale_planner::{
-    plan_copies, plan_prepared, with_literals, Action, ClientCharset, Context, Kind, Merge, Plan,
-    Routing, Run, SessionChange, Template, TxEffect, Value,
-};
+use hscale_planner::{ClientCharset, Kind, Run, SessionChange, Template, TxEffect};
 use hscale_wire::command;
-use hscale_wire::execute::{without_cursor, Param, Parameters, Source};
+use hscale_wire::execute::Param;
 use hscale_wire::scan::{Completion, Expect};
 use hscale_wire::{StatusFlags, WireError};
 use rustc_hash::FxHashMap;
@@ -24,7 +26,6 @@ use super::federate::Then;
 use crate::error::ProxyError;
 use crate::exec::{Command, StatementKey};
 use crate::session::client::Client;
-use crate::session::scatter::Generated;
 use crate::session::slots::Needs;
 use crate::session::Backends;
 use crate::session::Memo;
@@ -50,7 +51,7 @@ pub(in crate::session) struct Prepared {
     /// On a partitioned table: routed by its parameters at each execution.
     routed: Option<Box<Routed>>,
     /// No partition answers it alone: each execution runs on the main
-    /// backend over copies of its tables (`Session::federate`).
+    /// backend over copies of its tables (`run::federate`).
     federation: Option<Box<hscale_planner::Federation>>,
     /// A read of reference tables alone, and the backends that hold them:
     /// executed where the transaction is (`Action::ReferenceRead`).
@@ -157,27 +158,6 @@ fn wrong_arguments() -> ProxyError {
     ))
 }
 
-fn unreadable() -> String {
-    "a value of the partition column that is not UTF-8 (hscale reads it as utf8mb4: SET NAMES utf8mb4)"
-        .to_string()
-}
-
-/// A parameter as the partition column's value, read as the server reads it
-/// (`ClientCharset::reads`) or not at all.
-fn param_value(param: Param<'_>, charset: ClientCharset) -> Result<Value<'_>, String> {
-    Ok(match param {
-        Param::Null => Value::Null,
-        Param::Int(n) => Value::Number(n.to_string().into()),
-        Param::UInt(n) => Value::Number(n.to_string().into()),
-        Param::Double(d) => Value::Number(d.to_string().into()),
-        Param::Bytes(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) if charset.reads(bytes) => Value::String(Cow::Borrowed(text)),
-            _ => return Err(unreadable()),
-        },
-        Param::Temporal(text) => Value::String(text.into()),
-    })
-}
-
 /// A parameter's value as SQL that reads as the same value: a double in
 /// exponent form (a DOUBLE literal, not a DECIMAL one), text in hex.
 fn literal(param: Param<'_>, charset: ClientCharset) -> Option<String> {
@@ -234,167 +214,6 @@ fn with_types<'a>(
     with.extend_from_slice(types);
     with.extend_from_slice(&rest[types_at..]);
     Ok(Cow::Owned(with))
-}
-
-/// COM_STMT_PREPARE: prepared on a backend to answer the client with the
-/// statement's parameters and columns (on the main backend, or for a
-/// partitioned table on its default partition's), and kept in that
-/// connection's cache; the connection goes back to the pool.
-pub(in crate::session) async fn prepare(
-    shared: &Arc<Shared>,
-    client: &mut Client,
-    memo: &mut Memo,
-    backends: &mut Backends,
-    payload: Bytes,
-) -> Result<(), ProxyError> {
-    let payload = crate::session::with_own_values(shared, client, backends, payload);
-    let sql = payload.slice(1..);
-    let db = backends.state.db.clone();
-    let plan = super::plan_waiting(client, memo, backends, |client, _, backends| {
-        plan_template(client, backends, &sql, db.as_deref())
-    })
-    .await?;
-    let refuse = |table, reason: &str| {
-        Err(ProxyError::Unroutable(hscale_planner::Refusal {
-            table,
-            reason: reason.into(),
-        }))
-    };
-    let refuse_schema = |table| {
-        refuse(
-            Some(table),
-            "prepared schema statements on a partitioned table (send it as a query)",
-        )
-    };
-    let controls = matches!(plan.action, Action::Transaction(_));
-    let mut federation = None;
-    let mut reference_read = None;
-    let (statement, slot, routed) = match plan.action {
-        Action::Federate(federated) => {
-            federation = Some(federated);
-            (StatementKey::new(db.as_deref(), &sql), shared.main, None)
-        }
-        // Where it will run: preparing on the main backend would open
-        // the transaction there.
-        Action::ReferenceRead(copies_on) => {
-            let slot = backends.slot_with_copies(&copies_on).unwrap_or(shared.main);
-            reference_read = Some(copies_on);
-            (StatementKey::new(db.as_deref(), &sql), slot, None)
-        }
-        Action::Main | Action::Transaction(_) | Action::Admin | Action::Kill(_) => {
-            (StatementKey::new(db.as_deref(), &sql), shared.main, None)
-        }
-        Action::Template(template) => {
-            let run = template.describing_run();
-            let text = template
-                .text(&run)
-                .map_err(|e| ProxyError::Unroutable(e.refusal(Some(template.table().clone()))))?;
-            let statement = StatementKey::new(db.as_deref(), text.as_bytes());
-            let slot = backends.slot_of(run.target.backend)?;
-            let routed = Routed {
-                template: *template,
-                db: db.clone(),
-                sql,
-                texts: vec![(run, statement.clone())],
-                long_data: false,
-                last: None,
-            };
-            (statement, slot, Some(Box::new(routed)))
-        }
-        Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
-        Action::Listing(_) => return refuse(
-            None,
-            "prepared statements (COM_STMT_PREPARE) that list tables or maintain them while tables are partitioned (send it as a query)",
-        ),
-        Action::LockTables(_) => {
-            return refuse(None, "LOCK TABLES as a prepared statement (send it as a query)")
-        }
-        Action::Load(load) => {
-            return refuse(
-                Some(load.table.table.clone()),
-                "LOAD DATA as a prepared statement (send it as a query)",
-            )
-        }
-        Action::Schema(change) => return refuse_schema(change.table),
-        Action::Exists { table, .. } => return refuse_schema(table),
-        // The server prepares none of them either.
-        Action::Dynamic(_) | Action::XaRecover => {
-            return refuse(
-                None,
-                "dynamic SQL and XA RECOVER as prepared statements (send them as a query)",
-            )
-        }
-        Action::Route(_) | Action::Wait(_) | Action::Generate(_) => {
-            unreachable!("plan_prepared makes templates, plan_waiting waits")
-        }
-    };
-    let id = memo.statements.next_id();
-    let hidden = routed
-        .as_ref()
-        .map(|r| r.template.id_params().to_vec())
-        .unwrap_or_default();
-    let command = Command::Prepare {
-        statement: &statement,
-        id,
-        hidden: &hidden,
-    };
-    let completion = match &federation {
-        // Prepared where its copies stand, empty, for its columns.
-        Some(federation) => {
-            let then = Then::Prepare { command };
-            super::federate::run(shared, client, memo, backends, federation, then)
-                .await?
-                .unwrap_or_default()
-        }
-        None => {
-            // Preparing opens no part of the transaction there.
-            let needs = Needs {
-                reach: hscale_transaction::Reach {
-                    outside: true,
-                    ..Default::default()
-                },
-                ..Needs::default()
-            };
-            backends
-                .execute_command(
-                    client,
-                    slot,
-                    command,
-                    Some(Expect::Prepare),
-                    needs,
-                    SessionChange::Nothing,
-                )
-                .await?
-        }
-    };
-    if !completion.error {
-        let prepared = Prepared {
-            statement,
-            params: completion.params.saturating_sub(hidden.len() as u16),
-            types: None,
-            binds: plan.binds,
-            change: plan.change,
-            needs: Needs::of(&plan.summary).with_effect(plan.tx_effect),
-            kind: plan.summary.kind,
-            controls,
-            tx_effect: plan.tx_effect,
-            routed,
-            federation,
-            reference_read,
-        };
-        memo.statements.by_id.insert(id, prepared);
-    }
-    Ok(())
-}
-
-/// Plans a statement being prepared, in the database it was prepared in.
-fn plan_template(client: &Client, backends: &Backends, sql: &[u8], db: Option<&str>) -> Plan {
-    let dictionary = backends.shared.dictionary.planned_by(&backends.handle.on);
-    let ctx = Context {
-        db,
-        ..super::context(client, backends, &dictionary)
-    };
-    plan_prepared(sql, &ctx)
 }
 
 pub(in crate::session) async fn statement_command(
@@ -553,35 +372,6 @@ async fn execute_statement(
     execute_on(shared, client, memo, backends, slot, id, statement, &rest).await
 }
 
-/// The copies an execution of a prepared SELECT runs on, planned from
-/// its text with this execution's values in place of its `?`: each copy
-/// then reads only the rows those values allow. `None` where a value
-/// cannot be written as a literal (long data, text hscale cannot read).
-fn copies_with_values(
-    shared: &Arc<Shared>,
-    client: &Client,
-    backends: &Backends,
-    statement: &StatementKey,
-    rest: &[u8],
-    count: usize,
-    reason: &str,
-) -> Option<hscale_planner::Federation> {
-    let params = Parameters::parse(rest, count).ok()?;
-    let literals = (0..count)
-        .map(|i| literal(params.get(i).ok()?, client.charset))
-        .collect::<Option<Vec<String>>>()?;
-    let text = with_literals(statement.sql(), backends.quoting, &literals)?;
-    let dictionary = shared.dictionary.planned_by(&backends.handle.on);
-    let ctx = Context {
-        db: statement.db(),
-        ..super::context(client, backends, &dictionary)
-    };
-    match plan_copies(&text, &ctx, reason.to_string()) {
-        Action::Federate(federation) => Some(*federation),
-        _ => None,
-    }
-}
-
 /// EXECUTE of one backend statement on one slot.
 pub(in crate::session) async fn execute_on(
     shared: &Arc<Shared>,
@@ -638,283 +428,6 @@ pub(in crate::session) async fn execute_on(
         backends.tx.wrote(slot);
     }
     Ok(())
-}
-
-/// EXECUTE of a statement on a partitioned table: on the partitions its
-/// parameters' values pick, each with the text and parameters that are its.
-async fn execute_routed(
-    shared: &Arc<Shared>,
-    client: &mut Client,
-    memo: &mut Memo,
-    backends: &mut Backends,
-    id: u32,
-    rest: &[u8],
-) -> Result<(), ProxyError> {
-    let routed = routed_mut(memo, id).expect("checked");
-    let table = routed.template.table().clone();
-    if std::mem::take(&mut routed.long_data) {
-        return Err(ProxyError::Unroutable(hscale_planner::Refusal {
-            table: Some(table),
-            reason: "long data (COM_STMT_SEND_LONG_DATA) for a prepared statement on a partitioned table".into(),
-        }));
-    }
-    let count = usize::from(memo.statements.by_id[&id].params);
-    let parameters = Parameters::parse(rest, count).map_err(|_| wrong_arguments())?;
-    let charset = client.charset;
-    let value = |k: usize| {
-        parameters
-            .get(k)
-            .ok()
-            .and_then(|p| param_value(p, charset).ok())
-    };
-    let no_auto_value_on_zero = backends.no_auto_value_on_zero;
-    let template = &routed_mut(memo, id).expect("checked").template;
-    let given = template.highest_id(value);
-    // AUTO_INCREMENT ids hscale binds where the INSERT leaves them to
-    // the server: each parameter the client's (`Some(k)`) or an id.
-    let ids = template
-        .ids_to_bind(value, no_auto_value_on_zero)
-        .map_err(ProxyError::Unroutable)?;
-    let added = template.id_params().len();
-    let (rest, generated) = match ids.len() {
-        0 => (Cow::Borrowed(rest), None),
-        n => {
-            let layout: Vec<Option<usize>> = (0..count + added)
-                .map(|i| {
-                    template
-                        .client_param(i)
-                        .filter(|_| ids.binary_search(&i).is_err())
-                })
-                .collect();
-            let first = shared.sequences.take(shared, &table, n as u64).await?;
-            let mut next_id = first;
-            let sources: Vec<Source> = layout
-                .iter()
-                .map(|param| match *param {
-                    Some(k) => Source::Client(k),
-                    None => {
-                        next_id += 1;
-                        Source::Id(next_id - 1)
-                    }
-                })
-                .collect();
-            let generated = Generated {
-                first,
-                upsert: routed_mut(memo, id).expect("checked").template.upsert(),
-            };
-            (
-                Cow::Owned(parameters.rebuild(&sources, true)),
-                Some(generated),
-            )
-        }
-    };
-    let count = count + added;
-    let params = Parameters::parse(&rest, count).map_err(|_| wrong_arguments())?;
-    if let Some(given) = given {
-        // Before the INSERT runs: nothing may be sent after its answer.
-        shared.sequences.given(shared, &table, given).await?;
-    }
-    let before = backends.state.last_insert_id;
-    let ran = run_routed(
-        shared, client, memo, backends, id, count, &rest, &params, generated, &table,
-    )
-    .await;
-    if given.is_some() && generated.is_none() {
-        // Ids given are in the OK, but LAST_INSERT_ID() keeps its value.
-        backends.state.last_insert_id = before;
-    }
-    ran
-}
-
-/// Where an EXECUTE of a routed statement goes, and its runs there.
-async fn run_routed(
-    shared: &Arc<Shared>,
-    client: &mut Client,
-    memo: &mut Memo,
-    backends: &mut Backends,
-    id: u32,
-    count: usize,
-    rest: &[u8],
-    params: &Parameters<'_>,
-    generated: Option<Generated>,
-    table: &hscale_planner::TableName,
-) -> Result<(), ProxyError> {
-    let refusal = |error: PlanError| ProxyError::Unroutable(error.refusal(Some(table.clone())));
-    let main_backend = shared.main_backend();
-    let charset = client.charset;
-    let (mut waited_since, mut dictionary_since) = (None, None);
-    let execution = loop {
-        let dictionary = shared.dictionary.planned_by(&backends.handle.on);
-        let fresh = backends.handle.on.planned_fresh();
-        let passed = backends.transaction_tables.clone();
-        let routed = routed_mut(memo, id).expect("checked");
-        let routing = routed
-            .template
-            .route_in(&dictionary, main_backend, &passed, |i| {
-                params
-                    .get(i)
-                    .map_err(|e| e.to_string())
-                    .and_then(|param| param_value(param, charset))
-                    .map_err(PlanError::Refuse)
-            });
-        match routing {
-            Routing::Run(_) if !fresh => {
-                if !backends.wait_for_dictionary(&mut dictionary_since).await {
-                    return Err(ProxyError::DictionaryStale);
-                }
-            }
-            Routing::Run(execution) => {
-                let tables = &mut backends.statement_tables;
-                tables.clear();
-                tables.extend(execution.runs.iter().map(|run| run.target.physical));
-                backends.handle.on.runs_on(tables);
-                break execution;
-            }
-            Routing::Wait(table) => backends.wait_for_lock(&table, &mut waited_since).await?,
-            // Partitions whose answers hscale cannot merge: this
-            // execution runs on copies of the tables.
-            Routing::Refuse(refusal) if !routed.template.writes() => {
-                let (sql, db) = (routed.sql.clone(), routed.db.clone());
-                let statement = StatementKey::new(db.as_deref(), &sql);
-                let reason = refusal.reason.clone();
-                let federation = match copies_with_values(
-                    shared, client, backends, &statement, rest, count, &reason,
-                ) {
-                    Some(federation) => federation,
-                    None => {
-                        let ctx = Context {
-                            db: db.as_deref(),
-                            ..super::context(client, backends, &dictionary)
-                        };
-                        match plan_copies(&sql, &ctx, reason) {
-                            Action::Federate(federation) => *federation,
-                            _ => return Err(ProxyError::Unroutable(refusal)),
-                        }
-                    }
-                };
-                let then = Then::Execute {
-                    id,
-                    statement,
-                    rest,
-                };
-                return super::federate::run(shared, client, memo, backends, &federation, then)
-                    .await
-                    .map(drop);
-            }
-            Routing::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
-            Routing::Replan => {
-                let (sql, db) = (routed.sql.clone(), routed.db.clone());
-                let plan = plan_template(client, backends, &sql, db.as_deref());
-                let routed = routed_mut(memo, id).expect("checked");
-                match plan.action {
-                    Action::Template(template) => {
-                        routed.template = *template;
-                        routed.texts.clear();
-                    }
-                    Action::Wait(table) => backends.wait_for_lock(&table, &mut waited_since).await?,
-                    Action::Refuse(refusal) => return Err(ProxyError::Unroutable(refusal)),
-                    _ => return Err(refusal(
-                        "a prepared statement whose table is no longer partitioned as when it was prepared (prepare it again)".into(),
-                    )),
-                }
-            }
-        }
-    };
-    shared.counters.routed.add(1);
-    let several = execution.runs.len() > 1;
-    let routed = routed_mut(memo, id).expect("checked");
-    let mut runs = Vec::with_capacity(execution.runs.len());
-    for run in &execution.runs {
-        let statement = match routed.texts.iter().find(|(r, _)| r == run) {
-            Some((_, statement)) => statement.clone(),
-            None => {
-                let text = routed.template.text(run).map_err(refusal)?;
-                let statement = StatementKey::new(routed.db.as_deref(), text.as_bytes());
-                if routed.texts.len() >= ROUTED_TEXTS {
-                    routed.texts.clear();
-                }
-                routed.texts.push((run.clone(), statement.clone()));
-                statement
-            }
-        };
-        // Rows of several partitions come as one result set: no cursor.
-        let rest = match routed.template.params(run, count) {
-            Some(which) => Cow::Owned(params.select(&which, !several)),
-            None if several => Cow::Owned(without_cursor(rest)),
-            None => Cow::Borrowed(rest),
-        };
-        runs.push((run.target.backend, statement, rest));
-    }
-    if let ([(backend, statement, rest)], None) = (runs.as_slice(), generated) {
-        let slot = backends.slot_of(*backend)?;
-        execute_on(
-            shared,
-            client,
-            memo,
-            backends,
-            slot,
-            id,
-            statement.clone(),
-            rest,
-        )
-        .await?;
-        routed_mut(memo, id).expect("checked").last = Some(statement.clone());
-        return Ok(());
-    }
-    let prepared = &memo.statements.by_id[&id];
-    let needs = prepared.needs;
-    if let Some(reason) = prepared.binds {
-        let slot = backends.slot_of(runs[0].0)?;
-        backends.slots[slot].binding.sticky.get_or_insert(reason);
-    }
-    let mut slots = Vec::with_capacity(runs.len());
-    for (backend, ..) in &runs {
-        slots.push(backends.slot_of(*backend)?);
-    }
-    if execution.writes {
-        backends.check_writers(&slots)?;
-    }
-    let mut probes = Vec::new();
-    if generated.is_none() && backends.must_unite(&slots) {
-        let routed = routed_mut(memo, id).expect("checked");
-        if let Some(united) = routed
-            .template
-            .united(&execution.runs, &execution.merge, count)
-        {
-            let db = routed.db.clone();
-            runs.clear();
-            slots.clear();
-            for united in united.map_err(refusal)? {
-                let statement = StatementKey::new(db.as_deref(), united.sql.as_bytes());
-                let which = united.params.unwrap_or_default();
-                slots.push(backends.slot_of(united.backend)?);
-                probes.push(united.probe.map(Bytes::from));
-                runs.push((
-                    united.backend,
-                    statement,
-                    Cow::Owned(params.select(&which, false)),
-                ));
-            }
-        }
-    }
-    let commands: Vec<Command> = runs
-        .iter()
-        .map(|(_, statement, rest)| Command::Statement {
-            statement,
-            client_id: id,
-            code: command::STMT_EXECUTE,
-            rest,
-        })
-        .collect();
-    // With ids hscale bound, the OK reports the first.
-    let merge = match generated {
-        Some(_) => Merge::AffectedRows,
-        None => execution.merge,
-    };
-    crate::session::scatter::run_merged(
-        shared, client, memo, backends, merge, &slots, &commands, needs, generated, probes,
-    )
-    .await
 }
 
 pub(in crate::session) async fn run_statement(
