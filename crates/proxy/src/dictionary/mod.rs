@@ -101,6 +101,10 @@ impl ColumnNames {
 
 pub struct DictionaryHandle {
     current: ArcSwap<Dictionary>,
+    /// Reads of the dictionary begun (`begin_read`).
+    reads: AtomicU64,
+    /// `reads` when the served snapshot was installed (see `install`).
+    installed_at: std::sync::Mutex<u64>,
     /// `now_ms` when the last successful read started; 0: never.
     last_read_ms: AtomicU64,
     /// Whether the last read is within the lease, as the refresh loop last
@@ -133,6 +137,8 @@ impl DictionaryHandle {
         let instance = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
         DictionaryHandle {
             current: ArcSwap::from_pointee(Dictionary::default().guarding_schema(&schema)),
+            reads: AtomicU64::new(0),
+            installed_at: std::sync::Mutex::new(0),
             last_read_ms: AtomicU64::new(0),
             fresh: AtomicBool::new(false),
             fresh_since_ms: AtomicU64::new(0),
@@ -236,18 +242,38 @@ impl DictionaryHandle {
     /// session's unit tests, which have no dictionary schema to read.
     #[cfg(test)]
     pub(crate) fn serve_for_test(&self, dictionary: Dictionary) {
-        self.install(dictionary);
+        self.install(dictionary, self.begin_read());
         self.confirmed(self.now_ms());
     }
 
-    fn install(&self, dictionary: Dictionary) {
-        if dictionary.version != self.current.load().version {
+    /// A read of the dictionary begins: its number, for `install`.
+    fn begin_read(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Serves `dictionary`, found by read number `read`, unless it is older
+    /// than the one served and that read began before the served one was
+    /// installed. Reads run at once (the refresh loop's, a move's, an admin
+    /// command's), and one that started before a change may end after
+    /// another read installed it: served again, its older snapshot would
+    /// take back a fence this instance has acknowledged, and a statement
+    /// planned by it would reach a partition's table after the move renamed
+    /// it away (1146). An older version found by a read begun after the
+    /// install is the dictionary's own (restored, made anew): served.
+    fn install(&self, dictionary: Dictionary, read: u64) {
+        let mut installed_at = self.installed_at.lock().unwrap_or_else(|e| e.into_inner());
+        let served = self.current.load().version;
+        if dictionary.version < served && read <= *installed_at {
+            return;
+        }
+        if dictionary.version != served {
             tracing::info!(
                 version = dictionary.version,
                 tables = dictionary.tables().len(),
                 "dictionary loaded"
             );
         }
+        *installed_at = self.reads.load(Ordering::SeqCst);
         self.current
             .store(Arc::new(dictionary.guarding_schema(&self.schema)));
     }
@@ -301,9 +327,14 @@ pub async fn reload_with(
 ) -> Result<(), ProxyError> {
     let handle = &shared.dictionary;
     let asked = handle.now_ms();
+    let read = handle.begin_read();
     let version = store::read_version(conn, &handle.schema).await?;
     if load == Load::Always || version != handle.snapshot().version {
-        handle.install(store::load(conn, handle).await?);
+        let loaded = store::load(conn, handle).await?;
+        if load == Load::WhenChanged {
+            crate::failpoint::hit("dictionary_poll_before_install").await;
+        }
+        handle.install(loaded, read);
         let switchovers = store::switchovers(conn, &handle.schema, &handle.instance).await?;
         follow_switchovers(shared, &switchovers);
         let fenced = store::fenced_hosts(conn, &handle.schema).await?;
@@ -504,6 +535,38 @@ pub async fn all_instances_loaded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_that_ends_after_a_newer_one_does_not_take_its_snapshot_back() {
+        let handle = DictionaryHandle::new(
+            "hscale".into(),
+            Duration::from_millis(1),
+            Duration::from_secs(5),
+        );
+        let (early, late) = (handle.begin_read(), handle.begin_read());
+        handle.install(Dictionary::new(7, Vec::new()), late);
+        handle.install(Dictionary::new(6, Vec::new()), early);
+        assert_eq!(handle.snapshot().version, 7, "the earlier read ended last");
+        let generation = handle.snapshot().generation();
+        handle.install(Dictionary::new(7, Vec::new()), early);
+        assert_ne!(
+            handle.snapshot().generation(),
+            generation,
+            "the same version read again (HSCALE REFRESH after a change by hand) is served"
+        );
+        handle.install(Dictionary::new(3, Vec::new()), handle.begin_read());
+        assert_eq!(
+            handle.snapshot().version,
+            3,
+            "an older version read after the install: the dictionary went back"
+        );
+        handle.install(Dictionary::new(8, Vec::new()), early);
+        assert_eq!(
+            handle.snapshot().version,
+            8,
+            "a newer version whenever read"
+        );
+    }
 
     #[test]
     fn a_snapshot_not_confirmed_within_the_lease_is_not_served() {
