@@ -190,8 +190,12 @@ async fn switchover(shared: &Cluster, backend: u32, host: &str) -> Result<AdminA
 async fn hold_everywhere(shared: &Cluster, backend: u32) -> Result<(), ProxyError> {
     let handle = &shared.dictionary;
     let mut conn = own_connection(shared, shared.main).await?;
+    // Nothing waits while the switchover is announced: an instance whose
+    // poll is slow (a loaded machine) is waited for up to the lease, past
+    // which it no longer counts as live. The hold is what clients wait
+    // through: it has its second.
     let phases = [
-        ("announced", handle.refresh * 2 + Duration::from_millis(500)),
+        ("announced", handle.lease),
         ("pausing", Duration::from_millis(1000)),
     ];
     for (phase, budget) in phases {
