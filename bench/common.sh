@@ -141,18 +141,34 @@ make_certificates() { # dir
     -days 2 -extfile "$1/san.ext" -out "$1/server.pem" 2>/dev/null
 }
 
+# What any proxy gets on this machine: a byte relay that parses nothing
+# (crates/proxy/examples/relay_floor.rs) in front of the direct runs' server.
+# Sets RELAY (its port) and RELAY_PID; needs `cargo build --release
+# --example relay_floor`.
+start_relay() {
+  RELAY=$(free_port)
+  target/release/examples/relay_floor "127.0.0.1:$RELAY" "$BACKEND" &
+  RELAY_PID=$!
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$RELAY") 2>/dev/null && return; sleep 0.1; done
+  echo "the byte relay did not start" >&2
+  return 1
+}
+
 # Calls the script's own `run NAME PORT DB` (which prints the run's
 # transactions a second on stdout) against one server directly ($DIRECT,
-# database $1), then through hscale ($PORT, database $2), and prints the
-# deadlocks hscale ended during the second and the ratio, with the target
-# text $3.
-one_server_then_hscale() { # direct-db hscale-db target
-  local one through before after
+# database $1), then the same server through the byte relay ($RELAY,
+# database $2, loaded as $1 was), then through hscale ($PORT, database $3),
+# and prints the deadlocks hscale ended during the last and the ratios to
+# one server, with hscale's target text $4.
+one_server_relay_then_hscale() { # direct-db relay-db hscale-db target
+  local one relayed through before after
   deadlocks() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N -e "HSCALE STATUS" | awk '$1 == "deadlocks" {print $2}'; }
   one=$(run "one server directly" "$DIRECT" "$1")
+  relayed=$(run "one server through a byte relay" "$RELAY" "$2")
   before=$(deadlocks)
-  through=$(run "hscale, MOD(2) over two backends" "$PORT" "$2")
+  through=$(run "hscale, MOD(2) over two backends" "$PORT" "$3")
   after=$(deadlocks)
   echo "deadlocks through two backends ended by hscale: $((after - before))"
-  echo "hscale/one server: $(awk -v a="$through" -v b="$one" 'BEGIN {printf "%.2f", a / b}') (target: $3)"
+  echo "byte relay/one server: $(awk -v a="$relayed" -v b="$one" 'BEGIN {printf "%.2f", a / b}') (what any proxy gets here)"
+  echo "hscale/one server: $(awk -v a="$through" -v b="$one" 'BEGIN {printf "%.2f", a / b}') (target: $4)"
 }

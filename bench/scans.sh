@@ -55,11 +55,7 @@ trap 'stop_everything ${RELAY_PID:-}; rm -rf "$WORK"' EXIT
 PORT=$(free_port)
 BACKENDS=2 start_playground "$PORT" "$WORK/playground.log"
 HSCALE_PID=$PLAYGROUND_PID
-# What any proxy gets on this machine: a byte relay that parses nothing, in
-# front of the direct runs' server.
-RELAY=$(free_port)
-target/release/examples/relay_floor "127.0.0.1:$RELAY" "$BACKEND" &
-RELAY_PID=$!
+start_relay
 
 direct() { mariadb -h127.0.0.1 -P"$DIRECT" -uroot -N "$@"; }
 proxy() { mariadb -h127.0.0.1 -P"$PORT" -uroot -N "$@"; }

@@ -35,6 +35,29 @@ impl Scale {
         items: 200,
         orders: 30,
     };
+
+    /// What `bench/order_entry.sh` runs by default: small enough that the
+    /// whole of it fits one server's buffer pool, so that the run measures
+    /// what hscale adds to each statement.
+    pub const BENCH: Scale = Scale {
+        warehouses: 8,
+        districts: 10,
+        customers: 100,
+        items: 5_000,
+        orders: 100,
+    };
+
+    /// The size of the application issue 55 was filed with: two warehouses
+    /// of the order-entry benchmark's standard size (100,000 items, 3,000
+    /// customers and orders a district; ~600,000 order lines): more than
+    /// one server's buffer pool holds.
+    pub const STANDARD: Scale = Scale {
+        warehouses: 2,
+        districts: 10,
+        customers: 3_000,
+        items: 100_000,
+        orders: 3_000,
+    };
 }
 
 /// The tables, each with its foreign keys. `item` is shared by every
@@ -271,14 +294,19 @@ fn districts(scale: Scale) -> impl Iterator<Item = (u32, u32)> {
     (1..=scale.warehouses).flat_map(move |w| (1..=scale.districts).map(move |d| (w, d)))
 }
 
-/// Every third customer shares a last name with two others.
+/// Every third customer shares a last name with two others (up to 3,000
+/// customers a district).
 fn last_name(customer: u32) -> String {
     const SYLLABLES: [&str; 10] = [
         "BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING",
     ];
     let n = customer / 3;
+    let hundreds = match n / 100 % 10 {
+        0 => "",
+        h => SYLLABLES[h as usize],
+    };
     format!(
-        "{}{}",
+        "{hundreds}{}{}",
         SYLLABLES[(n / 10 % 10) as usize],
         SYLLABLES[(n % 10) as usize]
     )
@@ -823,4 +851,27 @@ fn same_number(a: &str, b: &str) -> bool {
 /// a deadlock or a lock wait that timed out.
 pub fn retried(e: &mysql::Error) -> bool {
     matches!(e, mysql::Error::MySqlError(e) if e.code == 1213 || e.code == 1205)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::{last_name, Scale};
+
+    #[test]
+    fn a_last_name_names_at_most_three_customers_of_a_district_at_every_scale() {
+        for scale in [Scale::TEST, Scale::BENCH, Scale::STANDARD] {
+            let mut customers: HashMap<String, u32> = HashMap::new();
+            for c in 1..=scale.customers {
+                *customers.entry(last_name(c)).or_default() += 1;
+            }
+            let most = customers.values().max().copied();
+            assert!(
+                most <= Some(3),
+                "{scale:?}: {most:?} customers share a name"
+            );
+            assert!(customers.len() as u32 >= scale.customers / 3, "{scale:?}");
+        }
+    }
 }

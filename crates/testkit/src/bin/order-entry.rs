@@ -6,19 +6,24 @@
 //!
 //! `run` prints one line: transactions a second, how many committed, rolled
 //! back by the application, retried after a deadlock or lock wait, and the
-//! slowest transaction.
+//! slowest transaction. `ORDER_ENTRY_SCALE=standard` loads and runs the
+//! size of the application issue 55 was filed with (`Scale::STANDARD`)
+//! instead of `Scale::BENCH`.
 
 use std::time::{Duration, Instant};
 
 use hscale_testkit::order_entry::{self, Outcome, Scale, Terminal};
 
-const SCALE: Scale = Scale {
-    warehouses: 8,
-    districts: 10,
-    customers: 100,
-    items: 5_000,
-    orders: 100,
-};
+fn scale() -> Scale {
+    match std::env::var("ORDER_ENTRY_SCALE").as_deref() {
+        Ok("standard") => Scale::STANDARD,
+        Ok("bench") | Err(_) => Scale::BENCH,
+        Ok(other) => {
+            eprintln!("ORDER_ENTRY_SCALE is bench or standard, not {other}");
+            std::process::exit(2);
+        }
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,11 +32,12 @@ fn main() {
         std::process::exit(2);
     };
     let port: u16 = port.parse().expect("a port");
+    let scale = scale();
     let connect = || hscale_testkit::connect(port, "root", "", Some(db));
     match (command.as_str(), rest) {
         ("create", []) => order_entry::create(&mut connect()).expect("the tables"),
         ("shard", []) => order_entry::shard(&mut connect()).expect("partitions"),
-        ("load", []) => order_entry::load(&mut connect(), SCALE).expect("the rows"),
+        ("load", []) => order_entry::load(&mut connect(), scale).expect("the rows"),
         ("check", []) => {
             let mut conn = connect();
             let mut checked = Vec::new();
@@ -57,7 +63,7 @@ fn main() {
         ("run", [clients, seconds]) => {
             let clients: u64 = clients.parse().expect("a number of clients");
             let seconds: u64 = seconds.parse().expect("seconds");
-            run(connect, clients, Duration::from_secs(seconds));
+            run(connect, scale, clients, Duration::from_secs(seconds));
         }
         _ => {
             eprintln!("unknown command or arguments: {args:?}");
@@ -74,13 +80,13 @@ struct Tally {
     slowest: Duration,
 }
 
-fn run(connect: impl Fn() -> mysql::Conn, clients: u64, length: Duration) {
+fn run(connect: impl Fn() -> mysql::Conn, scale: Scale, clients: u64, length: Duration) {
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|client| {
             let mut conn = connect();
             std::thread::spawn(move || {
-                let mut terminal = Terminal::new(client + 1, SCALE);
+                let mut terminal = Terminal::new(client + 1, scale);
                 let mut tally = Tally::default();
                 while started.elapsed() < length {
                     let t = terminal.next_transaction();
