@@ -9,7 +9,9 @@
 # ends one with 1213, which sysbench retries. Prints each run's
 # transactions a second, the seconds with no transaction at all (sysbench's
 # per-second report), the errors sysbench retried, the deadlocks hscale
-# ended (HSCALE STATUS), and the ratio to one server.
+# ended (HSCALE STATUS), the longest transaction, the CPU both servers and
+# the proxy (hscale or the relay) spent per transaction, and the ratio to
+# one server.
 #
 #   bench/deadlocks.sh [--seconds N] [--threads N] [--rows N]
 set -euo pipefail
@@ -49,14 +51,22 @@ proxy sb -e "HSCALE SETUP_TABLE('sbtest1', 'id', 'sbtest1_default', 1, 'MOD(2)')
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "mariadb: $(proxy -e 'SELECT VERSION()'), hscale: $(target/release/hscale --version); $THREADS threads, $ROWS rows, $SECONDS_EACH s each"
+M2_PID=$(sed -n 's/^backend 2: .*(pid \([0-9]*\)).*/\1/p' "$WORK/playground.log")
+# CPU nanoseconds so far: both servers, then the proxies (hscale, the relay).
+servers_ns() { echo $(( $(cpu_ns "$MARIADB_PID") + $(cpu_ns "$M2_PID") )); }
+proxies_ns() { echo $(( $(cpu_ns "$PLAYGROUND_PID") + $(cpu_ns "$RELAY_PID") )); }
 run() { # name port db
-  local out
+  local out servers proxies
+  servers=$(servers_ns); proxies=$(proxies_ns)
   out=$(sb "$2" "$3" --threads="$THREADS" --time="$SECONDS_EACH" --report-interval=1 --db-ps-mode=disable run)
-  local tps zero errors
+  servers=$(( $(servers_ns) - servers )); proxies=$(( $(proxies_ns) - proxies ))
+  local tps count zero errors max
   tps=$(echo "$out" | sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p')
+  count=$(echo "$out" | sed -n 's/.*transactions: *\([0-9]*\) *(.*/\1/p')
   zero=$(echo "$out" | grep -c ' tps: 0\.00 ' || true)
   errors=$(echo "$out" | sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p')
-  echo "$1: $tps tps, seconds with 0 transactions: $zero, errors sysbench retried: $errors" >&2
+  max=$(echo "$out" | sed -n 's/^ *max: *\([0-9.]*\)$/\1/p')
+  echo "$1: $tps tps, seconds with 0 transactions: $zero, errors sysbench retried: $errors, longest transaction $max ms; CPU per transaction: servers $((servers / count / 1000)) us, proxy $((proxies / count / 1000)) us" >&2
   echo "$tps"
 }
 one_server_relay_then_hscale one relayed sb "at least 0.75, no second with 0 transactions"

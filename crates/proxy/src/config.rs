@@ -63,10 +63,11 @@ pub struct ProxyConfig {
     /// commits on each backend it wrote in turn, not atomically.
     #[serde(default)]
     pub transactions: Transactions,
-    /// How often hscale looks for lock waits that form a cycle through
-    /// several backends, which no server sees alone; a cycle seen twice in
-    /// a row ends one transaction with error 1213. 0: never (such waits
-    /// end at innodb_lock_wait_timeout).
+    /// How long a statement runs (between one and two of these) before
+    /// hscale looks for lock waits that form a cycle through several
+    /// backends, which no server sees alone; a cycle seen at two looks in a
+    /// row (at least 110 ms apart) ends one transaction with error 1213.
+    /// 0: never (such waits end at innodb_lock_wait_timeout).
     #[serde(default = "default_deadlock_check_ms")]
     pub deadlock_check_ms: u64,
     /// A client that has not logged in this long after connecting is closed,
@@ -433,7 +434,7 @@ fn default_connect_timeout_ms() -> u64 {
     3000
 }
 pub fn default_deadlock_check_ms() -> u64 {
-    200
+    30
 }
 
 pub fn default_login_timeout_ms() -> u64 {

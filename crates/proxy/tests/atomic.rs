@@ -792,28 +792,73 @@ fn error_code(result: &mysql::Result<()>) -> Option<u16> {
     }
 }
 
-/// Waits until `backend` shows `count` transactions waiting for a lock.
-fn wait_for_lock_waits(backend: usize, count: u64) {
+/// Waits until `backend` runs a statement like `pattern` in `db` (one
+/// that can only wait for a lock there). Not by INNODB_TRX: InnoDB
+/// renews it only 100 ms after anyone's last read, so polling it would
+/// show hscale's deadlock detector, which reads it too, the rows of before.
+fn wait_until_running(backend: usize, db: &str, pattern: &str) {
     let mut direct = cluster().direct(backend, None);
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: u64 = direct
-            .query_first(
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-            )
-            .unwrap()
-            .unwrap();
-        if waiting >= count {
-            return;
-        }
+    let running = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND DB = '{db}' AND INFO LIKE '{pattern}'"
+    );
+    while direct.query_first::<u64, _>(&running).unwrap() == Some(0) {
         assert!(
             Instant::now() < deadline,
-            "no lock wait on backend {backend}"
+            "backend {backend} never ran {pattern}"
         );
-        // InnoDB renews what INNODB_TRX shows only when it was last read
-        // more than 100 ms ago: reading it more often shows it frozen.
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Rows 2 (backend 1) and 3 (backend 2) at 100; `a` adds 1 to both and `b`
+/// 10, in the other order, each in a transaction: a cycle no server sees
+/// alone. The clients, and the change of the one that was not ended: each
+/// row's total is 100 plus it.
+fn deadlock(c: &mut Conn, db: &str, mut a: Conn, mut b: Conn) -> (Conn, Conn, i64) {
+    c.query_drop("INSERT INTO orders VALUES (2, 1, 100), (3, 1, 100)")
+        .unwrap();
+    a.query_drop("BEGIN").unwrap();
+    a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 2")
+        .unwrap();
+    b.query_drop("BEGIN").unwrap();
+    b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 3")
+        .unwrap();
+    let started = Instant::now();
+    let first = std::thread::spawn(move || {
+        let result = a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 3");
+        (a, result)
+    });
+    wait_until_running(2, db, "UPDATE %orders_odd%");
+    let second = std::thread::spawn(move || {
+        let result = b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 2");
+        (b, result)
+    });
+    let (a, in_a) = first.join().unwrap();
+    let (b, in_b) = second.join().unwrap();
+    eprintln!("the cycle ended after {:?}", started.elapsed());
+    // MariaDB ends one transaction of a deadlock: 1213, not a lock wait
+    // timeout (1205) for both.
+    let change = match [error_code(&in_a), error_code(&in_b)] {
+        [None, Some(1213)] => 1,
+        [Some(1213), None] => 10,
+        other => panic!("one transaction must end with 1213: {other:?}"),
+    };
+    (a, b, change)
+}
+
+/// Each row's total, on its backend.
+fn totals(db: &str) -> (i64, i64) {
+    let total = |backend, table: &str, id| -> i64 {
+        cluster()
+            .direct(backend, Some(db))
+            .query_first(format!(
+                "SELECT CAST(total AS SIGNED) FROM {table} WHERE id = {id}"
+            ))
+            .unwrap()
+            .unwrap()
+    };
+    (total(1, "orders_even", 2), total(2, "orders_odd", 3))
 }
 
 #[test]
@@ -821,54 +866,17 @@ fn a_deadlock_through_two_backends_ends_one_transaction_with_1213() {
     // Alone: no other test's branch is prepared when XA RECOVER is read.
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let (proxy, db, mut c) = setup("atomic_deadlock");
-    // 2 on backend 1, 3 on backend 2.
-    c.query_drop("INSERT INTO orders VALUES (2, 1, 100), (3, 1, 100)")
-        .unwrap();
-    let mut a = proxy.connect(Some(&db));
-    let mut b = proxy.connect(Some(&db));
-    a.query_drop("BEGIN").unwrap();
-    a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 2")
-        .unwrap();
-    b.query_drop("BEGIN").unwrap();
-    b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 3")
-        .unwrap();
-    // Each now wants the other's row: a cycle no server sees alone.
-    let started = Instant::now();
-    let first = std::thread::spawn(move || {
-        let result = a.query_drop("UPDATE orders SET total = total + 1 WHERE id = 3");
-        (a, result)
-    });
-    wait_for_lock_waits(2, 1);
-    let second = std::thread::spawn(move || {
-        let result = b.query_drop("UPDATE orders SET total = total + 10 WHERE id = 2");
-        (b, result)
-    });
-    let (mut a, in_a) = first.join().unwrap();
-    let (mut b, in_b) = second.join().unwrap();
-    eprintln!("the cycle ended after {:?}", started.elapsed());
-    let codes = [error_code(&in_a), error_code(&in_b)];
-    // MariaDB ends one transaction of a deadlock: 1213, not a lock wait
-    // timeout (1205) for both.
-    let (survivor, victim, change) = match codes {
-        [None, Some(1213)] => (&mut a, &mut b, 1),
-        [Some(1213), None] => (&mut b, &mut a, 10),
-        other => panic!("one transaction must end with 1213: {other:?}"),
+    let (a, b) = (proxy.connect(Some(&db)), proxy.connect(Some(&db)));
+    let (mut a, mut b, change) = deadlock(&mut c, &db, a, b);
+    let (survivor, victim) = match change {
+        1 => (&mut a, &mut b),
+        _ => (&mut b, &mut a),
     };
     survivor.query_drop("COMMIT").unwrap();
     // The victim's transaction is gone on both backends: what follows is a
     // new one.
     victim.query_drop("COMMIT").unwrap();
-    let mut direct1 = cluster().direct(1, Some(&db));
-    let mut direct2 = cluster().direct(2, Some(&db));
-    let on1: i64 = direct1
-        .query_first("SELECT CAST(total AS SIGNED) FROM orders_even WHERE id = 2")
-        .unwrap()
-        .unwrap();
-    let on2: i64 = direct2
-        .query_first("SELECT CAST(total AS SIGNED) FROM orders_odd WHERE id = 3")
-        .unwrap()
-        .unwrap();
-    assert_eq!((on1, on2), (100 + change, 100 + change));
+    assert_eq!(totals(&db), (100 + change, 100 + change));
     for backend in 1..=2 {
         assert!(xa_prepared(backend).is_empty());
     }
@@ -879,6 +887,28 @@ fn a_deadlock_through_two_backends_ends_one_transaction_with_1213() {
             .query_drop("UPDATE orders SET total = total WHERE id IN (2, 3)")
             .unwrap();
     }
+}
+
+/// A cycle through clients of two instances: each instance sees its own
+/// session wait and learns the other's from the dictionary; the one that
+/// owns the transaction the cycle names ends it with 1213.
+#[test]
+fn a_deadlock_through_two_instances_clients_ends_one_transaction_with_1213() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let (proxy, db, mut c) = setup("atomic_deadlock_instances");
+    let other = Proxy::start(cluster().config());
+    let (a, b) = (proxy.connect(Some(&db)), other.connect(Some(&db)));
+    let (mut a, mut b, change) = deadlock(&mut c, &db, a, b);
+    let survivor = if change == 1 { &mut a } else { &mut b };
+    survivor.query_drop("COMMIT").unwrap();
+    assert_eq!(totals(&db), (100 + change, 100 + change));
+    // Only the victim's own instance ended it.
+    let mut on_other = other.connect(Some(&db));
+    let ended = [
+        hscale_status(&mut c, "deadlocks"),
+        hscale_status(&mut on_other, "deadlocks"),
+    ];
+    assert_eq!(ended, if change == 1 { [0, 1] } else { [1, 0] });
 }
 
 /// Clients moving amounts between accounts on the two backends in both

@@ -7,7 +7,10 @@
 //! thread. `victims` joins them into one wait-for graph between sessions and
 //! names, for each cycle, the session to end — as InnoDB does on one
 //! server, the transaction that did least (its lowest total weight, rows
-//! locked and changed), the youngest session on a tie.
+//! locked and changed), the greatest session key on a tie (the youngest
+//! session of one instance). A session key is whatever names a session
+//! alike in every instance that reads the same waits, so that each picks
+//! the same victim and only its owner ends it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,30 +28,32 @@ pub struct ServerTrx {
 
 /// A session to end: its statement waits on `thread` of `backend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Victim {
-    pub session: u32,
+pub struct Victim<S> {
+    pub session: S,
     pub backend: u32,
     pub thread: u32,
 }
 
 /// The victims of every cycle among sessions in `trxs`. `owner` names the
 /// session holding a server thread, `None` for threads no session of this
-/// instance holds (they break no cycle hscale can see). Ending one victim
-/// breaks its cycles; a cycle that remains names another.
-pub fn victims(trxs: &[ServerTrx], owner: impl Fn(u32, u32) -> Option<u32>) -> Vec<Victim> {
-    let mut weight: BTreeMap<u32, u64> = BTreeMap::new();
-    // session -> (sessions it waits for, the thread it waits on)
-    let mut edges: BTreeMap<u32, (BTreeSet<u32>, (u32, u32))> = BTreeMap::new();
+/// session is known to hold (they break no cycle hscale can see). Ending
+/// one victim breaks its cycles; a cycle that remains names another.
+pub fn victims<S: Ord + Clone>(
+    trxs: &[ServerTrx],
+    owner: impl Fn(u32, u32) -> Option<S>,
+) -> Vec<Victim<S>> {
+    let mut weight: BTreeMap<S, u64> = BTreeMap::new();
+    let mut edges: Edges<S> = BTreeMap::new();
     for trx in trxs {
         let Some(session) = owner(trx.backend, trx.thread) else {
             continue;
         };
-        *weight.entry(session).or_default() += trx.weight;
+        *weight.entry(session.clone()).or_default() += trx.weight;
         for &blocker in &trx.waits_for {
             match owner(trx.backend, blocker) {
                 Some(holder) if holder != session => {
                     let entry = edges
-                        .entry(session)
+                        .entry(session.clone())
                         .or_insert_with(|| (BTreeSet::new(), (trx.backend, trx.thread)));
                     entry.0.insert(holder);
                 }
@@ -58,10 +63,11 @@ pub fn victims(trxs: &[ServerTrx], owner: impl Fn(u32, u32) -> Option<u32>) -> V
     }
     let mut found = Vec::new();
     while let Some(cycle) = find_cycle(&edges) {
-        let session = *cycle
+        let session = cycle
             .iter()
-            .min_by_key(|&&s| (weight.get(&s).copied().unwrap_or(0), std::cmp::Reverse(s)))
-            .expect("a cycle has members");
+            .min_by_key(|&s| (weight.get(s).copied().unwrap_or(0), std::cmp::Reverse(s)))
+            .expect("a cycle has members")
+            .clone();
         let (_, (backend, thread)) = edges.remove(&session).expect("a member waits");
         found.push(Victim {
             session,
@@ -72,27 +78,31 @@ pub fn victims(trxs: &[ServerTrx], owner: impl Fn(u32, u32) -> Option<u32>) -> V
     found
 }
 
+/// Each waiting session: the sessions it waits for, and the (backend,
+/// thread) it waits on.
+type Edges<S> = BTreeMap<S, (BTreeSet<S>, (u32, u32))>;
+
 /// Some cycle of the graph, as its members.
-fn find_cycle(edges: &BTreeMap<u32, (BTreeSet<u32>, (u32, u32))>) -> Option<Vec<u32>> {
+fn find_cycle<S: Ord + Clone>(edges: &Edges<S>) -> Option<Vec<S>> {
     // Depth first from each session in turn; `path` is the current chain.
     let mut done = BTreeSet::new();
-    for &start in edges.keys() {
-        if done.contains(&start) {
+    for start in edges.keys() {
+        if done.contains(start) {
             continue;
         }
-        let mut path = vec![start];
-        let mut next: Vec<Vec<u32>> = vec![successors(edges, start)];
+        let mut path = vec![start.clone()];
+        let mut next: Vec<Vec<S>> = vec![successors(edges, start)];
         while let Some(options) = next.last_mut() {
             match options.pop() {
                 Some(s) => {
-                    if let Some(at) = path.iter().position(|&p| p == s) {
+                    if let Some(at) = path.iter().position(|p| *p == s) {
                         return Some(path[at..].to_vec());
                     }
                     if done.contains(&s) {
                         continue;
                     }
+                    next.push(successors(edges, &s));
                     path.push(s);
-                    next.push(successors(edges, s));
                 }
                 None => {
                     done.insert(path.pop().expect("one per level"));
@@ -104,10 +114,10 @@ fn find_cycle(edges: &BTreeMap<u32, (BTreeSet<u32>, (u32, u32))>) -> Option<Vec<
     None
 }
 
-fn successors(edges: &BTreeMap<u32, (BTreeSet<u32>, (u32, u32))>, session: u32) -> Vec<u32> {
+fn successors<S: Ord + Clone>(edges: &Edges<S>, session: &S) -> Vec<S> {
     edges
-        .get(&session)
-        .map(|(to, _)| to.iter().copied().collect())
+        .get(session)
+        .map(|(to, _)| to.iter().cloned().collect())
         .unwrap_or_default()
 }
 

@@ -469,16 +469,24 @@ pub(crate) const FENCE_POLL: Duration = Duration::from_millis(25);
 pub(crate) const ACKNOWLEDGE_POLL: Duration = Duration::from_millis(5);
 
 /// Removes this instance's heartbeat at shutdown, so that admin commands do
-/// not wait for it. Best effort: a heartbeat left behind expires with its lease.
+/// not wait for it, and its waiting sessions. Best effort: a heartbeat left
+/// behind expires with its lease, and the sessions with it.
 pub async fn leave(shared: &Cluster) {
     let handle = &shared.dictionary;
     if let Ok(mut conn) = own_connection(shared, shared.main).await {
-        let sql = format!(
-            "DELETE FROM {}.instances WHERE id = {}",
-            store::ident(&handle.schema),
-            store::text_literal(&handle.instance)
-        );
-        let _ = store::exec(&mut conn, &sql).await;
+        for table in ["instances", "waiting_sessions"] {
+            let column = if table == "instances" {
+                "id"
+            } else {
+                "instance"
+            };
+            let sql = format!(
+                "DELETE FROM {}.{table} WHERE {column} = {}",
+                store::ident(&handle.schema),
+                store::text_literal(&handle.instance)
+            );
+            let _ = store::exec(&mut conn, &sql).await;
+        }
     }
 }
 

@@ -109,6 +109,10 @@ pub async fn ensure_schema(
         // 'copying' until every copy is made, then 'ready'.
         format!("CREATE TABLE IF NOT EXISTS {s}.reference_tables (db VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL, backends VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, PRIMARY KEY (db, name)) {options}"),
         format!("CREATE TABLE IF NOT EXISTS {s}.instances (id VARCHAR(64) NOT NULL PRIMARY KEY, version BIGINT UNSIGNED NOT NULL, seen DATETIME(6) NOT NULL) {options}"),
+        // The backend connections each instance's sessions hold while
+        // their statement waits: how one instance's deadlock detector sees
+        // a cycle through another's clients.
+        format!("CREATE TABLE IF NOT EXISTS {s}.waiting_sessions (instance VARCHAR(64) NOT NULL, session INT UNSIGNED NOT NULL, backend INT UNSIGNED NOT NULL, thread INT UNSIGNED NOT NULL, PRIMARY KEY (instance, backend, thread)) {options}"),
         // A switchover under way (HSCALE SWITCHOVER), by backend, and the
         // instance that runs it: 'announced', then 'pausing' while every
         // other instance holds the backend's statements.
