@@ -238,9 +238,12 @@ async fn find(
             .and_modify(|owner| *owner = None)
             .or_insert(Some(holder));
     }
+    // The backends at once: the closer their reads, the likelier a cycle
+    // seen is one.
+    let reads = crate::exec::all_at_once(shared.pools.iter().map(|pool| lock_waits(pool, look)));
     let mut trxs = Vec::new();
-    for pool in shared.pools.iter() {
-        trxs.extend(lock_waits(pool, look).await?);
+    for read in reads.await {
+        trxs.extend(read?);
     }
     Some(victims(&trxs, |backend, thread| {
         owners.get(&(backend, thread)).cloned().flatten()
